@@ -1,0 +1,145 @@
+# shellcheck shell=bash
+# Settings and helpers shared by scripts/stack and its parts. Sourced, never run.
+#
+# Every setting can be overridden from the environment, so two checkouts (or a CI job next
+# to a developer's stack) can run side by side on other ports.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+STATE=${KUBECAST_STACK_DIR:-$ROOT/target/stack}
+CACHE=${KUBECAST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubecast}
+
+ETCD_VERSION=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2; exit }' "$ROOT/scripts/go/etcd/go.mod")
+K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$ROOT/scripts/go/kube-apiserver/go.mod")
+KAFKA_VERSION=${KUBECAST_STACK_KAFKA_VERSION:-4.4.0}
+# The Go toolchain fetched through the module proxy when the machine has no usable Go.
+GO_TOOLCHAIN=go1.26.8
+
+# Loopback only: nothing in the test bed listens on, or talks to, any other address.
+HOST=127.0.0.1
+ETCD_PORT=${KUBECAST_STACK_ETCD_PORT:-12379}
+ETCD_PEER_PORT=${KUBECAST_STACK_ETCD_PEER_PORT:-12380}
+APISERVER_PORT=${KUBECAST_STACK_APISERVER_PORT:-16443}
+KAFKA_PORT=${KUBECAST_STACK_KAFKA_PORT:-19092}
+KAFKA_CONTROLLER_PORT=${KUBECAST_STACK_KAFKA_CONTROLLER_PORT:-19093}
+MQTT_PORT=${KUBECAST_STACK_MQTT_PORT:-11883}
+# How often kube-apiserver compacts etcd (its --etcd-compaction-interval). Upstream's default
+# is 5m; a test that needs `410 Gone` sooner sets a few seconds, or runs `scripts/stack compact`.
+COMPACTION_INTERVAL=${KUBECAST_STACK_COMPACTION_INTERVAL:-5m}
+# Seconds that `up` waits for each component to answer.
+READY_TIMEOUT=${KUBECAST_STACK_READY_TIMEOUT:-120}
+
+COMPONENTS=(etcd kube-apiserver kafka mosquitto)
+
+log() { printf 'stack: %s\n' "$*" >&2; }
+die() {
+    printf 'stack: error: %s\n' "$*" >&2
+    exit 1
+}
+
+# Prints the ports a component listens on.
+component_ports() {
+    case $1 in
+    etcd) echo "$ETCD_PORT $ETCD_PEER_PORT" ;;
+    kube-apiserver) echo "$APISERVER_PORT" ;;
+    kafka) echo "$KAFKA_PORT $KAFKA_CONTROLLER_PORT" ;;
+    mosquitto) echo "$MQTT_PORT" ;;
+    esac
+}
+
+# Accepts the component names users are likely to type and prints the canonical one.
+canonical_component() {
+    case $1 in
+    etcd) echo etcd ;;
+    kube-apiserver | apiserver | kube) echo kube-apiserver ;;
+    kafka) echo kafka ;;
+    mosquitto | mqtt) echo mosquitto ;;
+    *) die "unknown component '$1'; expected one of: ${COMPONENTS[*]}" ;;
+    esac
+}
+
+pid_file() { echo "$STATE/$1/pid"; }
+log_file() { echo "$STATE/$1/log"; }
+
+# True when the component's recorded process is alive.
+is_running() {
+    local f pid
+    f=$(pid_file "$1")
+    [[ -f $f ]] || return 1
+    pid=$(<"$f")
+    [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null
+}
+
+port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+# Names the process that listens on a port, where ss can tell.
+port_owner() {
+    ss -ltnpH "sport = :$1" 2>/dev/null | sed -n 's/.*users:(("\([^"]*\)",pid=\([0-9]*\).*/\1 (pid \2)/p' | head -n 1
+}
+
+# Fails, naming the component and port, if another process already holds one of its ports.
+check_ports_free() {
+    local name=$1 port owner
+    for port in $(component_ports "$name"); do
+        if port_open "$port"; then
+            owner=$(port_owner "$port")
+            die "$name: port $HOST:$port is already in use${owner:+ by $owner}; stop that process or choose another port (see README, Development)"
+        fi
+    done
+}
+
+log_tail() {
+    local f
+    f=$(log_file "$1")
+    [[ -f $f ]] || return 0
+    printf -- '--- last lines of %s ---\n' "$f" >&2
+    tail -n "${2:-30}" "$f" >&2
+    printf -- '---\n' >&2
+}
+
+# Starts a command in its own session, detached from the terminal, logging to the component's
+# log file, and records its pid.
+spawn() {
+    local name=$1
+    shift
+    mkdir -p "$STATE/$name"
+    printf '\n=== %s: starting %s\n' "$(date -u +%FT%TZ)" "$name" >>"$(log_file "$name")"
+    setsid "$@" >>"$(log_file "$name")" 2>&1 </dev/null &
+    echo $! >"$(pid_file "$name")"
+}
+
+# Waits until `check_NAME` succeeds; fails early if the process died, and with its log tail.
+wait_ready() {
+    local name=$1 deadline=$((SECONDS + READY_TIMEOUT))
+    while ! "check_${name//-/_}" >/dev/null 2>&1; do
+        if ! is_running "$name"; then
+            log_tail "$name"
+            die "$name: the process exited before it answered; its log is $(log_file "$name")"
+        fi
+        if ((SECONDS >= deadline)); then
+            log_tail "$name"
+            die "$name: no answer within ${READY_TIMEOUT}s; its log is $(log_file "$name")"
+        fi
+        sleep 0.3
+    done
+}
+
+# Stops a component: SIGTERM, then SIGKILL after a grace period. Kills its whole session, so
+# a JVM or a wrapper leaves nothing behind.
+stop_component() {
+    local name=$1 pid i
+    is_running "$name" || {
+        rm -f "$(pid_file "$name")"
+        return 0
+    }
+    pid=$(<"$(pid_file "$name")")
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        log "$name: did not stop within 20s of SIGTERM; sending SIGKILL"
+        kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$(pid_file "$name")"
+}

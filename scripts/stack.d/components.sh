@@ -1,0 +1,218 @@
+# shellcheck shell=bash
+# How each component of the test bed is configured, started, probed and asked its version.
+# For a component NAME there are start_NAME, check_NAME (true when it really answers) and
+# version_NAME. Sourced by scripts/stack.
+
+# --- etcd -----------------------------------------------------------------------------------
+
+start_etcd() {
+    local bin
+    bin=$(etcd_binary)
+    mkdir -p "$STATE/etcd"
+    # --unsafe-no-fsync as in controller-runtime's envtest: the test bed's etcd is thrown away
+    # with the stack and is never the component whose crash a test studies.
+    spawn etcd "$bin" --name kubecast --data-dir "$STATE/etcd/data" \
+        --listen-client-urls "http://$HOST:$ETCD_PORT" --advertise-client-urls "http://$HOST:$ETCD_PORT" \
+        --listen-peer-urls "http://$HOST:$ETCD_PEER_PORT" \
+        --initial-advertise-peer-urls "http://$HOST:$ETCD_PEER_PORT" \
+        --initial-cluster "kubecast=http://$HOST:$ETCD_PEER_PORT" \
+        --unsafe-no-fsync --log-level warn
+}
+
+check_etcd() { curl -fsS --max-time 2 "http://$HOST:$ETCD_PORT/health" | grep -q '"health":"true"'; }
+
+version_etcd() {
+    curl -fsS --max-time 2 "http://$HOST:$ETCD_PORT/version" | sed -n 's/.*"etcdserver":"\([^"]*\)".*/\1/p'
+}
+
+# Compacts etcd up to its current revision, so that a watch from any older resourceVersion
+# gets `410 Gone`. Prints the revision it compacted to.
+etcd_compact() {
+    local rev
+    rev=$(curl -fsS --max-time 5 -X POST "http://$HOST:$ETCD_PORT/v3/kv/range" -d '{"key":"AA=="}' |
+        sed -n 's/.*"revision":"\([0-9]*\)".*/\1/p')
+    [[ -n $rev ]] || die "etcd: could not read the current revision from http://$HOST:$ETCD_PORT"
+    curl -fsS --max-time 30 -X POST "http://$HOST:$ETCD_PORT/v3/kv/compaction" \
+        -d "{\"revision\":\"$rev\",\"physical\":true}" >/dev/null ||
+        die "etcd: compaction to revision $rev failed"
+    echo "$rev"
+}
+
+# --- kube-apiserver -------------------------------------------------------------------------
+
+PKI=$STATE/pki
+
+# A CA, the apiserver's serving certificate for 127.0.0.1, the service-account signing key
+# pair, and an admin client certificate in system:masters: what envtest sets up.
+ensure_pki() {
+    [[ -f $PKI/admin.crt ]] && return 0
+    mkdir -p "$PKI"
+    (
+        cd "$PKI"
+        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=kubecast-local-ca" \
+            -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+            -keyout ca.key -out ca.crt
+        issue() { # name subject extensions
+            openssl req -newkey rsa:2048 -nodes -subj "$2" -keyout "$1.key" -out "$1.csr"
+            openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
+                -extfile <(printf '%s\n' "$3" "keyUsage=critical,digitalSignature,keyEncipherment") -out "$1.crt"
+            rm -f "$1.csr"
+        }
+        issue apiserver "/CN=kube-apiserver" \
+            "$(printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth')"
+        issue admin "/O=system:masters/CN=kubecast-admin" "extendedKeyUsage=clientAuth"
+        openssl genrsa -out sa.key 2048
+        openssl rsa -in sa.key -pubout -out sa.pub
+    ) >"$PKI/openssl.log" 2>&1 || {
+        cat "$PKI/openssl.log" >&2
+        rm -rf "$PKI"
+        die "kube-apiserver: could not create certificates with openssl"
+    }
+}
+
+write_kubeconfig() {
+    local b64='base64 -w0'
+    cat >"$STATE/kubeconfig" <<EOF
+# Written by scripts/stack: the local test bed's admin identity (system:masters).
+apiVersion: v1
+kind: Config
+clusters:
+  - name: kubecast-local
+    cluster:
+      server: https://$HOST:$APISERVER_PORT
+      certificate-authority-data: $($b64 "$PKI/ca.crt")
+users:
+  - name: kubecast-admin
+    user:
+      client-certificate-data: $($b64 "$PKI/admin.crt")
+      client-key-data: $($b64 "$PKI/admin.key")
+contexts:
+  - name: kubecast-local
+    context:
+      cluster: kubecast-local
+      user: kubecast-admin
+current-context: kubecast-local
+EOF
+}
+
+start_kube_apiserver() {
+    local bin
+    bin=$(kube_apiserver_binary)
+    ensure_pki
+    write_kubeconfig
+    # No controller-manager runs, so nothing would create the `default` ServiceAccount that
+    # the ServiceAccount admission plugin insists on; and no endpoint reconciler is needed.
+    spawn kube-apiserver "$bin" \
+        --bind-address="$HOST" --advertise-address="$HOST" --secure-port="$APISERVER_PORT" \
+        --etcd-servers="http://$HOST:$ETCD_PORT" --etcd-compaction-interval="$COMPACTION_INTERVAL" \
+        --cert-dir="$STATE/kube-apiserver/certs" \
+        --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+        --client-ca-file="$PKI/ca.crt" \
+        --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+        --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+        --authorization-mode=RBAC --allow-privileged=true \
+        --service-cluster-ip-range=10.0.0.0/24 --endpoint-reconciler-type=none \
+        --disable-admission-plugins=ServiceAccount
+}
+
+kube_curl() {
+    curl -fsS --max-time 3 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+        "https://$HOST:$APISERVER_PORT$1"
+}
+
+check_kube_apiserver() { [[ $(kube_curl /readyz) == ok ]]; }
+
+version_kube_apiserver() { kube_curl /version | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p'; }
+
+# --- Kafka ----------------------------------------------------------------------------------
+
+start_kafka() {
+    local libs dir=$STATE/kafka
+    libs=$(kafka_libs)
+    ensure_java
+    mkdir -p "$dir"
+    # One broker in KRaft combined mode. Auto-created topics get several partitions so that
+    # per-key ordering is really exercised; internal topics fit a single broker.
+    cat >"$dir/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=$HOST:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$dir/data
+num.partitions=4
+auto.create.topics.enable=true
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+EOF
+    cat >"$dir/log4j2.properties" <<'EOF'
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.out.ref = out
+logger.state.name = state.change.logger
+logger.state.level = warn
+EOF
+    local java=(java -Xms256m -Xmx1g -XX:+UseG1GC -Djava.awt.headless=true
+        -Dlog4j2.configurationFile="$dir/log4j2.properties" -cp "$libs/*")
+    if [[ ! -f $dir/data/meta.properties ]]; then
+        local cluster_id
+        # A Kafka cluster id is 16 random bytes in URL-safe base64 without padding.
+        cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+        "${java[@]}" kafka.tools.StorageTool format --standalone -t "$cluster_id" \
+            -c "$dir/server.properties" >>"$(log_file kafka)" 2>&1 || {
+            log_tail kafka
+            die "kafka: formatting the log directory $dir/data failed"
+        }
+    fi
+    spawn kafka "${java[@]}" kafka.Kafka "$dir/server.properties"
+}
+
+check_kafka() { kcat -b "$HOST:$KAFKA_PORT" -L -m 2 | grep -q "broker 1 at $HOST:$KAFKA_PORT"; }
+
+version_kafka() { sed -n 's/.*Kafka version: \([^ ]*\).*/\1/p' "$(log_file kafka)" | tail -n 1; }
+
+# --- Mosquitto ------------------------------------------------------------------------------
+
+start_mosquitto() {
+    local dir=$STATE/mosquitto
+    mkdir -p "$dir/data"
+    # MQTT 3.1.1 and 5 on one loopback listener, persistence on. The queue limits are raised
+    # so that a persistent subscriber that is away during a test gets every QoS 1 message.
+    cat >"$dir/mosquitto.conf" <<EOF
+listener $MQTT_PORT $HOST
+allow_anonymous true
+persistence true
+persistence_location $dir/data/
+autosave_interval 5
+max_queued_messages 1000000
+max_inflight_messages 100
+log_dest stderr
+log_type error
+log_type warning
+log_type notice
+log_type information
+log_timestamp_format %Y-%m-%dT%H:%M:%S
+user $(id -un)
+EOF
+    spawn mosquitto mosquitto -c "$dir/mosquitto.conf"
+}
+
+check_mosquitto() {
+    mosquitto_sub -h "$HOST" -p "$MQTT_PORT" -V mqttv5 -t '$SYS/broker/version' -C 1 -W 3 | grep -q mosquitto
+}
+
+version_mosquitto() {
+    mosquitto_sub -h "$HOST" -p "$MQTT_PORT" -V mqttv5 -t '$SYS/broker/version' -C 1 -W 3 |
+        sed -n 's/^mosquitto version //p'
+}

@@ -1,0 +1,140 @@
+# shellcheck shell=bash
+# Installs the tools the test bed needs and builds or fetches its servers into the cache
+# ($CACHE, outside the repository), keyed by version and by the inputs of the build, so a
+# second `up` on the same machine reuses them. Sourced by scripts/stack.
+
+SUDO=
+[[ $(id -u) == 0 ]] || SUDO=sudo
+APT_UPDATED=
+
+# Installs the Debian packages among its arguments that are not installed yet.
+ensure_apt() {
+    local p missing=()
+    for p; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    ((${#missing[@]} == 0)) && return 0
+    command -v apt-get >/dev/null ||
+        die "missing Debian packages: ${missing[*]}; this script installs them with apt-get, which this machine lacks"
+    mkdir -p "$CACHE"
+    log "installing Debian packages: ${missing[*]} (apt-get install; log in $CACHE/apt.log)"
+    if [[ -z $APT_UPDATED ]]; then
+        $SUDO apt-get update -qq >"$CACHE/apt.log" 2>&1 ||
+            die "apt-get update failed; see $CACHE/apt.log"
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+        >>"$CACHE/apt.log" 2>&1 || {
+        tail -n 20 "$CACHE/apt.log" >&2
+        die "apt-get install ${missing[*]} failed; see $CACHE/apt.log"
+    }
+}
+
+# The packages every part of the stack script relies on.
+ensure_base_tools() {
+    ensure_apt ca-certificates curl openssl iproute2 mosquitto mosquitto-clients kcat
+}
+
+go_is_recent() {
+    local v
+    v=$("$1" env GOVERSION 2>/dev/null) || return 1
+    [[ $v =~ ^go1\.([0-9]+) ]] && ((BASH_REMATCH[1] >= 26))
+}
+
+# Sets GO to a Go 1.26+ command. Without one on PATH, installs Debian's golang-go and uses it
+# only to download the official $GO_TOOLCHAIN toolchain, which the Go module proxy serves as
+# the module golang.org/toolchain.
+ensure_go() {
+    [[ -n ${GO:-} ]] && return 0
+    if command -v go >/dev/null && go_is_recent go; then
+        GO=go
+        return 0
+    fi
+    local cached=$CACHE/go/$GO_TOOLCHAIN
+    if [[ ! -x $cached/bin/go ]]; then
+        log "go: no Go 1.26 or newer on PATH; fetching the $GO_TOOLCHAIN toolchain through the Go module proxy"
+        command -v go >/dev/null || ensure_apt golang-go
+        local tmp dir arch
+        tmp=$(mktemp -d)
+        arch=$(dpkg --print-architecture)
+        dir=$(cd "$tmp" && GOPATH=$tmp/gopath GOFLAGS=-modcacherw GOTOOLCHAIN=local \
+            go mod download -json "golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.linux-$arch" |
+            sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p') || true
+        [[ -n $dir && -x $dir/bin/go ]] || die "go: could not download golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.linux-$arch"
+        mkdir -p "$CACHE/go"
+        rm -rf "$cached"
+        cp -a "$dir" "$cached"
+        rm -rf "$tmp"
+    fi
+    GO=$cached/bin/go
+}
+
+# Builds a Go command from one of the project's small modules in scripts/go/ and prints the
+# cached binary's path. The cache key holds the version and a digest of go.mod and go.sum.
+build_go_binary() {
+    local name=$1 module=$2 pkg=$3 version=$4 ldflags=$5 key out
+    key=$(cat "$module/go.mod" "$module/go.sum" | sha256sum | cut -c1-12)
+    out=$CACHE/bin/$name-$version-$key
+    if [[ ! -x $out ]]; then
+        ensure_go
+        mkdir -p "$CACHE/bin"
+        log "$name: building $pkg $version with $("$GO" env GOVERSION) (first time on this machine, several minutes; log in $out.log)"
+        if ! (cd "$module" && GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false" \
+            "$GO" build -trimpath -ldflags "$ldflags" -o "$out.tmp" "$pkg") >"$out.log" 2>&1; then
+            tail -n 30 "$out.log" >&2
+            die "$name: go build failed; full log in $out.log"
+        fi
+        mv "$out.tmp" "$out"
+    fi
+    echo "$out"
+}
+
+etcd_binary() {
+    build_go_binary etcd "$ROOT/scripts/go/etcd" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "-s -w"
+}
+
+kube_apiserver_binary() {
+    local v=${K8S_VERSION#v} pkgs="k8s.io/component-base/version k8s.io/client-go/pkg/version" flags="-s -w" p
+    # What the upstream release build stamps into the binary, so /version reports the release.
+    for p in $pkgs; do
+        flags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=${v%%.*} -X $p.gitMinor=$(cut -d. -f2 <<<"$v")"
+        flags+=" -X $p.gitTreeState=clean"
+    done
+    build_go_binary kube-apiserver "$ROOT/scripts/go/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver \
+        "$K8S_VERSION" "$flags"
+}
+
+ensure_java() {
+    local v
+    if ! command -v java >/dev/null; then
+        log "java: not found; installing Debian's openjdk-17-jre-headless"
+        ensure_apt openjdk-17-jre-headless
+    fi
+    v=$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')
+    ((${v%%.*} >= 17)) || die "java: Kafka $KAFKA_VERSION needs Java 17 or newer, found $v; install openjdk-17-jre-headless"
+}
+
+# Prints the directory holding the Kafka broker's jars, fetching them with mvn on first use.
+kafka_libs() {
+    local pom=$ROOT/scripts/kafka/pom.xml key dir
+    key=$(sha256sum "$pom" | cut -c1-12)
+    dir=$CACHE/kafka-$KAFKA_VERSION-$key
+    if [[ ! -f $dir/complete ]]; then
+        command -v mvn >/dev/null || {
+            log "mvn: not found; installing Debian's maven"
+            ensure_apt maven
+        }
+        log "kafka: fetching org.apache.kafka:kafka_2.13:$KAFKA_VERSION and its runtime dependencies with mvn (log in $dir.log)"
+        rm -rf "$dir.tmp"
+        mkdir -p "$CACHE"
+        if ! mvn -B -f "$pom" -Dkafka.version="$KAFKA_VERSION" dependency:copy-dependencies \
+            -DincludeScope=runtime -DoutputDirectory="$dir.tmp/libs" >"$dir.log" 2>&1; then
+            grep -E 'ERROR|FAIL' "$dir.log" | tail -n 15 >&2
+            die "kafka: mvn could not fetch the broker's jars; full log in $dir.log"
+        fi
+        touch "$dir.tmp/complete"
+        rm -rf "$dir"
+        mv "$dir.tmp" "$dir"
+    fi
+    echo "$dir/libs"
+}

@@ -1,0 +1,116 @@
+//! Shared helpers for the integration tests: where the local stack is (read from the
+//! `target/stack/env` file that `scripts/stack up` writes), clients for it, unique names, and
+//! bounded waits with clear failure messages.
+//!
+//! Every integration test talks to the real components. If the stack is not up, the tests
+//! fail with a message saying so rather than skipping: a skipped test proves nothing.
+
+#![allow(dead_code)] // Each test binary uses a different part of this module.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Addresses and files of the running local stack.
+#[derive(Debug, Clone)]
+pub struct Stack {
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub kafka_bootstrap: String,
+    pub mqtt_host: String,
+    pub mqtt_port: u16,
+}
+
+impl Stack {
+    /// Reads the stack's exports from `$KUBECAST_STACK_DIR/env` (default `target/stack/env`).
+    pub fn load() -> Stack {
+        let dir = std::env::var_os("KUBECAST_STACK_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/stack"));
+        let env_file = dir.join("env");
+        let text = std::fs::read_to_string(&env_file).unwrap_or_else(|e| {
+            panic!(
+                "the local stack is not up ({}: {e}); run `scripts/stack up` first",
+                env_file.display()
+            )
+        });
+        let vars: HashMap<&str, &str> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("export ")?.split_once('='))
+            .collect();
+        let get = |key: &str| -> String {
+            vars.get(key)
+                .unwrap_or_else(|| panic!("{} has no {key}", env_file.display()))
+                .to_string()
+        };
+        let mqtt_url = get("KUBECAST_STACK_MQTT_URL");
+        let (mqtt_host, mqtt_port) = mqtt_url
+            .strip_prefix("mqtt://")
+            .and_then(|hp| hp.rsplit_once(':'))
+            .and_then(|(h, p)| Some((h.to_string(), p.parse().ok()?)))
+            .unwrap_or_else(|| panic!("KUBECAST_STACK_MQTT_URL is not mqtt://HOST:PORT: {mqtt_url}"));
+        Stack {
+            dir: dir.clone(),
+            kubeconfig: PathBuf::from(get("KUBECONFIG")),
+            kafka_bootstrap: get("KUBECAST_STACK_KAFKA_BOOTSTRAP"),
+            mqtt_host,
+            mqtt_port,
+        }
+    }
+
+    /// A kube client authenticated as the stack's admin, from the generated kubeconfig.
+    pub async fn kube_client(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", self.kubeconfig.display()));
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("loading {}: {e}", self.kubeconfig.display()));
+        kube::Client::try_from(config).expect("building a kube client from the kubeconfig")
+    }
+
+    /// Runs `scripts/stack ARGS...` and returns its standard output; fails the test with the
+    /// script's own error output if it fails.
+    pub fn script(&self, args: &[&str]) -> String {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/stack");
+        let out = Command::new(&script)
+            .args(args)
+            .env("KUBECAST_STACK_DIR", &self.dir)
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "scripts/stack {} failed ({}):\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// A name no other test run has used: a DNS label (lower-case, digits, '-'), also valid as a
+/// Kafka topic and an MQTT topic level.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "{prefix}-{}-{:x}-{}",
+        std::process::id(),
+        nanos % 0xffff_ffff,
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Awaits `fut`, failing the test with `what` if it does not finish within `limit`.
+pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out after {limit:?} waiting for {what}"),
+    }
+}
