@@ -201,7 +201,6 @@ log_dest stderr
 log_type error
 log_type warning
 log_type notice
-log_type information
 log_timestamp_format %Y-%m-%dT%H:%M:%S
 user $(id -un)
 EOF

@@ -60,11 +60,14 @@ ensure_go() {
         dir=$(cd "$tmp" && GOPATH=$tmp/gopath GOFLAGS=-modcacherw GOTOOLCHAIN=local \
             go mod download -json "golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.linux-$arch" |
             sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p') || true
-        [[ -n $dir && -x $dir/bin/go ]] || die "go: could not download golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.linux-$arch"
+        [[ -n $dir && -f $dir/bin/go ]] || die "go: could not download golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.linux-$arch"
         mkdir -p "$CACHE/go"
         rm -rf "$cached"
-        cp -a "$dir" "$cached"
+        cp -r "$dir" "$cached"
         rm -rf "$tmp"
+        # Module zips carry no file modes; the toolchain's commands need their execute bit.
+        chmod -R u+w "$cached"
+        chmod +x "$cached"/bin/* "$cached"/pkg/tool/*/*
     fi
     GO=$cached/bin/go
 }
