@@ -34,14 +34,20 @@ async fn a_watch_from_before_a_compaction_gets_410_gone() {
     let ns = unique_name("compact");
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let old_rv = within(LIMIT, "creating a pod and changing it", async {
-        let namespace: Namespace = serde_json::from_value(json!({ "metadata": { "name": ns } })).unwrap();
-        Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.expect("namespace");
+        let namespace: Namespace =
+            serde_json::from_value(json!({ "metadata": { "name": ns } })).unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("namespace");
         let pod: Pod = serde_json::from_value(json!({
             "metadata": { "name": "p" },
             "spec": { "containers": [{ "name": "c", "image": "registry.invalid/c:1" }] }
         }))
         .unwrap();
-        pods.create(&PostParams::default(), &pod).await.expect("creating the pod");
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("creating the pod");
         let old = relabel(&pods, "p", "1").await;
         relabel(&pods, "p", "2").await;
         old
@@ -49,40 +55,71 @@ async fn a_watch_from_before_a_compaction_gets_410_gone() {
     .await;
 
     // Before compacting, the old resourceVersion is still watchable: the check below could fail.
-    let before = within(LIMIT, "the first event of a watch from the old resourceVersion", async {
-        let stream = pods.watch(&WatchParams::default().timeout(5), &old_rv).await.expect("watch");
-        Box::pin(stream).try_next().await.expect("watch stream")
-    })
+    let before = within(
+        LIMIT,
+        "the first event of a watch from the old resourceVersion",
+        async {
+            let stream = pods
+                .watch(&WatchParams::default().timeout(5), &old_rv)
+                .await
+                .expect("watch");
+            Box::pin(stream).try_next().await.expect("watch stream")
+        },
+    )
     .await;
-    assert!(matches!(before, Some(WatchEvent::Modified(_))), "got {before:?}");
+    assert!(
+        matches!(before, Some(WatchEvent::Modified(_))),
+        "got {before:?}"
+    );
 
     let revision = stack.script(&["compact"]);
-    assert!(revision.trim().parse::<u64>().is_ok(), "compact prints the revision: {revision:?}");
+    assert!(
+        revision.trim().parse::<u64>().is_ok(),
+        "compact prints the revision: {revision:?}"
+    );
 
     // kube-apiserver was restarted; a new client connects afresh.
     let client = stack.kube_client().await;
     let pods = Api::<Pod>::namespaced(client, &ns);
-    let outcome = within(LIMIT, "the answer to a watch from the compacted resourceVersion", async {
-        match pods.watch(&WatchParams::default().timeout(5), &old_rv).await {
-            Err(kube::Error::Api(status)) => Some(status.code),
-            Err(e) => panic!("unexpected error starting the watch: {e}"),
-            Ok(stream) => match Box::pin(stream).next().await {
-                Some(Ok(WatchEvent::Error(status))) => Some(status.code),
-                other => panic!("expected a 410 error event, got {other:?}"),
-            },
-        }
-    })
+    let outcome = within(
+        LIMIT,
+        "the answer to a watch from the compacted resourceVersion",
+        async {
+            match pods
+                .watch(&WatchParams::default().timeout(5), &old_rv)
+                .await
+            {
+                Err(kube::Error::Api(status)) => Some(status.code),
+                Err(e) => panic!("unexpected error starting the watch: {e}"),
+                Ok(stream) => match Box::pin(stream).next().await {
+                    Some(Ok(WatchEvent::Error(status))) => Some(status.code),
+                    other => panic!("expected a 410 error event, got {other:?}"),
+                },
+            }
+        },
+    )
     .await;
-    assert_eq!(outcome, Some(410), "a watch from resourceVersion {old_rv} after compaction");
+    assert_eq!(
+        outcome,
+        Some(410),
+        "a watch from resourceVersion {old_rv} after compaction"
+    );
 
     // A watch from a fresh resourceVersion still sees the next change.
     let fresh_rv = relabel(&pods, "p", "3").await;
-    let stream = pods.watch(&WatchParams::default().timeout(10), &fresh_rv).await.expect("watch");
+    let stream = pods
+        .watch(&WatchParams::default().timeout(10), &fresh_rv)
+        .await
+        .expect("watch");
     let mut stream = Box::pin(stream);
     let next = relabel(&pods, "p", "4").await;
-    let event = within(LIMIT, "the change after the fresh resourceVersion", stream.try_next())
-        .await
-        .expect("watch stream");
+    let event = within(
+        LIMIT,
+        "the change after the fresh resourceVersion",
+        stream.try_next(),
+    )
+    .await
+    .expect("watch stream");
     match event {
         Some(WatchEvent::Modified(p)) => assert_eq!(p.metadata.resource_version, Some(next)),
         other => panic!("expected the relabel to step 4, got {other:?}"),

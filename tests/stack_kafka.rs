@@ -31,12 +31,18 @@ async fn produces_and_consumes_a_record_with_headers() {
     let admin: AdminClient<DefaultClientContext> = config(&stack).create().expect("admin client");
     let created = within(LIMIT, "creating the topic", async {
         admin
-            .create_topics(&[NewTopic::new(&topic, 3, TopicReplication::Fixed(1))], &AdminOptions::new())
+            .create_topics(
+                &[NewTopic::new(&topic, 3, TopicReplication::Fixed(1))],
+                &AdminOptions::new(),
+            )
             .await
             .expect("create_topics request")
     })
     .await;
-    assert!(created.iter().all(|r| r.is_ok()), "creating {topic}: {created:?}");
+    assert!(
+        created.iter().all(|r| r.is_ok()),
+        "creating {topic}: {created:?}"
+    );
 
     let producer: FutureProducer = config(&stack)
         .set("enable.idempotence", "true")
@@ -44,14 +50,26 @@ async fn produces_and_consumes_a_record_with_headers() {
         .create()
         .expect("producer");
     let headers = OwnedHeaders::new()
-        .insert(Header { key: "ce_id", value: Some("uid-1:42:modified") })
-        .insert(Header { key: "ce_type", value: Some("io.k8s.core.v1.pod.modified") })
-        .insert(Header { key: "content-type", value: Some("application/json") });
+        .insert(Header {
+            key: "ce_id",
+            value: Some("uid-1:42:modified"),
+        })
+        .insert(Header {
+            key: "ce_type",
+            value: Some("io.k8s.core.v1.pod.modified"),
+        })
+        .insert(Header {
+            key: "content-type",
+            value: Some("application/json"),
+        });
     let payload = br#"{"metadata":{"name":"web"}}"#;
     let (partition, offset) = within(LIMIT, "the delivery report", async {
         producer
             .send(
-                FutureRecord::to(&topic).key("uid-1").payload(&payload[..]).headers(headers),
+                FutureRecord::to(&topic)
+                    .key("uid-1")
+                    .payload(&payload[..])
+                    .headers(headers),
                 Duration::from_secs(10),
             )
             .await
@@ -81,7 +99,12 @@ async fn produces_and_consumes_a_record_with_headers() {
         .headers()
         .expect("the record has headers")
         .iter()
-        .map(|h| (h.key.to_string(), h.value.map(|v| String::from_utf8_lossy(v).into_owned())))
+        .map(|h| {
+            (
+                h.key.to_string(),
+                h.value.map(|v| String::from_utf8_lossy(v).into_owned()),
+            )
+        })
         .collect();
     let want = [
         ("ce_id", "uid-1:42:modified"),

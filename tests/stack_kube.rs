@@ -50,10 +50,17 @@ async fn lists_pods_through_the_generated_kubeconfig() {
             .expect("listing pods in the namespace")
     })
     .await;
-    let names: Vec<_> = in_ns.items.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    let names: Vec<_> = in_ns
+        .items
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
     assert_eq!(names, ["one"]);
     assert!(
-        in_ns.metadata.resource_version.is_some_and(|rv| !rv.is_empty()),
+        in_ns
+            .metadata
+            .resource_version
+            .is_some_and(|rv| !rv.is_empty()),
         "a list carries the collection's resourceVersion"
     );
 
@@ -65,7 +72,10 @@ async fn lists_pods_through_the_generated_kubeconfig() {
     })
     .await;
     assert!(
-        everywhere.items.iter().any(|p| p.metadata.namespace.as_deref() == Some(ns.as_str())),
+        everywhere
+            .items
+            .iter()
+            .any(|p| p.metadata.namespace.as_deref() == Some(ns.as_str())),
         "the all-namespaces list includes the pod in {ns}"
     );
 }
@@ -77,7 +87,9 @@ async fn creates_a_pod_and_drives_its_status_like_a_kubelet() {
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let created = within(LIMIT, "creating a pod", async {
         namespace(&client, &ns).await;
-        pods.create(&PostParams::default(), &pod("web")).await.expect("creating a pod")
+        pods.create(&PostParams::default(), &pod("web"))
+            .await
+            .expect("creating a pod")
     })
     .await;
     let phase = created.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -109,13 +121,21 @@ async fn creates_a_pod_and_drives_its_status_like_a_kubelet() {
         "a status change gives the pod a new resourceVersion"
     );
 
-    let read = within(LIMIT, "reading the pod back", pods.get("web")).await.expect("getting the pod");
+    let read = within(LIMIT, "reading the pod back", pods.get("web"))
+        .await
+        .expect("getting the pod");
     let status = read.status.expect("the pod has a status");
     assert_eq!(status.phase.as_deref(), Some("Running"));
     assert_eq!(status.pod_ip.as_deref(), Some("127.0.0.2"));
     let container = &status.container_statuses.expect("container statuses")[0];
     assert_eq!(container.restart_count, 2);
-    assert!(container.state.as_ref().and_then(|s| s.running.as_ref()).is_some());
+    assert!(
+        container
+            .state
+            .as_ref()
+            .and_then(|s| s.running.as_ref())
+            .is_some()
+    );
 }
 
 #[tokio::test]

@@ -36,10 +36,17 @@ async fn publishes_at_qos1_with_user_properties_and_a_subscriber_receives_them()
     let topic = format!("kubecast-test/{}/pod", unique_name("mqtt"));
 
     let (subscriber, mut sub_events) = client(&stack, &unique_name("sub"));
-    subscriber.subscribe(&topic, QoS::AtLeastOnce).await.expect("queueing SUBSCRIBE");
-    within(LIMIT, "the SUBACK", next_matching(&mut sub_events, |e| {
-        matches!(e, Event::Incoming(Packet::SubAck(_))).then_some(())
-    }))
+    subscriber
+        .subscribe(&topic, QoS::AtLeastOnce)
+        .await
+        .expect("queueing SUBSCRIBE");
+    within(
+        LIMIT,
+        "the SUBACK",
+        next_matching(&mut sub_events, |e| {
+            matches!(e, Event::Incoming(Packet::SubAck(_))).then_some(())
+        }),
+    )
     .await;
 
     let (publisher, mut pub_events) = client(&stack, &unique_name("pub"));
@@ -53,28 +60,44 @@ async fn publishes_at_qos1_with_user_properties_and_a_subscriber_receives_them()
     };
     let payload = Bytes::from_static(br#"{"metadata":{"name":"web"}}"#);
     publisher
-        .publish_with_properties(&topic, QoS::AtLeastOnce, false, payload.clone(), properties.clone())
+        .publish_with_properties(
+            &topic,
+            QoS::AtLeastOnce,
+            false,
+            payload.clone(),
+            properties.clone(),
+        )
         .await
         .expect("queueing PUBLISH");
     // The PUBACK must answer the packet id the publish went out with.
-    let pkid = within(LIMIT, "the PUBLISH to go out", next_matching(&mut pub_events, |e| match e {
-        Event::Outgoing(rumqttc::Outgoing::Publish(pkid)) => Some(*pkid),
-        _ => None,
-    }))
+    let pkid = within(
+        LIMIT,
+        "the PUBLISH to go out",
+        next_matching(&mut pub_events, |e| match e {
+            Event::Outgoing(rumqttc::Outgoing::Publish(pkid)) => Some(*pkid),
+            _ => None,
+        }),
+    )
     .await;
     assert_ne!(pkid, 0, "a QoS 1 publish has a packet id");
-    within(LIMIT, "the PUBACK for the publish", next_matching(&mut pub_events, |e| match e {
-        Event::Incoming(Packet::PubAck(ack)) if ack.pkid == pkid => Some(()),
-        _ => None,
-    }))
+    within(
+        LIMIT,
+        "the PUBACK for the publish",
+        next_matching(&mut pub_events, |e| match e {
+            Event::Incoming(Packet::PubAck(ack)) if ack.pkid == pkid => Some(()),
+            _ => None,
+        }),
+    )
     .await;
 
-    let received: Publish = within(LIMIT, "the message at the subscriber", next_matching(&mut sub_events, |e| {
-        match e {
+    let received: Publish = within(
+        LIMIT,
+        "the message at the subscriber",
+        next_matching(&mut sub_events, |e| match e {
             Event::Incoming(Packet::Publish(p)) => Some(p.clone()),
             _ => None,
-        }
-    }))
+        }),
+    )
     .await;
     assert_eq!(received.topic, topic.as_bytes());
     assert_eq!(received.payload, payload);

@@ -51,7 +51,9 @@ impl Stack {
             .strip_prefix("mqtt://")
             .and_then(|hp| hp.rsplit_once(':'))
             .and_then(|(h, p)| Some((h.to_string(), p.parse().ok()?)))
-            .unwrap_or_else(|| panic!("KUBECAST_STACK_MQTT_URL is not mqtt://HOST:PORT: {mqtt_url}"));
+            .unwrap_or_else(|| {
+                panic!("KUBECAST_STACK_MQTT_URL is not mqtt://HOST:PORT: {mqtt_url}")
+            });
         Stack {
             dir: dir.clone(),
             kubeconfig: PathBuf::from(get("KUBECONFIG")),
