@@ -167,9 +167,11 @@ EOF
         -Dlog4j2.configurationFile="$dir/log4j2.properties" -cp "$libs/*")
     if [[ ! -f $dir/data/meta.properties ]]; then
         local cluster_id
-        # A Kafka cluster id is 16 random bytes in URL-safe base64 without padding.
+        # A Kafka cluster id is 16 random bytes in URL-safe base64 without padding. It may
+        # start with '-', so it is passed as `--cluster-id=ID`: as a separate argument the
+        # tool's argument parser would take it for an option (one id in 64).
         cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
-        "${java[@]}" kafka.tools.StorageTool format --standalone -t "$cluster_id" \
+        "${java[@]}" kafka.tools.StorageTool format --standalone --cluster-id="$cluster_id" \
             -c "$dir/server.properties" >>"$(log_file kafka)" 2>&1 || {
             log_tail kafka
             die "kafka: formatting the log directory $dir/data failed"
