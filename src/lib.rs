@@ -18,3 +18,12 @@
 
 /// The version of this build, as printed by `kubecast --version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+pub mod backoff;
+pub mod classify;
+pub mod cluster;
+pub mod config;
+pub mod event;
+pub mod pipeline;
+pub mod sinks;
+pub mod watch;

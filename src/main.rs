@@ -1,20 +1,182 @@
 //! The `kubecast` command line. Entry point: [`main`].
+//!
+//! Exit codes: 0 after a clean shutdown (SIGINT or SIGTERM, sinks drained), 1 when the
+//! bridge stopped on a fatal error (rejected credentials, a sink that cannot work), 2 for
+//! an invalid config or command line.
 
-use clap::Parser;
+use std::path::PathBuf;
+use std::process::ExitCode;
 
-/// Watches Kubernetes Pods and publishes every change as a CloudEvent to Kafka and MQTT.
+use clap::{Args, Parser, Subcommand};
+use kubecast::config::{self, Config, LogFormat, Validated};
+
+/// Watches Kubernetes Pods and publishes every change as a CloudEvent to Kafka, MQTT,
+/// stdout or a file.
 ///
 /// Every event id is derived from the pod's uid and resourceVersion, so a change that is
-/// delivered twice is recognisably the same change.
+/// delivered twice is recognisably the same change. Every config field can also be set
+/// through an environment variable: `KUBECAST_` and the field path in capitals, `__`
+/// between levels (`KUBECAST_WATCH__NAMESPACES='[a, b]'`).
 #[derive(Debug, Parser)]
 #[command(name = "kubecast", version = kubecast::VERSION)]
-struct Cli {}
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() {
-    // Parsing handles `--help` and `--version` and exits with code 2 on unknown arguments.
-    let _cli = Cli::parse();
-    eprintln!(
-        "kubecast {}: the Pod-to-CloudEvents bridge is not built yet; see README.md",
-        kubecast::VERSION
-    );
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the bridge with a config file until SIGINT or SIGTERM.
+    Run(RunArgs),
+    /// Check a config file (and the environment's overrides) without connecting anywhere.
+    ValidateConfig {
+        /// The YAML config file.
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The YAML config file (see examples/local.yaml).
+    #[arg(long, short, env = "KUBECAST_CONFIG")]
+    config: PathBuf,
+    /// Kubeconfig file; overrides `kubernetes.kubeconfig` (default: KUBECONFIG, then
+    /// ~/.kube/config, then the in-cluster service account).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context; overrides `kubernetes.context`.
+    #[arg(long)]
+    context: Option<String>,
+    /// Cluster name used in every event's `source`; overrides `cluster`.
+    #[arg(long)]
+    cluster: Option<String>,
+    /// Log filter such as `info` or `kubecast=debug`; overrides `log.level`.
+    #[arg(long)]
+    log_level: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::ValidateConfig { file } => match load(&file, |_| {}) {
+            Ok(v) => {
+                println!(
+                    "{}: valid ({} sink(s): {})",
+                    file.display(),
+                    v.sinks.len(),
+                    v.sinks
+                        .iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => config_error(&e),
+        },
+        Command::Run(args) => run(args),
+    }
+}
+
+fn config_error(message: &str) -> ExitCode {
+    eprintln!("kubecast: {message}");
+    ExitCode::from(2)
+}
+
+/// Loads and validates `file`, letting `adjust` apply command-line overrides in between.
+fn load(file: &std::path::Path, adjust: impl FnOnce(&mut Config)) -> Result<Validated, String> {
+    let mut config = config::load(file).map_err(|e| e.to_string())?;
+    adjust(&mut config);
+    config
+        .validate()
+        .map_err(|e| format!("{}: {e}", file.display()))
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    let validated = match load(&args.config, |c| {
+        if let Some(k) = args.kubeconfig.clone() {
+            c.kubernetes.kubeconfig = Some(k);
+        }
+        if let Some(ctx) = args.context.clone() {
+            c.kubernetes.context = Some(ctx);
+        }
+        if let Some(name) = args.cluster.clone() {
+            c.cluster = name;
+        }
+        if let Some(level) = args.log_level.clone() {
+            c.log.level = level;
+        }
+    }) {
+        Ok(v) => v,
+        Err(e) => return config_error(&e),
+    };
+    init_logging(&validated.log);
+    // kube and rumqttc share rustls; ring is its only crypto provider in this build. It can
+    // only fail if a provider was installed already, which is just as good.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kubecast: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let client = match kubecast::cluster::client(&validated.kubernetes).await {
+            Ok(c) => c,
+            Err(e) => return config_error(&e.to_string()),
+        };
+        match kubecast::pipeline::run(validated, client, shutdown_signal()).await {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "kubecast stopped on a fatal error");
+                eprintln!("kubecast: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+fn init_logging(log: &config::LogConfig) {
+    use tracing_subscriber::EnvFilter;
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|f| EnvFilter::try_new(f).ok())
+        // `validate` checked that the level parses.
+        .unwrap_or_else(|| {
+            EnvFilter::try_new(&log.level).unwrap_or_else(|_| EnvFilter::new("info"))
+        });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match log.format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down: delivering what is queued");
 }

@@ -1,0 +1,352 @@
+//! The delta classifier: turns what the watch reports (list items, watch events) into the
+//! changes worth an event, from a small known state per pod.
+//!
+//! Entry point: [`Classifier`]. Per pod it keeps only the uid, the last emitted
+//! resourceVersion, the namespace (interned) and the name, never the object. The same
+//! resourceVersion twice emits nothing; a re-list emits only the real differences, and pods
+//! that vanished during the gap come out as deletes flagged `inferred`.
+
+#[cfg(test)]
+mod proptests;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::config::InitialList;
+use crate::event::ChangeKind;
+
+/// A Pod as the watch delivers it: its identity and its JSON bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodObject {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub rv: String,
+    /// The object's JSON as the apiserver sent it.
+    pub bytes: Bytes,
+}
+
+/// A change worth an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub kind: ChangeKind,
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// The object's resourceVersion; for an inferred delete, the last one known.
+    pub rv: String,
+    /// The resourceVersion of this pod's previous event; empty when there was none.
+    pub prev_rv: String,
+    pub inferred: bool,
+    pub initial: bool,
+    /// The object; `None` for an inferred delete.
+    pub object: Option<Bytes>,
+}
+
+/// The part of the cluster one watch covers: one namespace, or all of them (`None`).
+pub type Scope = Option<Arc<str>>;
+
+#[derive(Debug, Clone)]
+struct Known {
+    rv: Box<str>,
+    namespace: Arc<str>,
+    name: Box<str>,
+    /// The list epoch in which this pod was last seen, for the re-list diff.
+    seen: u32,
+}
+
+/// Known state and the diff logic. Entry points: [`Classifier::list_start`],
+/// [`Classifier::listed`], [`Classifier::list_done`], [`Classifier::applied`],
+/// [`Classifier::deleted`].
+#[derive(Debug)]
+pub struct Classifier {
+    known: HashMap<Box<str>, Known>,
+    namespaces: HashSet<Arc<str>>,
+    initial: InitialList,
+    /// Whether the known state came from a saved checkpoint; then no list is "initial".
+    restored: bool,
+    /// Scopes that completed at least one list since the start.
+    listed_once: HashSet<Scope>,
+    /// Current list epoch per scope being listed.
+    listing: HashMap<Scope, u32>,
+    epoch: u32,
+}
+
+impl Classifier {
+    /// A classifier with no known state (a fresh start).
+    pub fn new(initial: InitialList) -> Classifier {
+        Classifier {
+            known: HashMap::new(),
+            namespaces: HashSet::new(),
+            initial,
+            restored: false,
+            listed_once: HashSet::new(),
+            listing: HashMap::new(),
+            epoch: 0,
+        }
+    }
+
+    /// Number of known pods.
+    pub fn len(&self) -> usize {
+        self.known.len()
+    }
+
+    /// Whether no pod is known.
+    pub fn is_empty(&self) -> bool {
+        self.known.is_empty()
+    }
+
+    /// The last emitted resourceVersion of a pod, if known.
+    pub fn known_rv(&self, uid: &str) -> Option<&str> {
+        self.known.get(uid).map(|k| &*k.rv)
+    }
+
+    /// A (re-)list of `scope` begins: what it does not report again was deleted meanwhile.
+    pub fn list_start(&mut self, scope: &Scope) {
+        self.epoch = self.epoch.wrapping_add(1);
+        self.listing.insert(scope.clone(), self.epoch);
+    }
+
+    /// A pod reported by the list of `scope`.
+    pub fn listed(&mut self, scope: &Scope, pod: PodObject) -> Option<Change> {
+        let epoch = self.listing.get(scope).copied().unwrap_or(self.epoch);
+        let initial = !self.restored && !self.listed_once.contains(scope);
+        if let Some(k) = self.known.get_mut(pod.uid.as_str()) {
+            k.seen = epoch;
+        }
+        if initial
+            && self.initial == InitialList::Skip
+            && !self.known.contains_key(pod.uid.as_str())
+        {
+            self.remember(&pod, epoch);
+            return None;
+        }
+        let mut change = self.apply(pod, epoch)?;
+        change.initial = initial && change.kind == ChangeKind::Added;
+        Some(change)
+    }
+
+    /// The list of `scope` is complete: every known pod of the scope that it did not report
+    /// was deleted during the gap. Returns those inferred deletes.
+    pub fn list_done(&mut self, scope: &Scope) -> Vec<Change> {
+        let Some(epoch) = self.listing.remove(scope) else {
+            return Vec::new();
+        };
+        self.listed_once.insert(scope.clone());
+        let gone: Vec<Box<str>> = self
+            .known
+            .iter()
+            .filter(|(_, k)| k.seen != epoch && in_scope(scope, &k.namespace))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        let mut out = Vec::with_capacity(gone.len());
+        for uid in gone {
+            if let Some(k) = self.known.remove(&uid) {
+                out.push(Change {
+                    kind: ChangeKind::Deleted,
+                    uid: uid.into(),
+                    namespace: k.namespace.to_string(),
+                    name: k.name.into(),
+                    rv: k.rv.to_string(),
+                    prev_rv: k.rv.into(),
+                    inferred: true,
+                    initial: false,
+                    object: None,
+                });
+            }
+        }
+        // A stable order makes runs comparable.
+        out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        out
+    }
+
+    /// A pod added or modified on the watch.
+    pub fn applied(&mut self, pod: PodObject) -> Option<Change> {
+        let epoch = self.epoch;
+        self.apply(pod, epoch)
+    }
+
+    /// A pod deleted on the watch.
+    pub fn deleted(&mut self, pod: PodObject) -> Change {
+        let prev = self.known.remove(pod.uid.as_str());
+        Change {
+            kind: ChangeKind::Deleted,
+            prev_rv: prev.map(|k| k.rv.into()).unwrap_or_default(),
+            uid: pod.uid,
+            namespace: pod.namespace,
+            name: pod.name,
+            rv: pod.rv,
+            inferred: false,
+            initial: false,
+            object: Some(pod.bytes),
+        }
+    }
+
+    fn apply(&mut self, pod: PodObject, epoch: u32) -> Option<Change> {
+        let (kind, prev_rv) = match self.known.get(pod.uid.as_str()) {
+            Some(k) if *k.rv == *pod.rv => return None,
+            Some(k) => (ChangeKind::Modified, k.rv.to_string()),
+            None => (ChangeKind::Added, String::new()),
+        };
+        self.remember(&pod, epoch);
+        Some(Change {
+            kind,
+            uid: pod.uid,
+            namespace: pod.namespace,
+            name: pod.name,
+            rv: pod.rv,
+            prev_rv,
+            inferred: false,
+            initial: false,
+            object: Some(pod.bytes),
+        })
+    }
+
+    fn remember(&mut self, pod: &PodObject, epoch: u32) {
+        let namespace = self.intern(&pod.namespace);
+        self.known.insert(
+            pod.uid.as_str().into(),
+            Known {
+                rv: pod.rv.as_str().into(),
+                namespace,
+                name: pod.name.as_str().into(),
+                seen: epoch,
+            },
+        );
+    }
+
+    fn intern(&mut self, namespace: &str) -> Arc<str> {
+        if let Some(ns) = self.namespaces.get(namespace) {
+            return ns.clone();
+        }
+        let ns: Arc<str> = namespace.into();
+        self.namespaces.insert(ns.clone());
+        ns
+    }
+}
+
+fn in_scope(scope: &Scope, namespace: &str) -> bool {
+    scope.as_deref().is_none_or(|s| s == namespace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(super) fn pod(uid: &str, ns: &str, rv: &str) -> PodObject {
+        PodObject {
+            uid: uid.into(),
+            namespace: ns.into(),
+            name: format!("name-{uid}"),
+            rv: rv.into(),
+            bytes: Bytes::from(format!("{{\"rv\":\"{rv}\"}}")),
+        }
+    }
+
+    fn kinds(changes: &[Change]) -> Vec<(ChangeKind, &str, bool)> {
+        changes
+            .iter()
+            .map(|c| (c.kind, c.uid.as_str(), c.inferred))
+            .collect()
+    }
+
+    #[test]
+    fn a_fresh_start_emits_each_existing_pod_once_as_initial_added() {
+        let mut c = Classifier::new(InitialList::Emit);
+        c.list_start(&None);
+        let a = c.listed(&None, pod("a", "ns", "1")).unwrap();
+        assert_eq!(
+            (a.kind, a.initial, a.prev_rv.as_str()),
+            (ChangeKind::Added, true, "")
+        );
+        assert!(c.list_done(&None).is_empty());
+        let b = c.applied(pod("b", "ns", "2")).unwrap();
+        assert!(
+            !b.initial,
+            "a pod created after the initial list is not initial"
+        );
+    }
+
+    #[test]
+    fn skipping_the_initial_list_remembers_pods_without_emitting_them() {
+        let mut c = Classifier::new(InitialList::Skip);
+        c.list_start(&None);
+        assert!(c.listed(&None, pod("a", "ns", "1")).is_none());
+        c.list_done(&None);
+        let m = c.applied(pod("a", "ns", "2")).unwrap();
+        assert_eq!((m.kind, m.prev_rv.as_str()), (ChangeKind::Modified, "1"));
+    }
+
+    #[test]
+    fn the_same_resource_version_twice_emits_nothing() {
+        let mut c = Classifier::new(InitialList::Emit);
+        assert!(c.applied(pod("a", "ns", "1")).is_some());
+        assert!(c.applied(pod("a", "ns", "1")).is_none());
+        let m = c.applied(pod("a", "ns", "3")).unwrap();
+        assert_eq!(
+            (m.kind, m.prev_rv.as_str(), m.rv.as_str()),
+            (ChangeKind::Modified, "1", "3")
+        );
+    }
+
+    #[test]
+    fn a_relist_emits_only_real_differences_and_infers_deletes() {
+        let mut c = Classifier::new(InitialList::Emit);
+        c.list_start(&None);
+        for (uid, rv) in [("a", "1"), ("b", "2"), ("c", "3")] {
+            c.listed(&None, pod(uid, "ns", rv));
+        }
+        c.list_done(&None);
+        c.list_start(&None);
+        let mut out: Vec<Change> = [
+            pod("a", "ns", "1"),
+            pod("b", "ns", "9"),
+            pod("d", "ns", "8"),
+        ]
+        .into_iter()
+        .filter_map(|p| c.listed(&None, p))
+        .collect();
+        out.extend(c.list_done(&None));
+        assert_eq!(
+            kinds(&out),
+            vec![
+                (ChangeKind::Modified, "b", false),
+                (ChangeKind::Added, "d", false),
+                (ChangeKind::Deleted, "c", true)
+            ]
+        );
+        let del = &out[2];
+        assert_eq!((del.rv.as_str(), del.prev_rv.as_str()), ("3", "3"));
+        assert!(del.object.is_none());
+        assert!(
+            !out[1].initial,
+            "a pod found by a re-list is not from the initial list"
+        );
+    }
+
+    #[test]
+    fn a_relist_of_one_namespace_leaves_other_namespaces_alone() {
+        let mut c = Classifier::new(InitialList::Emit);
+        c.applied(pod("a", "one", "1"));
+        c.applied(pod("b", "two", "2"));
+        let one: Scope = Some("one".into());
+        c.list_start(&one);
+        let gone = c.list_done(&one);
+        assert_eq!(kinds(&gone), vec![(ChangeKind::Deleted, "a", true)]);
+        assert_eq!(c.known_rv("b"), Some("2"));
+    }
+
+    #[test]
+    fn a_watched_delete_links_to_the_last_emitted_version_and_forgets_the_pod() {
+        let mut c = Classifier::new(InitialList::Emit);
+        c.applied(pod("a", "ns", "1"));
+        let d = c.deleted(pod("a", "ns", "4"));
+        assert_eq!(
+            (d.kind, d.rv.as_str(), d.prev_rv.as_str(), d.inferred),
+            (ChangeKind::Deleted, "4", "1", false)
+        );
+        assert!(c.is_empty());
+    }
+}

@@ -1,0 +1,245 @@
+//! kubecast's configuration: the YAML file's shape, with a doc comment and an explicit
+//! default on every field.
+//!
+//! Entry points: [`load`] reads a file, applies `KUBECAST_...` environment overrides and
+//! returns a [`Config`]; [`Config::validate`] (pure, no I/O) turns it into the
+//! [`Validated`] form the pipeline runs on. Nothing connects before validation passed.
+
+mod load;
+mod validate;
+
+pub use load::{ConfigError, load, load_str};
+pub use validate::{Issue, Validated, ValidationError};
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::sinks::SinkConfig;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Name of the watched cluster; goes into every event's `source`
+    /// (`k8s://{cluster}/api/v1/namespaces/{namespace}/pods`). Required: a DNS-1123 label.
+    pub cluster: String,
+    /// How to reach the kube-apiserver.
+    #[serde(default)]
+    pub kubernetes: KubernetesConfig,
+    /// What to watch.
+    #[serde(default)]
+    pub watch: WatchConfig,
+    /// How events are encoded.
+    #[serde(default)]
+    pub encoding: EncodingConfig,
+    /// Where events go, keyed by a name of your choice (used in logs and dead letters).
+    /// At least one sink is required.
+    pub sinks: BTreeMap<String, SinkConfig>,
+    /// Logging.
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+/// Cluster access. Without a kubeconfig path, `KUBECONFIG` or `~/.kube/config` is used, and
+/// inside a Pod the service account.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesConfig {
+    /// Path of a kubeconfig file. Default: none (infer: `KUBECONFIG`, `~/.kube/config`, then
+    /// the in-cluster service account).
+    #[serde(default)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context of the kubeconfig to use. Default: its current context.
+    #[serde(default)]
+    pub context: Option<String>,
+}
+
+/// What to watch and how.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchConfig {
+    /// Namespaces to watch. Default: empty, meaning all namespaces (one watch); otherwise one
+    /// watch per namespace.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// Label selector applied by the apiserver (`app=web,tier!=cache`). Default: none.
+    #[serde(default)]
+    pub label_selector: Option<String>,
+    /// Field selector applied by the apiserver (`spec.nodeName=node-1`). Default: none.
+    #[serde(default)]
+    pub field_selector: Option<String>,
+    /// On a start with no saved state, whether pods that already exist are emitted once as
+    /// `added` (flagged `k8sinitial`) or only remembered. Default: `emit`.
+    #[serde(default)]
+    pub initial_list: InitialList,
+    /// Whether to ask for the initial state as a watch stream (`sendInitialEvents`) instead
+    /// of paginated lists. `auto` uses it where the apiserver supports it. Default: `auto`.
+    #[serde(default)]
+    pub streaming_list: StreamingList,
+    /// Pods per page when listing. Default: 500.
+    #[serde(default = "default_page_size")]
+    pub page_size: u32,
+    /// Seconds after which the apiserver ends a watch request and kubecast opens the next
+    /// one from the last resourceVersion. Default: 300.
+    #[serde(default = "default_watch_timeout")]
+    pub timeout_seconds: u32,
+    /// Longest wait between two attempts after an error, in seconds. Default: 30.
+    #[serde(default = "default_max_backoff")]
+    pub max_backoff_seconds: u32,
+}
+
+fn default_page_size() -> u32 {
+    500
+}
+fn default_watch_timeout() -> u32 {
+    300
+}
+fn default_max_backoff() -> u32 {
+    30
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        WatchConfig {
+            namespaces: Vec::new(),
+            label_selector: None,
+            field_selector: None,
+            initial_list: InitialList::default(),
+            streaming_list: StreamingList::default(),
+            page_size: default_page_size(),
+            timeout_seconds: default_watch_timeout(),
+            max_backoff_seconds: default_max_backoff(),
+        }
+    }
+}
+
+/// What a fresh start does with pods that already exist.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InitialList {
+    /// Emit each existing pod once as `added`, flagged `k8sinitial=true`.
+    #[default]
+    Emit,
+    /// Remember existing pods without emitting them; their later changes are emitted.
+    Skip,
+}
+
+/// Whether the initial state is requested as a watch stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamingList {
+    /// Use it; fall back to paginated lists if the apiserver rejects it.
+    #[default]
+    Auto,
+    /// Always use paginated lists.
+    Off,
+}
+
+/// How events are encoded.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EncodingConfig {
+    /// What `data` holds: `full` (the Pod without managedFields, redacted), `summary`
+    /// (phase, conditions, container states, node, IPs, labels, owner) or `reference`
+    /// (uid, namespace, name and resourceVersion only). Default: `full`.
+    #[serde(default)]
+    pub data: DataMode,
+    /// Redaction of secret-looking values in `full` data.
+    #[serde(default)]
+    pub redact: RedactConfig,
+}
+
+impl Default for EncodingConfig {
+    fn default() -> Self {
+        EncodingConfig {
+            data: DataMode::Full,
+            redact: RedactConfig::default(),
+        }
+    }
+}
+
+/// The data modes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataMode {
+    /// The Pod without `metadata.managedFields`, with redactions applied.
+    #[default]
+    Full,
+    /// A compact summary of the Pod's state.
+    Summary,
+    /// Only the Pod's identity.
+    Reference,
+}
+
+/// What is redacted in `full` data. A redacted value is replaced by `"<redacted>"`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactConfig {
+    /// Replace the `value` of every container env var (containers, init and ephemeral
+    /// containers). Default: true.
+    #[serde(default = "yes")]
+    pub env_values: bool,
+    /// Annotations whose values are replaced. Default:
+    /// `[kubectl.kubernetes.io/last-applied-configuration]`.
+    #[serde(default = "default_redacted_annotations")]
+    pub annotations: Vec<String>,
+    /// Labels whose values are replaced. Default: none.
+    #[serde(default)]
+    pub labels: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_redacted_annotations() -> Vec<String> {
+    vec!["kubectl.kubernetes.io/last-applied-configuration".to_string()]
+}
+
+impl Default for RedactConfig {
+    fn default() -> Self {
+        RedactConfig {
+            env_values: true,
+            annotations: default_redacted_annotations(),
+            labels: Vec::new(),
+        }
+    }
+}
+
+/// Logging, to standard error (standard output may be a sink).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// A `tracing` filter such as `info` or `kubecast=debug,info`. Default: `info`.
+    /// `RUST_LOG`, when set, wins.
+    #[serde(default = "default_log_level")]
+    pub level: String,
+    /// `text` or `json`. Default: `text`.
+    #[serde(default)]
+    pub format: LogFormat,
+}
+
+fn default_log_level() -> String {
+    "info".to_string()
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: default_log_level(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}

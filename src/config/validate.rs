@@ -1,0 +1,183 @@
+//! [`Config::validate`]: pure checks that turn a [`Config`] into the [`Validated`] form the
+//! pipeline runs on, reporting every problem at once, each with its field path.
+
+use std::fmt;
+
+use super::{Config, EncodingConfig, KubernetesConfig, LogConfig, WatchConfig};
+use crate::sinks::ValidSink;
+
+/// One problem: the field path and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issue {
+    pub field: String,
+    pub message: String,
+}
+
+impl Issue {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Issue {
+        Issue {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Every problem found in a config.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ValidationError {
+    pub issues: Vec<Issue>,
+}
+
+impl fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid config:")?;
+        for i in &self.issues {
+            write!(f, "\n  field `{}`: {}", i.field, i.message)?;
+        }
+        Ok(())
+    }
+}
+
+/// A config that passed validation.
+#[derive(Debug)]
+pub struct Validated {
+    pub cluster: String,
+    pub kubernetes: KubernetesConfig,
+    pub watch: WatchConfig,
+    pub encoding: EncodingConfig,
+    pub sinks: Vec<(String, ValidSink)>,
+    pub log: LogConfig,
+}
+
+impl Config {
+    /// Checks every value without touching the network or the disk.
+    pub fn validate(self) -> Result<Validated, ValidationError> {
+        let mut issues = Vec::new();
+        if !is_dns_label(&self.cluster) {
+            issues.push(Issue::new(
+                "cluster",
+                format!(
+                    "`{}` must be a DNS-1123 label (lower-case letters, digits, '-', at most 63)",
+                    self.cluster
+                ),
+            ));
+        }
+        for (i, ns) in self.watch.namespaces.iter().enumerate() {
+            if !is_dns_label(ns) {
+                issues.push(Issue::new(
+                    format!("watch.namespaces[{i}]"),
+                    format!("`{ns}` is not a namespace name"),
+                ));
+            }
+        }
+        for (field, sel) in [
+            ("watch.label_selector", &self.watch.label_selector),
+            ("watch.field_selector", &self.watch.field_selector),
+        ] {
+            if sel.as_deref().is_some_and(|s| s.trim().is_empty()) {
+                issues.push(Issue::new(
+                    field,
+                    "is empty; leave it out to select everything",
+                ));
+            }
+        }
+        if self.watch.page_size == 0 {
+            issues.push(Issue::new("watch.page_size", "must be at least 1"));
+        }
+        if !(10..=3600).contains(&self.watch.timeout_seconds) {
+            issues.push(Issue::new(
+                "watch.timeout_seconds",
+                "must be between 10 and 3600",
+            ));
+        }
+        if self.watch.max_backoff_seconds == 0 {
+            issues.push(Issue::new(
+                "watch.max_backoff_seconds",
+                "must be at least 1",
+            ));
+        }
+        if self.sinks.is_empty() {
+            issues.push(Issue::new("sinks", "at least one sink is required"));
+        }
+        let mut sinks = Vec::new();
+        for (name, sink) in &self.sinks {
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+            {
+                issues.push(Issue::new(
+                    format!("sinks.{name}"),
+                    "sink names are letters, digits, '-' and '_'",
+                ));
+            }
+            match sink.validate(name, &self.cluster) {
+                Ok(v) => sinks.push((name.clone(), v)),
+                Err(more) => issues.extend(more),
+            }
+        }
+        if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
+            issues.push(Issue::new(
+                "log.level",
+                format!(
+                    "`{}` is not a log filter such as `info` or `kubecast=debug`",
+                    self.log.level
+                ),
+            ));
+        }
+        if !issues.is_empty() {
+            return Err(ValidationError { issues });
+        }
+        Ok(Validated {
+            cluster: self.cluster,
+            kubernetes: self.kubernetes,
+            watch: self.watch,
+            encoding: self.encoding,
+            sinks,
+            log: self.log,
+        })
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::load_str;
+
+    #[test]
+    fn every_problem_is_reported_with_its_field_path() {
+        let text = "cluster: Local_1\nwatch:\n  namespaces: [ok, Bad]\n  page_size: 0\nsinks:\n  k:\n    type: kafka\n    brokers: ''\n";
+        let err = load_str("t.yaml", text, Vec::new())
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        let fields: Vec<&str> = err.issues.iter().map(|i| i.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            vec![
+                "cluster",
+                "watch.namespaces[1]",
+                "watch.page_size",
+                "sinks.k.brokers"
+            ],
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_config_without_sinks_is_rejected() {
+        let err = load_str("t.yaml", "cluster: c\nsinks: {}\n", Vec::new())
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.issues[0].field, "sinks");
+    }
+}

@@ -1,0 +1,282 @@
+//! Building an [`Event`] from a classified change: attributes, and `data` in the configured
+//! mode (full with redactions, summary, or reference).
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use super::{Event, event_id, summary};
+use crate::classify::Change;
+use crate::config::{DataMode, RedactConfig};
+
+/// Schema URNs; the files are `schemas/pod-{full,summary,reference}.v1.json`.
+pub const SCHEMA_FULL: &str = "urn:kubecast:schema:pod-full:v1";
+pub const SCHEMA_SUMMARY: &str = "urn:kubecast:schema:pod-summary:v1";
+pub const SCHEMA_REFERENCE: &str = "urn:kubecast:schema:pod-reference:v1";
+
+/// What replaces a redacted value.
+pub const REDACTED: &str = "<redacted>";
+
+/// Why an object could not be encoded in the configured mode; the encoder then falls back
+/// to reference data so the change itself is not lost.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeError {
+    #[error("pod {namespace}/{name} (uid {uid}): the object is not a JSON object: {reason}")]
+    NotAnObject {
+        namespace: String,
+        name: String,
+        uid: String,
+        reason: String,
+    },
+}
+
+/// Turns changes into events. Entry point: [`Encoder::encode`].
+#[derive(Debug)]
+pub struct Encoder {
+    cluster: String,
+    mode: DataMode,
+    redact: RedactConfig,
+    next_seq: u64,
+}
+
+impl Encoder {
+    pub fn new(cluster: &str, mode: DataMode, redact: RedactConfig) -> Encoder {
+        Encoder {
+            cluster: cluster.to_string(),
+            mode,
+            redact,
+            next_seq: 1,
+        }
+    }
+
+    /// Encodes `change`. The second value is set when the object could not be encoded in the
+    /// configured mode and reference data was used instead.
+    pub fn encode(&mut self, change: &Change) -> (Event, Option<EncodeError>) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        // An inferred delete has no object: the pod was gone when the re-list ran.
+        let (data, dataschema, error) = match (&change.object, self.mode) {
+            (Some(obj), DataMode::Full) => match self.full(obj) {
+                Ok(d) => (d, SCHEMA_FULL, None),
+                Err(reason) => (
+                    reference(change),
+                    SCHEMA_REFERENCE,
+                    Some(not_object(change, reason)),
+                ),
+            },
+            (Some(obj), DataMode::Summary) => match serde_json::from_slice::<Value>(obj) {
+                Ok(v) => (summary::of(&v), SCHEMA_SUMMARY, None),
+                Err(e) => (
+                    reference(change),
+                    SCHEMA_REFERENCE,
+                    Some(not_object(change, e.to_string())),
+                ),
+            },
+            _ => (reference(change), SCHEMA_REFERENCE, None),
+        };
+        let event = Event {
+            seq,
+            id: event_id(&change.uid, &change.rv, change.kind),
+            kind: change.kind,
+            source: format!(
+                "k8s://{}/api/v1/namespaces/{}/pods",
+                self.cluster, change.namespace
+            ),
+            time: jiff::Timestamp::now().to_string(),
+            dataschema,
+            uid: change.uid.clone(),
+            namespace: change.namespace.clone(),
+            name: change.name.clone(),
+            rv: change.rv.clone(),
+            prev_rv: change.prev_rv.clone(),
+            inferred: change.inferred,
+            initial: change.initial,
+            data,
+        };
+        (event, error)
+    }
+
+    fn full(&self, obj: &[u8]) -> Result<Bytes, String> {
+        let mut v: Value = serde_json::from_slice(obj).map_err(|e| e.to_string())?;
+        let Value::Object(pod) = &mut v else {
+            return Err("not an object".to_string());
+        };
+        // List items come without apiVersion and kind; watch events carry them.
+        pod.entry("apiVersion").or_insert_with(|| json!("v1"));
+        pod.entry("kind").or_insert_with(|| json!("Pod"));
+        if let Some(Value::Object(meta)) = pod.get_mut("metadata") {
+            meta.remove("managedFields");
+            redact_keys(meta.get_mut("annotations"), &self.redact.annotations);
+            redact_keys(meta.get_mut("labels"), &self.redact.labels);
+        }
+        if self.redact.env_values
+            && let Some(Value::Object(spec)) = pod.get_mut("spec")
+        {
+            for list in ["containers", "initContainers", "ephemeralContainers"] {
+                redact_env(spec.get_mut(list));
+            }
+        }
+        // A Value always serializes.
+        Ok(Bytes::from(serde_json::to_vec(&v).unwrap_or_default()))
+    }
+}
+
+fn not_object(change: &Change, reason: String) -> EncodeError {
+    EncodeError::NotAnObject {
+        namespace: change.namespace.clone(),
+        name: change.name.clone(),
+        uid: change.uid.clone(),
+        reason,
+    }
+}
+
+/// The reference data: the pod's identity, nothing else.
+fn reference(change: &Change) -> Bytes {
+    let v = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "namespace": change.namespace,
+            "name": change.name,
+            "uid": change.uid,
+            "resourceVersion": change.rv,
+        }
+    });
+    Bytes::from(v.to_string())
+}
+
+fn redact_keys(map: Option<&mut Value>, keys: &[String]) {
+    if let Some(Value::Object(map)) = map {
+        for key in keys {
+            if let Some(v) = map.get_mut(key.as_str()) {
+                *v = json!(REDACTED);
+            }
+        }
+    }
+}
+
+fn redact_env(containers: Option<&mut Value>) {
+    let Some(Value::Array(containers)) = containers else {
+        return;
+    };
+    for c in containers {
+        let Some(Value::Array(env)) = c.get_mut("env") else {
+            continue;
+        };
+        for var in env {
+            if let Value::Object(var) = var
+                && let Some(value) = var.get_mut("value")
+            {
+                *value = json!(REDACTED);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::ChangeKind;
+
+    fn change(kind: ChangeKind, object: Option<Value>) -> Change {
+        Change {
+            kind,
+            uid: "u1".into(),
+            namespace: "ns".into(),
+            name: "p".into(),
+            rv: "5".into(),
+            prev_rv: "4".into(),
+            inferred: object.is_none(),
+            initial: false,
+            object: object.map(|o| Bytes::from(o.to_string())),
+        }
+    }
+
+    fn pod() -> Value {
+        json!({
+            "metadata": {
+                "name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "5",
+                "managedFields": [{"manager": "x"}],
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{secret}", "keep": "me"},
+                "labels": {"app": "web"}
+            },
+            "spec": {
+                "containers": [{"name": "c", "env": [{"name": "TOKEN", "value": "hunter2"},
+                    {"name": "FROM", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}],
+                "initContainers": [{"name": "i", "env": [{"name": "X", "value": "y"}]}]
+            },
+            "status": {"phase": "Pending"}
+        })
+    }
+
+    fn data(e: &Event) -> Value {
+        serde_json::from_slice(&e.data).unwrap()
+    }
+
+    #[test]
+    fn full_data_drops_managed_fields_and_redacts_env_values_and_last_applied() {
+        let mut enc = Encoder::new("c", DataMode::Full, RedactConfig::default());
+        let (e, err) = enc.encode(&change(ChangeKind::Modified, Some(pod())));
+        assert!(err.is_none());
+        let d = data(&e);
+        assert!(d["metadata"].get("managedFields").is_none());
+        assert_eq!(
+            d["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"],
+            REDACTED
+        );
+        assert_eq!(d["metadata"]["annotations"]["keep"], "me");
+        assert_eq!(d["spec"]["containers"][0]["env"][0]["value"], REDACTED);
+        assert_eq!(
+            d["spec"]["containers"][0]["env"][1]["valueFrom"]["secretKeyRef"]["key"],
+            "k"
+        );
+        assert_eq!(d["spec"]["initContainers"][0]["env"][0]["value"], REDACTED);
+        assert_eq!(d["kind"], "Pod");
+        assert_eq!(e.dataschema, SCHEMA_FULL);
+        assert_eq!(e.id, "u1:5:modified");
+        assert_eq!(e.source, "k8s://c/api/v1/namespaces/ns/pods");
+    }
+
+    #[test]
+    fn redaction_can_be_turned_off() {
+        let redact = RedactConfig {
+            env_values: false,
+            annotations: vec![],
+            labels: vec![],
+        };
+        let mut enc = Encoder::new("c", DataMode::Full, redact);
+        let (e, _) = enc.encode(&change(ChangeKind::Modified, Some(pod())));
+        assert_eq!(
+            data(&e)["spec"]["containers"][0]["env"][0]["value"],
+            "hunter2"
+        );
+    }
+
+    #[test]
+    fn an_inferred_delete_carries_reference_data() {
+        let mut enc = Encoder::new("c", DataMode::Full, RedactConfig::default());
+        let (e, err) = enc.encode(&change(ChangeKind::Deleted, None));
+        assert!(err.is_none());
+        assert_eq!(e.dataschema, SCHEMA_REFERENCE);
+        assert_eq!(data(&e)["metadata"]["uid"], "u1");
+        assert_eq!(e.id, "u1:deleted");
+    }
+
+    #[test]
+    fn an_object_that_is_not_json_falls_back_to_reference_data_with_an_error() {
+        let mut enc = Encoder::new("c", DataMode::Full, RedactConfig::default());
+        let mut c = change(ChangeKind::Added, None);
+        c.object = Some(Bytes::from_static(b"[1"));
+        let (e, err) = enc.encode(&c);
+        assert_eq!(e.dataschema, SCHEMA_REFERENCE);
+        assert!(err.unwrap().to_string().contains("ns/p"));
+    }
+
+    #[test]
+    fn sequence_numbers_increase_by_one() {
+        let mut enc = Encoder::new("c", DataMode::Reference, RedactConfig::default());
+        let a = enc.encode(&change(ChangeKind::Added, Some(pod()))).0;
+        let b = enc.encode(&change(ChangeKind::Added, Some(pod()))).0;
+        assert_eq!(b.seq, a.seq + 1);
+        assert_eq!(a.dataschema, SCHEMA_REFERENCE);
+    }
+}

@@ -1,0 +1,120 @@
+//! The `summary` data mode: the state a dashboard or alert needs, without the spec.
+
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+/// Builds the summary of a Pod object (schema `schemas/pod-summary.v1.json`).
+pub fn of(pod: &Value) -> Bytes {
+    let meta = &pod["metadata"];
+    let status = &pod["status"];
+    let mut containers = Vec::new();
+    for (list, init) in [
+        ("initContainerStatuses", true),
+        ("containerStatuses", false),
+    ] {
+        if let Some(items) = status[list].as_array() {
+            for c in items {
+                containers.push(json!({
+                    "name": c["name"],
+                    "init": init,
+                    "image": c["image"],
+                    "ready": c["ready"].as_bool().unwrap_or(false),
+                    "restartCount": c["restartCount"].as_u64().unwrap_or(0),
+                    "state": state_of(&c["state"]),
+                    "lastState": state_of(&c["lastState"]),
+                }));
+            }
+        }
+    }
+    let conditions: Vec<Value> = status["conditions"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .map(|c| json!({"type": c["type"], "status": c["status"], "reason": c["reason"]}))
+                .collect()
+        })
+        .unwrap_or_default();
+    let owner = meta["ownerReferences"]
+        .as_array()
+        .and_then(|owners| {
+            owners
+                .iter()
+                .find(|o| o["controller"].as_bool() == Some(true))
+                .or(owners.first())
+        })
+        .map(|o| json!({"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["name"], "uid": o["uid"]}))
+        .unwrap_or(Value::Null);
+    let ips: Vec<Value> = status["podIPs"]
+        .as_array()
+        .map(|ips| ips.iter().map(|ip| ip["ip"].clone()).collect())
+        .unwrap_or_default();
+    let v = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "resourceVersion": meta["resourceVersion"],
+            "labels": if meta["labels"].is_object() { meta["labels"].clone() } else { json!({}) },
+            "deletionTimestamp": meta["deletionTimestamp"],
+        },
+        "owner": owner,
+        "nodeName": pod["spec"]["nodeName"],
+        "phase": status["phase"],
+        "reason": status["reason"],
+        "podIPs": ips,
+        "hostIP": status["hostIP"],
+        "conditions": conditions,
+        "containers": containers,
+    });
+    Bytes::from(v.to_string())
+}
+
+/// `{"waiting": {"reason"}}`, `{"running": {"startedAt"}}` or `{"terminated": {...}}` → a
+/// flat `{"state", "reason", "exitCode"}`, null when absent.
+fn state_of(state: &Value) -> Value {
+    let Some(map) = state.as_object() else {
+        return Value::Null;
+    };
+    let Some((name, detail)) = map.iter().next() else {
+        return Value::Null;
+    };
+    let mut out = Map::new();
+    out.insert("state".into(), json!(name));
+    out.insert("reason".into(), detail["reason"].clone());
+    out.insert("exitCode".into(), detail["exitCode"].clone());
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_summary_keeps_phase_conditions_container_states_node_ips_labels_and_owner() {
+        let pod = json!({
+            "metadata": {"namespace": "ns", "name": "p", "uid": "u", "resourceVersion": "3",
+                "labels": {"app": "web"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "o", "controller": true}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.1"}], "hostIP": "1.2.3.4",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "c", "image": "i", "ready": true, "restartCount": 2,
+                    "state": {"running": {"startedAt": "t"}},
+                    "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
+        });
+        let s: Value = serde_json::from_slice(&of(&pod)).unwrap();
+        assert_eq!(s["phase"], "Running");
+        assert_eq!(s["nodeName"], "n1");
+        assert_eq!(s["podIPs"][0], "10.0.0.1");
+        assert_eq!(s["metadata"]["labels"]["app"], "web");
+        assert_eq!(s["owner"]["kind"], "ReplicaSet");
+        assert_eq!(s["conditions"][0]["type"], "Ready");
+        assert_eq!(s["containers"][0]["restartCount"], 2);
+        assert_eq!(s["containers"][0]["state"]["state"], "running");
+        assert_eq!(s["containers"][0]["lastState"]["reason"], "OOMKilled");
+        assert_eq!(s["containers"][0]["lastState"]["exitCode"], 137);
+        assert!(s.get("spec").is_none());
+    }
+}

@@ -1,0 +1,203 @@
+//! The running bridge: the watches feed the delta classifier, whose changes are encoded once
+//! and handed to every sink's bounded queue; the sinks report back what their destinations
+//! acknowledged.
+//!
+//! Entry point: [`run`]. A full sink queue makes [`run`] wait, which stops it reading the
+//! watch channel, which stops the watches reading the apiserver: backpressure end to end.
+
+mod stats;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::classify::{Change, Classifier};
+use crate::config::Validated;
+use crate::event::{Encoder, Event};
+use crate::sinks::{self, SinkHandle};
+use crate::watch::{self, Observed, WatchError, WatchSettings};
+
+pub use stats::Stats;
+
+/// Why the bridge stopped on its own.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Watch(#[from] WatchError),
+    #[error(transparent)]
+    Sink(#[from] sinks::SinkError),
+    #[error("sink `{0}` stopped unexpectedly")]
+    SinkGone(String),
+}
+
+/// How long a shutdown waits for the sinks to deliver what they hold.
+const DRAIN: Duration = Duration::from_secs(15);
+
+/// Runs the bridge until `shutdown` completes (then drains the sinks) or a fatal error.
+pub async fn run(
+    config: Validated,
+    client: kube::Client,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Stats, PipelineError> {
+    let settings = Arc::new(WatchSettings {
+        label_selector: config.watch.label_selector.clone(),
+        field_selector: config.watch.field_selector.clone(),
+        page_size: config.watch.page_size,
+        timeout_seconds: config.watch.timeout_seconds,
+        max_backoff: Duration::from_secs(u64::from(config.watch.max_backoff_seconds)),
+        streaming: config.watch.streaming_list,
+    });
+    let (reports_tx, mut reports) = mpsc::unbounded_channel();
+    let sinks: Vec<SinkHandle> = config
+        .sinks
+        .into_iter()
+        .map(|(name, valid)| sinks::start(&name, valid, reports_tx.clone()))
+        .collect();
+    drop(reports_tx);
+
+    // One watch per scope, shared by every sink.
+    let (observed_tx, mut observed) = mpsc::channel::<Observed>(256);
+    let scopes: Vec<_> = if config.watch.namespaces.is_empty() {
+        vec![None]
+    } else {
+        config
+            .watch
+            .namespaces
+            .iter()
+            .map(|ns| Some(Arc::<str>::from(ns.as_str())))
+            .collect()
+    };
+    let mut watches: JoinSet<Result<(), WatchError>> = JoinSet::new();
+    for scope in scopes {
+        let handle = watch::spawn(
+            client.clone(),
+            scope,
+            settings.clone(),
+            None,
+            observed_tx.clone(),
+        );
+        watches.spawn(async move { handle.await.unwrap_or(Ok(())) });
+    }
+    drop(observed_tx);
+
+    let mut classifier = Classifier::new(config.watch.initial_list);
+    let mut encoder = Encoder::new(
+        &config.cluster,
+        config.encoding.data,
+        config.encoding.redact.clone(),
+    );
+    let mut stats = Stats::new(&sinks);
+    tracing::info!(cluster = %config.cluster, sinks = sinks.len(), "kubecast started");
+    tokio::pin!(shutdown);
+
+    let outcome: Result<(), PipelineError> = loop {
+        tokio::select! {
+            _ = &mut shutdown => break Ok(()),
+            Some(report) = reports.recv() => stats.report(&report),
+            Some(done) = watches.join_next() => {
+                if let Ok(Err(e)) = done {
+                    break Err(e.into());
+                }
+            }
+            item = observed.recv() => {
+                let Some(item) = item else { break Ok(()) };
+                let changes = classify(&mut classifier, item);
+                // Some(None): shutdown; Some(Some(name)): the sink `name` has stopped.
+                let mut failed: Option<Option<String>> = None;
+                for change in changes {
+                    let event = encode(&mut encoder, &change);
+                    stats.emitted(&event);
+                    // Waiting here is the backpressure; a shutdown still gets through.
+                    tokio::select! {
+                        r = fan_out(&sinks, event) => if let Err(name) = r { failed = Some(Some(name)); break },
+                        _ = &mut shutdown => { failed = Some(None); break }
+                    }
+                }
+                match failed {
+                    Some(None) => break Ok(()),
+                    // The sink's own error is collected by `drain` below.
+                    Some(Some(name)) => break Err(PipelineError::SinkGone(name)),
+                    None => {}
+                }
+            }
+        }
+    };
+
+    watches.abort_all();
+    drop(observed);
+    let drained = drain(sinks, &mut reports, &mut stats).await;
+    stats.log_summary(classifier.len());
+    // A failed sink's own error (from `drain`) says more than `SinkGone`.
+    drained?;
+    outcome?;
+    Ok(stats)
+}
+
+/// What the classifier makes of one observation.
+fn classify(c: &mut Classifier, item: Observed) -> Vec<Change> {
+    match item {
+        Observed::ListStart { scope } => {
+            c.list_start(&scope);
+            Vec::new()
+        }
+        Observed::Listed { scope, pod } => c.listed(&scope, pod).into_iter().collect(),
+        Observed::ListDone { scope, .. } => c.list_done(&scope),
+        Observed::Applied { pod, .. } => c.applied(pod).into_iter().collect(),
+        Observed::Deleted { pod, .. } => vec![c.deleted(pod)],
+        Observed::Bookmark { .. } => Vec::new(),
+    }
+}
+
+fn encode(encoder: &mut Encoder, change: &Change) -> Arc<Event> {
+    let (event, error) = encoder.encode(change);
+    if let Some(e) = error {
+        tracing::warn!(id = %event.id, error = %e, "pod sent as reference data");
+    }
+    tracing::debug!(id = %event.id, subject = %event.subject(), seq = event.seq, "event");
+    Arc::new(event)
+}
+
+/// Hands `event` to every sink's queue, waiting while one is full. The error names a sink
+/// whose task has ended.
+async fn fan_out(sinks: &[SinkHandle], event: Arc<Event>) -> Result<(), String> {
+    for s in sinks {
+        if s.queue.send(event.clone()).await.is_err() {
+            return Err(s.name.to_string());
+        }
+    }
+    Ok(())
+}
+
+/// Closes every queue and waits (up to [`DRAIN`]) for the sinks to deliver what they hold.
+async fn drain(
+    sinks: Vec<SinkHandle>,
+    reports: &mut mpsc::UnboundedReceiver<sinks::Report>,
+    stats: &mut Stats,
+) -> Result<(), PipelineError> {
+    let mut first_error = None;
+    let deadline = tokio::time::Instant::now() + DRAIN;
+    for SinkHandle { name, queue, task } in sinks {
+        drop(queue);
+        let abort = task.abort_handle();
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => {
+                first_error.get_or_insert(PipelineError::Sink(e));
+            }
+            Ok(Err(_)) => {
+                first_error.get_or_insert(PipelineError::SinkGone(name.to_string()));
+            }
+            Err(_) => {
+                abort.abort();
+                tracing::error!(sink = %name, "shutdown: the sink did not deliver everything in time");
+            }
+        }
+    }
+    while let Ok(r) = reports.try_recv() {
+        stats.report(&r);
+    }
+    first_error.map_or(Ok(()), Err)
+}

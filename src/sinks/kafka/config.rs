@@ -1,0 +1,315 @@
+//! The Kafka sink's config and its validated form (the librdkafka properties to use).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Issue;
+use crate::sinks::{DeadLetterConfig, Placeholder, Secret, Template, TlsConfig};
+
+/// `type: kafka`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Bootstrap servers, `host:port[,host:port...]`. Required.
+    pub brokers: String,
+    /// Topic template; may use `{cluster}` and `{namespace}`. Default: `kubecast.pods`.
+    #[serde(default = "default_topic")]
+    pub topic: String,
+    /// CloudEvents Kafka binding mode: `binary` (attributes as `ce_` headers, data as the
+    /// value) or `structured` (the whole event as JSON). Default: `binary`.
+    #[serde(default)]
+    pub mode: Mode,
+    /// `none`, `gzip`, `snappy`, `lz4` or `zstd`. Default: `none`.
+    #[serde(default)]
+    pub compression: Compression,
+    /// TLS to the brokers. Default: plaintext.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+    /// SASL authentication. Default: none.
+    #[serde(default)]
+    pub sasl: Option<SaslConfig>,
+    /// Largest record kubecast sends; a larger event is dead-lettered. Must not exceed the
+    /// broker's `message.max.bytes`. Default: 1000000.
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: u32,
+    /// How long librdkafka may try to deliver one record before giving up, in
+    /// milliseconds; 0 means forever, which keeps per-pod order through any outage.
+    /// Default: 0.
+    #[serde(default)]
+    pub delivery_timeout_ms: u32,
+    /// Records sent but not yet acknowledged, at most. Default: 10000.
+    #[serde(default = "default_in_flight")]
+    pub in_flight: usize,
+    /// Events the sink's queue holds before the pipeline waits. Default: 1024.
+    #[serde(default = "default_queue")]
+    pub queue_events: usize,
+    /// Where undeliverable events go. Default: the log only.
+    #[serde(default)]
+    pub dead_letter: Option<DeadLetterConfig>,
+    /// Extra librdkafka producer properties (`linger.ms: "5"`). Those kubecast's guarantees
+    /// rest on (`enable.idempotence`, `acks`, ...) cannot be overridden.
+    #[serde(default)]
+    pub librdkafka: BTreeMap<String, String>,
+}
+
+fn default_topic() -> String {
+    "kubecast.pods".to_string()
+}
+fn default_max_message_bytes() -> u32 {
+    1_000_000
+}
+fn default_in_flight() -> usize {
+    10_000
+}
+pub(crate) fn default_queue() -> usize {
+    1024
+}
+
+/// The CloudEvents binding mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Binary,
+    Structured,
+}
+
+/// Record compression.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    #[default]
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+/// SASL settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaslConfig {
+    /// `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    pub mechanism: String,
+    /// User name.
+    pub username: String,
+    /// Password; better set through `KUBECAST_SINKS__{NAME}__SASL__PASSWORD`.
+    pub password: Secret,
+}
+
+/// The validated Kafka sink.
+#[derive(Debug, Clone)]
+pub struct KafkaSettings {
+    pub topic: Template,
+    pub mode: Mode,
+    pub max_message_bytes: usize,
+    pub in_flight: usize,
+    pub dead_letter_topic: Option<String>,
+    /// Every librdkafka property, kubecast's own and the user's.
+    pub properties: Vec<(String, Secret)>,
+}
+
+/// Properties whose values kubecast's delivery guarantees depend on.
+const PROTECTED: &[&str] = &[
+    "enable.idempotence",
+    "acks",
+    "request.required.acks",
+    "max.in.flight.requests.per.connection",
+    "max.in.flight",
+    "message.timeout.ms",
+    "delivery.timeout.ms",
+    "bootstrap.servers",
+];
+
+impl KafkaConfig {
+    /// Checks the values and derives the producer properties; `at` is the field path of this
+    /// sink (`sinks.NAME`).
+    pub fn validate(&self, at: &str, cluster: &str) -> Result<KafkaSettings, Vec<Issue>> {
+        let mut issues = Vec::new();
+        if self.brokers.trim().is_empty() {
+            issues.push(Issue::new(
+                format!("{at}.brokers"),
+                "must name at least one host:port",
+            ));
+        }
+        let topic = match Template::parse(
+            &self.topic,
+            &[Placeholder::Cluster, Placeholder::Namespace],
+        ) {
+            Ok(t) => {
+                let sample = t.render(cluster, "ns", "");
+                if !valid_topic(&sample) {
+                    issues.push(Issue::new(format!("{at}.topic"), format!(
+                        "`{}` gives topic `{sample}`: Kafka topics are at most 249 of [a-zA-Z0-9._-]", self.topic)));
+                }
+                Some(t)
+            }
+            Err(e) => {
+                issues.push(Issue::new(format!("{at}.topic"), e));
+                None
+            }
+        };
+        if self.max_message_bytes < 1024 {
+            issues.push(Issue::new(
+                format!("{at}.max_message_bytes"),
+                "must be at least 1024",
+            ));
+        }
+        if self.in_flight == 0 {
+            issues.push(Issue::new(format!("{at}.in_flight"), "must be at least 1"));
+        }
+        if self.queue_events == 0 {
+            issues.push(Issue::new(
+                format!("{at}.queue_events"),
+                "must be at least 1",
+            ));
+        }
+        for key in self.librdkafka.keys() {
+            if PROTECTED.contains(&key.as_str()) {
+                issues.push(Issue::new(format!("{at}.librdkafka.{key}"),
+                    "is set by kubecast (its delivery guarantees depend on it) and cannot be overridden"));
+            }
+        }
+        let mut props: Vec<(String, Secret)> = Vec::new();
+        let mut set = |k: &str, v: &str| props.push((k.to_string(), Secret(v.to_string())));
+        set("bootstrap.servers", &self.brokers);
+        set("enable.idempotence", "true");
+        set("acks", "all");
+        set("max.in.flight.requests.per.connection", "5");
+        set("message.timeout.ms", &self.delivery_timeout_ms.to_string());
+        set(
+            "message.max.bytes",
+            &(self.max_message_bytes.max(1024) + 1024).to_string(),
+        );
+        set(
+            "compression.type",
+            match self.compression {
+                Compression::None => "none",
+                Compression::Gzip => "gzip",
+                Compression::Snappy => "snappy",
+                Compression::Lz4 => "lz4",
+                Compression::Zstd => "zstd",
+            },
+        );
+        let protocol = match (&self.tls, &self.sasl) {
+            (None, None) => "plaintext",
+            (Some(_), None) => "ssl",
+            (None, Some(_)) => "sasl_plaintext",
+            (Some(_), Some(_)) => "sasl_ssl",
+        };
+        set("security.protocol", protocol);
+        if let Some(tls) = &self.tls {
+            for (key, file, name) in [
+                ("ssl.ca.location", &tls.ca_file, "ca_file"),
+                ("ssl.certificate.location", &tls.cert_file, "cert_file"),
+                ("ssl.key.location", &tls.key_file, "key_file"),
+            ] {
+                if let Some(f) = file {
+                    set(key, &f.display().to_string());
+                } else if name != "ca_file" && (tls.cert_file.is_some() != tls.key_file.is_some()) {
+                    issues.push(Issue::new(
+                        format!("{at}.tls.{name}"),
+                        "cert_file and key_file go together",
+                    ));
+                }
+            }
+        }
+        if let Some(sasl) = &self.sasl {
+            let mech = sasl.mechanism.to_ascii_uppercase();
+            if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(&mech.as_str()) {
+                issues.push(Issue::new(
+                    format!("{at}.sasl.mechanism"),
+                    format!(
+                        "`{}` is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+                        sasl.mechanism
+                    ),
+                ));
+            }
+            set("sasl.mechanism", &mech);
+            set("sasl.username", &sasl.username);
+            props.push(("sasl.password".to_string(), sasl.password.clone()));
+        }
+        for (k, v) in &self.librdkafka {
+            props.push((k.clone(), Secret(v.clone())));
+        }
+        let dead_letter_topic = self.dead_letter.as_ref().and_then(|d| d.topic.clone());
+        if let Some(t) = &dead_letter_topic
+            && !valid_topic(t)
+        {
+            issues.push(Issue::new(
+                format!("{at}.dead_letter.topic"),
+                format!("`{t}` is not a valid Kafka topic"),
+            ));
+        }
+        match topic {
+            Some(topic) if issues.is_empty() => Ok(KafkaSettings {
+                topic,
+                mode: self.mode,
+                max_message_bytes: self.max_message_bytes as usize,
+                in_flight: self.in_flight,
+                dead_letter_topic,
+                properties: props,
+            }),
+            _ => Err(issues),
+        }
+    }
+}
+
+fn valid_topic(t: &str) -> bool {
+    !t.is_empty()
+        && t.len() <= 249
+        && t != "."
+        && t != ".."
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(yaml: &str) -> KafkaConfig {
+        serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn the_producer_is_idempotent_with_acks_all_and_keeps_user_properties() {
+        let s = config("brokers: 127.0.0.1:9092\nlibrdkafka:\n  linger.ms: '5'\n")
+            .validate("sinks.k", "c")
+            .unwrap();
+        let get = |k: &str| {
+            s.properties
+                .iter()
+                .find(|(p, _)| p == k)
+                .map(|(_, v)| v.0.clone())
+        };
+        assert_eq!(get("enable.idempotence").as_deref(), Some("true"));
+        assert_eq!(get("acks").as_deref(), Some("all"));
+        assert_eq!(get("linger.ms").as_deref(), Some("5"));
+        assert_eq!(get("security.protocol").as_deref(), Some("plaintext"));
+    }
+
+    #[test]
+    fn guarantees_cannot_be_overridden_and_bad_topics_are_named() {
+        let issues = config("brokers: b:1\ntopic: 'pods/{name}'\nlibrdkafka:\n  acks: '1'\n")
+            .validate("sinks.k", "c")
+            .unwrap_err();
+        let fields: Vec<&str> = issues.iter().map(|i| i.field.as_str()).collect();
+        assert!(fields.contains(&"sinks.k.topic"), "{issues:?}");
+        assert!(fields.contains(&"sinks.k.librdkafka.acks"), "{issues:?}");
+    }
+
+    #[test]
+    fn sasl_over_tls_selects_sasl_ssl_and_never_prints_the_password() {
+        let s = config("brokers: b:1\ntls: {ca_file: /ca.pem}\nsasl: {mechanism: scram-sha-512, username: u, password: hunter2}\n")
+            .validate("sinks.k", "c")
+            .unwrap();
+        assert!(
+            s.properties
+                .contains(&("security.protocol".into(), Secret("sasl_ssl".into())))
+        );
+        assert!(!format!("{s:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,221 @@
+//! One interface over rumqttc's MQTT 5 and MQTT 3.1.1 clients: connect options, publish
+//! without blocking, and the few event-loop notifications the sink acts on.
+//!
+//! A [`Client`] and its [`Loop`] live for one connection only: after an error both are
+//! dropped and new ones made. rumqttc would otherwise carry publishes queued during the
+//! failure into the next connection, and the sink could no longer tell which packet id
+//! belongs to which event.
+
+use bytes::Bytes;
+use rumqttc::v5::mqttbytes::v5::{PubAckReason, PublishProperties};
+use rumqttc::{TlsConfiguration, Transport};
+
+use super::{MqttSettings, Protocol};
+
+/// One message to publish at QoS 1.
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub topic: String,
+    pub payload: Bytes,
+    pub retain: bool,
+    /// MQTT 5 only: user properties and content type.
+    pub properties: Vec<(String, String)>,
+    pub content_type: Option<String>,
+}
+
+/// What the event loop reported.
+#[derive(Debug)]
+pub enum Note {
+    /// A new connection is up (the broker kept no session: `clean_start`).
+    Connected,
+    /// The next queued publish went out with this packet id.
+    Sent(u16),
+    /// The broker acknowledged a packet id; `Some(reason)` if it refused the message.
+    Acked(u16, Option<String>),
+    /// Anything else (pings, subacks).
+    Other,
+}
+
+/// Why the connection failed. `fatal` errors are not retried.
+#[derive(Debug)]
+pub struct ConnError {
+    pub fatal: bool,
+    pub message: String,
+}
+
+/// The publishing side of one connection.
+pub enum Client {
+    V5(rumqttc::v5::AsyncClient),
+    V311(rumqttc::AsyncClient),
+}
+
+/// The event loop of one connection.
+pub enum Loop {
+    V5(Box<rumqttc::v5::EventLoop>),
+    V311(Box<rumqttc::EventLoop>),
+}
+
+/// Builds a client and its loop; the loop connects on its first [`Loop::poll`]. Reads the
+/// TLS files.
+pub fn connect(s: &MqttSettings) -> Result<(Client, Loop), String> {
+    {
+        let transport = match &s.tls {
+            None => None,
+            Some(files) => Some(Transport::tls_with_config(tls_config(files)?)),
+        };
+        // The channel must hold every publish kubecast has in flight plus the acks
+        // rumqttc queues itself, so that `try_publish` fails only when it should.
+        let capacity = usize::from(s.in_flight) * 2 + 16;
+        match s.protocol {
+            Protocol::V5 => {
+                let mut o = rumqttc::v5::MqttOptions::new(&s.client_id, &s.host, s.port);
+                o.set_keep_alive(s.keep_alive)
+                    .set_clean_start(true)
+                    .set_max_packet_size(Some(s.max_packet_bytes as u32))
+                    .set_outgoing_inflight_upper_limit(s.in_flight)
+                    .set_connection_timeout(10);
+                if let Some((u, p)) = &s.credentials {
+                    o.set_credentials(u, &p.0);
+                }
+                if let Some(t) = transport {
+                    o.set_transport(t);
+                }
+                let (client, lp) = rumqttc::v5::AsyncClient::new(o, capacity);
+                Ok((Client::V5(client), Loop::V5(Box::new(lp))))
+            }
+            Protocol::V311 => {
+                let mut o = rumqttc::MqttOptions::new(&s.client_id, &s.host, s.port);
+                o.set_keep_alive(s.keep_alive)
+                    .set_clean_session(true)
+                    .set_max_packet_size(s.max_packet_bytes, s.max_packet_bytes)
+                    .set_inflight(s.in_flight);
+                if let Some((u, p)) = &s.credentials {
+                    o.set_credentials(u, &p.0);
+                }
+                if let Some(t) = transport {
+                    o.set_transport(t);
+                }
+                let (client, lp) = rumqttc::AsyncClient::new(o, capacity);
+                Ok((Client::V311(client), Loop::V311(Box::new(lp))))
+            }
+        }
+    }
+}
+
+impl Client {
+    /// Queues `m` with rumqttc; `false` if its channel is full.
+    pub fn try_publish(&self, m: &Message) -> bool {
+        match self {
+            Client::V5(c) => {
+                let props = PublishProperties {
+                    user_properties: m.properties.clone(),
+                    content_type: m.content_type.clone(),
+                    ..Default::default()
+                };
+                c.try_publish_with_properties(
+                    m.topic.clone(),
+                    rumqttc::v5::mqttbytes::QoS::AtLeastOnce,
+                    m.retain,
+                    m.payload.clone(),
+                    props,
+                )
+                .is_ok()
+            }
+            Client::V311(c) => c
+                .try_publish(
+                    m.topic.clone(),
+                    rumqttc::QoS::AtLeastOnce,
+                    m.retain,
+                    m.payload.clone(),
+                )
+                .is_ok(),
+        }
+    }
+
+    /// Asks the broker to close the connection (best effort, on shutdown).
+    pub fn disconnect(&self) {
+        let _ = match self {
+            Client::V5(c) => c.try_disconnect().is_ok(),
+            Client::V311(c) => c.try_disconnect().is_ok(),
+        };
+    }
+}
+
+impl Loop {
+    /// Drives the connection until the next notification or error.
+    pub async fn poll(&mut self) -> Result<Note, ConnError> {
+        match self {
+            Loop::V5(lp) => {
+                use rumqttc::v5::mqttbytes::v5::ConnectReturnCode as C;
+                use rumqttc::v5::{ConnectionError as E, Event, Incoming};
+                match lp.poll().await {
+                    Ok(Event::Incoming(Incoming::ConnAck(_))) => Ok(Note::Connected),
+                    Ok(Event::Incoming(Incoming::PubAck(ack))) => {
+                        let refused = match ack.reason {
+                            PubAckReason::Success | PubAckReason::NoMatchingSubscribers => None,
+                            other => Some(format!(
+                                "the broker refused the message: {other:?}{}",
+                                ack.properties
+                                    .and_then(|p| p.reason_string)
+                                    .map(|r| format!(" ({r})"))
+                                    .unwrap_or_default()
+                            )),
+                        };
+                        Ok(Note::Acked(ack.pkid, refused))
+                    }
+                    Ok(Event::Outgoing(rumqttc::Outgoing::Publish(pkid))) => Ok(Note::Sent(pkid)),
+                    Ok(_) => Ok(Note::Other),
+                    Err(E::ConnectionRefused(code)) => Err(ConnError {
+                        fatal: matches!(
+                            code,
+                            C::BadUserNamePassword
+                                | C::NotAuthorized
+                                | C::Banned
+                                | C::BadAuthenticationMethod
+                        ),
+                        message: format!("the broker refused the connection: {code:?}"),
+                    }),
+                    Err(e) => Err(ConnError {
+                        fatal: false,
+                        message: e.to_string(),
+                    }),
+                }
+            }
+            Loop::V311(lp) => {
+                use rumqttc::{ConnectReturnCode as C, ConnectionError as E, Event, Incoming};
+                match lp.poll().await {
+                    Ok(Event::Incoming(Incoming::ConnAck(_))) => Ok(Note::Connected),
+                    Ok(Event::Incoming(Incoming::PubAck(ack))) => Ok(Note::Acked(ack.pkid, None)),
+                    Ok(Event::Outgoing(rumqttc::Outgoing::Publish(pkid))) => Ok(Note::Sent(pkid)),
+                    Ok(_) => Ok(Note::Other),
+                    Err(E::ConnectionRefused(code)) => Err(ConnError {
+                        fatal: matches!(code, C::BadUserNamePassword | C::NotAuthorized),
+                        message: format!("the broker refused the connection: {code:?}"),
+                    }),
+                    Err(e) => Err(ConnError {
+                        fatal: false,
+                        message: e.to_string(),
+                    }),
+                }
+            }
+        }
+    }
+}
+
+fn tls_config(files: &super::config::TlsFiles) -> Result<TlsConfiguration, String> {
+    let Some(ca_file) = &files.ca_file else {
+        return Ok(TlsConfiguration::default());
+    };
+    let read =
+        |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display()));
+    let ca = read(ca_file)?;
+    let client_auth = match &files.client {
+        Some((cert, key)) => Some((read(cert)?, read(key)?)),
+        None => None,
+    };
+    Ok(TlsConfiguration::Simple {
+        ca,
+        alpn: None,
+        client_auth,
+    })
+}

@@ -1,0 +1,9 @@
+//! The MQTT sink: CloudEvents MQTT binding at QoS 1, MQTT 5 binary mode by default, MQTT
+//! 3.1.1 structured mode as an option. Entry point: [`run`].
+
+mod config;
+mod conn;
+mod sink;
+
+pub use config::{MqttConfig, MqttSettings, Protocol};
+pub use sink::run;

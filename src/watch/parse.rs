@@ -1,0 +1,270 @@
+//! Reading the apiserver's list pages and watch lines. Only each Pod's metadata is parsed;
+//! the object itself stays the bytes the apiserver sent (sliced, not copied).
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::classify::PodObject;
+
+/// A response the watch cannot use.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    #[error("the apiserver sent malformed JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("a {what} has no {field}")]
+    Missing {
+        what: &'static str,
+        field: &'static str,
+    },
+    #[error("unknown watch event type `{0}`")]
+    UnknownType(String),
+}
+
+#[derive(Deserialize)]
+struct Metadata<'a> {
+    #[serde(borrow, default)]
+    uid: Option<&'a str>,
+    #[serde(borrow, default)]
+    namespace: Option<&'a str>,
+    #[serde(borrow, default)]
+    name: Option<&'a str>,
+    #[serde(borrow, default, rename = "resourceVersion")]
+    resource_version: Option<&'a str>,
+    #[serde(borrow, default)]
+    annotations: Option<std::collections::HashMap<&'a str, &'a str>>,
+}
+
+#[derive(Deserialize)]
+struct Object<'a> {
+    #[serde(borrow)]
+    metadata: Metadata<'a>,
+}
+
+fn pod_of(whole: &Bytes, raw: &RawValue) -> Result<PodObject, ParseError> {
+    let obj: Object<'_> = serde_json::from_str(raw.get())?;
+    let m = obj.metadata;
+    let need = |v: Option<&str>, field| {
+        v.map(str::to_string)
+            .ok_or(ParseError::Missing { what: "pod", field })
+    };
+    Ok(PodObject {
+        uid: need(m.uid, "metadata.uid")?,
+        namespace: need(m.namespace, "metadata.namespace")?,
+        name: need(m.name, "metadata.name")?,
+        rv: need(m.resource_version, "metadata.resourceVersion")?,
+        bytes: whole.slice_ref(raw.get().as_bytes()),
+    })
+}
+
+/// One line of a watch stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchLine {
+    Added(PodObject),
+    Modified(PodObject),
+    Deleted(PodObject),
+    /// A bookmark at `rv`; `initial_end` marks the end of a streaming list's initial events.
+    Bookmark {
+        rv: String,
+        initial_end: bool,
+    },
+    /// The apiserver ended the watch with an error status (410 when the resourceVersion is
+    /// too old).
+    Error {
+        code: u16,
+        message: String,
+    },
+}
+
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+/// Parses one watch line (the bytes of one JSON object).
+pub fn parse_watch_line(line: Bytes) -> Result<WatchLine, ParseError> {
+    let text = std::str::from_utf8(&line).map_err(|_| ParseError::Missing {
+        what: "watch line",
+        field: "valid UTF-8",
+    })?;
+    let l: Line<'_> = serde_json::from_str(text)?;
+    Ok(match l.kind {
+        "ADDED" => WatchLine::Added(pod_of(&line, l.object)?),
+        "MODIFIED" => WatchLine::Modified(pod_of(&line, l.object)?),
+        "DELETED" => WatchLine::Deleted(pod_of(&line, l.object)?),
+        "BOOKMARK" => {
+            let o: Object<'_> = serde_json::from_str(l.object.get())?;
+            let rv = o.metadata.resource_version.ok_or(ParseError::Missing {
+                what: "bookmark",
+                field: "metadata.resourceVersion",
+            })?;
+            let initial_end = o
+                .metadata
+                .annotations
+                .is_some_and(|a| a.get("k8s.io/initial-events-end") == Some(&"true"));
+            WatchLine::Bookmark {
+                rv: rv.to_string(),
+                initial_end,
+            }
+        }
+        "ERROR" => {
+            #[derive(Deserialize)]
+            struct Status<'a> {
+                #[serde(default)]
+                code: Option<u16>,
+                #[serde(borrow, default)]
+                message: Option<&'a str>,
+            }
+            let s: Status<'_> = serde_json::from_str(l.object.get())?;
+            WatchLine::Error {
+                code: s.code.unwrap_or(500),
+                message: s.message.unwrap_or_default().to_string(),
+            }
+        }
+        other => return Err(ParseError::UnknownType(other.to_string())),
+    })
+}
+
+/// One page of a list: its pods, the list's resourceVersion and the `continue` token.
+#[derive(Debug)]
+pub struct ListPage {
+    pub pods: Vec<PodObject>,
+    pub rv: String,
+    pub continue_token: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ListMeta<'a> {
+    #[serde(borrow, default, rename = "resourceVersion")]
+    resource_version: Option<&'a str>,
+    #[serde(borrow, default, rename = "continue")]
+    continue_token: Option<&'a str>,
+}
+
+#[derive(Deserialize)]
+struct List<'a> {
+    #[serde(borrow)]
+    metadata: ListMeta<'a>,
+    #[serde(borrow, default)]
+    items: Vec<&'a RawValue>,
+}
+
+/// Parses a list page. A pod that lacks its identity is reported and skipped, not fatal.
+pub fn parse_list_page(body: Bytes) -> Result<(ListPage, Vec<ParseError>), ParseError> {
+    let text = std::str::from_utf8(&body).map_err(|_| ParseError::Missing {
+        what: "list",
+        field: "valid UTF-8",
+    })?;
+    let list: List<'_> = serde_json::from_str(text)?;
+    let mut pods = Vec::with_capacity(list.items.len());
+    let mut bad = Vec::new();
+    for raw in list.items {
+        match pod_of(&body, raw) {
+            Ok(p) => pods.push(p),
+            Err(e) => bad.push(e),
+        }
+    }
+    let rv = list
+        .metadata
+        .resource_version
+        .ok_or(ParseError::Missing {
+            what: "list",
+            field: "metadata.resourceVersion",
+        })?
+        .to_string();
+    let continue_token = list
+        .metadata
+        .continue_token
+        .filter(|c| !c.is_empty())
+        .map(str::to_string);
+    Ok((
+        ListPage {
+            pods,
+            rv,
+            continue_token,
+        },
+        bad,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: &str = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"ns","uid":"u-1","resourceVersion":"17","labels":{"a":"b"}},"spec":{"containers":[]}}"#;
+
+    #[test]
+    fn a_watch_line_yields_the_pod_identity_and_its_exact_bytes() {
+        let line = Bytes::from(format!(r#"{{"type":"MODIFIED","object":{POD}}}"#));
+        let WatchLine::Modified(p) = parse_watch_line(line).unwrap() else {
+            panic!("not modified")
+        };
+        assert_eq!(
+            (
+                p.uid.as_str(),
+                p.namespace.as_str(),
+                p.name.as_str(),
+                p.rv.as_str()
+            ),
+            ("u-1", "ns", "p", "17")
+        );
+        assert_eq!(&p.bytes[..], POD.as_bytes());
+    }
+
+    #[test]
+    fn bookmarks_and_the_end_of_initial_events_are_recognised() {
+        let b = r#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"99","annotations":{"k8s.io/initial-events-end":"true"}}}}"#;
+        assert_eq!(
+            parse_watch_line(Bytes::from(b)).unwrap(),
+            WatchLine::Bookmark {
+                rv: "99".into(),
+                initial_end: true
+            }
+        );
+        let b = r#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"100"}}}"#;
+        assert_eq!(
+            parse_watch_line(Bytes::from(b)).unwrap(),
+            WatchLine::Bookmark {
+                rv: "100".into(),
+                initial_end: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_gone_error_carries_its_code() {
+        let e = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 5 (80)","reason":"Expired","code":410}}"#;
+        assert_eq!(
+            parse_watch_line(Bytes::from(e)).unwrap(),
+            WatchLine::Error {
+                code: 410,
+                message: "too old resource version: 5 (80)".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_pod_without_uid_is_an_error_naming_the_field() {
+        let line = r#"{"type":"ADDED","object":{"metadata":{"name":"p","namespace":"ns","resourceVersion":"1"}}}"#;
+        let e = parse_watch_line(Bytes::from(line)).unwrap_err().to_string();
+        assert!(e.contains("metadata.uid"), "{e}");
+    }
+
+    #[test]
+    fn a_list_page_keeps_good_pods_and_reports_bad_ones() {
+        let body = format!(
+            r#"{{"kind":"PodList","metadata":{{"resourceVersion":"50","continue":"tok"}},"items":[{POD},{{"metadata":{{"name":"x"}}}}]}}"#
+        );
+        let (page, bad) = parse_list_page(Bytes::from(body)).unwrap();
+        assert_eq!(page.pods.len(), 1);
+        assert_eq!(&page.pods[0].bytes[..], POD.as_bytes());
+        assert_eq!(
+            (page.rv.as_str(), page.continue_token.as_deref()),
+            ("50", Some("tok"))
+        );
+        assert_eq!(bad.len(), 1);
+    }
+}

@@ -1,0 +1,350 @@
+//! The list-then-watch loop of one scope. Entry point: [`spawn`].
+//!
+//! The loop keeps one thing: the resourceVersion to resume from. Without one it lists
+//! (a streaming list where the apiserver offers it, else paginated pages); with one it
+//! watches. A watch that ends normally is reopened from the last resourceVersion seen (a
+//! bookmark or an object); `410 Gone` drops it and lists again, and the classifier turns the
+//! new list into the real differences.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::AsyncBufReadExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::parse::{WatchLine, parse_list_page, parse_watch_line};
+use super::request::{ListRequest, WatchRequest};
+use super::{Observed, WatchError, describe};
+use crate::backoff::Backoff;
+use crate::classify::Scope;
+use crate::config::StreamingList;
+
+/// How the watches run; shared by every scope.
+#[derive(Debug, Clone)]
+pub struct WatchSettings {
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    pub page_size: u32,
+    pub timeout_seconds: u32,
+    pub max_backoff: Duration,
+    pub streaming: StreamingList,
+}
+
+/// What one attempt ended with.
+enum Next {
+    /// Watch again from this resourceVersion.
+    Resume(String),
+    /// The resourceVersion is gone (410) or the list was cut short: list again.
+    Relist,
+    /// The pipeline went away: stop.
+    Closed,
+}
+
+/// Why an attempt failed.
+enum Failure {
+    Fatal(String),
+    /// Worth another try after a backoff; `relist` when the position was lost too.
+    Retry {
+        reason: String,
+        relist: bool,
+    },
+    /// The apiserver refused `sendInitialEvents`: use paginated lists from now on.
+    NoStreaming(String),
+}
+
+type Attempt = Result<Next, Failure>;
+
+/// Starts watching `scope`, from `resume` if given (else with a list). The task ends with
+/// `Ok` when `out` is closed, and with an error only when retrying cannot help.
+pub fn spawn(
+    client: kube::Client,
+    scope: Scope,
+    settings: Arc<WatchSettings>,
+    resume: Option<String>,
+    out: mpsc::Sender<Observed>,
+) -> JoinHandle<Result<(), WatchError>> {
+    tokio::spawn(async move {
+        let mut w = Watch {
+            client,
+            scope,
+            settings,
+            out,
+        };
+        w.run(resume).await
+    })
+}
+
+struct Watch {
+    client: kube::Client,
+    scope: Scope,
+    settings: Arc<WatchSettings>,
+    out: mpsc::Sender<Observed>,
+}
+
+impl Watch {
+    async fn run(&mut self, mut rv: Option<String>) -> Result<(), WatchError> {
+        let mut streaming = self.settings.streaming == StreamingList::Auto;
+        let mut backoff = Backoff::new(Duration::from_millis(250), self.settings.max_backoff);
+        let scope = self.scope.clone();
+        let ns = scope.as_deref().unwrap_or("*").to_string();
+        loop {
+            let attempt = match (&rv, streaming) {
+                (Some(from), _) => self.watch(from.clone(), false).await,
+                (None, true) => self.watch(String::new(), true).await,
+                (None, false) => self.list().await,
+            };
+            match attempt {
+                Ok(Next::Closed) => return Ok(()),
+                Ok(Next::Resume(at)) => {
+                    rv = Some(at);
+                    backoff.reset();
+                }
+                Ok(Next::Relist) => {
+                    tracing::info!(namespace = %ns, "resourceVersion expired (410 Gone); listing again");
+                    rv = None;
+                }
+                Err(Failure::Fatal(reason)) => {
+                    tracing::error!(namespace = %ns, %reason, "watch stopped: the apiserver refuses kubecast");
+                    return Err(WatchError::Fatal {
+                        scope: describe(&scope),
+                        reason,
+                    });
+                }
+                Err(Failure::NoStreaming(reason)) => {
+                    tracing::info!(namespace = %ns, %reason, "the apiserver does not offer streaming lists; using paginated lists");
+                    streaming = false;
+                }
+                Err(Failure::Retry { reason, relist }) => {
+                    let wait = backoff.next_delay();
+                    tracing::warn!(namespace = %ns, %reason, retry_in_ms = wait.as_millis() as u64, relist,
+                        "watch failed; retrying");
+                    if relist {
+                        rv = None;
+                    }
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    async fn send(&self, item: Observed) -> bool {
+        self.out.send(item).await.is_ok()
+    }
+
+    /// A paginated list, then `ListDone` with the list's resourceVersion.
+    async fn list(&mut self) -> Attempt {
+        let s = self.settings.clone();
+        if !self
+            .send(Observed::ListStart {
+                scope: self.scope.clone(),
+            })
+            .await
+        {
+            return Ok(Next::Closed);
+        }
+        let mut token: Option<String> = None;
+        let mut list_rv: Option<String> = None;
+        let mut count = 0usize;
+        loop {
+            let req = ListRequest {
+                label_selector: s.label_selector.as_deref(),
+                field_selector: s.field_selector.as_deref(),
+                limit: s.page_size,
+                continue_token: token.as_deref(),
+            }
+            .to_http(&self.scope);
+            let body = match self.client.request_text(req).await {
+                Ok(b) => Bytes::from(b),
+                // A continue token that expired mid-list (410) starts the list over.
+                Err(e) => return classify(e),
+            };
+            let (page, bad) = parse_list_page(body).map_err(|e| Failure::Retry {
+                reason: e.to_string(),
+                relist: true,
+            })?;
+            for e in bad {
+                tracing::error!(error = %e, "skipping a listed pod the apiserver sent without its identity");
+            }
+            list_rv.get_or_insert(page.rv);
+            count += page.pods.len();
+            for pod in page.pods {
+                if !self
+                    .send(Observed::Listed {
+                        scope: self.scope.clone(),
+                        pod,
+                    })
+                    .await
+                {
+                    return Ok(Next::Closed);
+                }
+            }
+            token = page.continue_token;
+            if token.is_none() {
+                break;
+            }
+        }
+        let rv = list_rv.unwrap_or_default();
+        tracing::info!(namespace = self.scope.as_deref().unwrap_or("*"), pods = count, resource_version = %rv, "list complete");
+        if !self
+            .send(Observed::ListDone {
+                scope: self.scope.clone(),
+                rv: rv.clone(),
+            })
+            .await
+        {
+            return Ok(Next::Closed);
+        }
+        Ok(Next::Resume(rv))
+    }
+
+    /// A watch from `from`, or (with `initial`) a streaming list followed by its watch.
+    async fn watch(&mut self, from: String, initial: bool) -> Attempt {
+        let s = self.settings.clone();
+        let req = WatchRequest {
+            label_selector: s.label_selector.as_deref(),
+            field_selector: s.field_selector.as_deref(),
+            resource_version: if initial { None } else { Some(&from) },
+            initial_events: initial,
+            timeout_seconds: s.timeout_seconds,
+        }
+        .to_http(&self.scope);
+        let mut reader = match self.client.request_stream(req).await {
+            Ok(r) => Box::pin(r),
+            Err(kube::Error::Api(status)) if initial && matches!(status.code, 400 | 422) => {
+                return Err(Failure::NoStreaming(status.message.clone()));
+            }
+            Err(e) => return classify(e),
+        };
+        if initial
+            && !self
+                .send(Observed::ListStart {
+                    scope: self.scope.clone(),
+                })
+                .await
+        {
+            return Ok(Next::Closed);
+        }
+        let mut in_initial = initial;
+        let mut count = 0usize;
+        let mut last = from;
+        // No line for longer than the request's own timeout means a dead connection: the
+        // apiserver sends bookmarks and ends the request on time.
+        let idle = Duration::from_secs(u64::from(s.timeout_seconds) + 30);
+        let mut buf = Vec::with_capacity(16 * 1024);
+        loop {
+            buf.clear();
+            let n = match tokio::time::timeout(idle, reader.read_until(b'\n', &mut buf)).await {
+                Err(_) => {
+                    return Err(Failure::Retry {
+                        reason: format!("no data for {}s", idle.as_secs()),
+                        relist: in_initial,
+                    });
+                }
+                Ok(Err(e)) => {
+                    return Err(Failure::Retry {
+                        reason: format!("reading the watch stream: {e}"),
+                        relist: in_initial,
+                    });
+                }
+                Ok(Ok(n)) => n,
+            };
+            if n == 0 || buf.last() != Some(&b'\n') {
+                // The apiserver ended the request (its timeout) or the connection closed.
+                return if in_initial {
+                    Err(Failure::Retry {
+                        reason: "the streaming list ended early".into(),
+                        relist: true,
+                    })
+                } else {
+                    Ok(Next::Resume(last))
+                };
+            }
+            let line = Bytes::copy_from_slice(&buf[..n - 1]);
+            let parsed = match parse_watch_line(line) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(error = %e, "skipping a watch event kubecast cannot read");
+                    continue;
+                }
+            };
+            let item = match parsed {
+                WatchLine::Added(pod) if in_initial => {
+                    count += 1;
+                    Observed::Listed {
+                        scope: self.scope.clone(),
+                        pod,
+                    }
+                }
+                WatchLine::Added(pod) | WatchLine::Modified(pod) => {
+                    last = pod.rv.clone();
+                    Observed::Applied {
+                        scope: self.scope.clone(),
+                        pod,
+                    }
+                }
+                WatchLine::Deleted(pod) => {
+                    last = pod.rv.clone();
+                    Observed::Deleted {
+                        scope: self.scope.clone(),
+                        pod,
+                    }
+                }
+                WatchLine::Bookmark { rv, initial_end } if in_initial && initial_end => {
+                    in_initial = false;
+                    last = rv.clone();
+                    tracing::info!(namespace = self.scope.as_deref().unwrap_or("*"), pods = count, resource_version = %rv, "list complete (streamed)");
+                    Observed::ListDone {
+                        scope: self.scope.clone(),
+                        rv,
+                    }
+                }
+                WatchLine::Bookmark { rv, .. } => {
+                    if in_initial {
+                        continue;
+                    }
+                    last = rv.clone();
+                    Observed::Bookmark {
+                        scope: self.scope.clone(),
+                        rv,
+                    }
+                }
+                WatchLine::Error { code: 410, .. } => return Ok(Next::Relist),
+                WatchLine::Error { code, message } => {
+                    return Err(Failure::Retry {
+                        reason: format!("the apiserver ended the watch: {code} {message}"),
+                        relist: in_initial,
+                    });
+                }
+            };
+            if !self.send(item).await {
+                return Ok(Next::Closed);
+            }
+        }
+    }
+}
+
+/// Sorts a request error: `410 Gone` means list again; rejected credentials or permissions
+/// are fatal; anything else (connection refused, timeouts, 5xx, 429) is retried.
+fn classify(e: kube::Error) -> Attempt {
+    match e {
+        kube::Error::Api(s) if s.code == 410 => Ok(Next::Relist),
+        kube::Error::Api(s) if s.code == 401 => Err(Failure::Fatal(format!(
+            "the apiserver rejected kubecast's credentials (401 Unauthorized): {}",
+            s.message
+        ))),
+        kube::Error::Api(s) if s.code == 403 => Err(Failure::Fatal(format!(
+            "kubecast may not list and watch pods (403 Forbidden): {}; grant `list` and `watch` on `pods`",
+            s.message
+        ))),
+        kube::Error::Api(s) => Err(Failure::Retry {
+            reason: format!("{} {}: {}", s.code, s.reason, s.message),
+            relist: false,
+        }),
+        other => Err(Failure::Retry {
+            reason: other.to_string(),
+            relist: false,
+        }),
+    }
+}
