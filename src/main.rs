@@ -149,9 +149,12 @@ fn init_logging(log: &config::LogConfig) {
         .unwrap_or_else(|| {
             EnvFilter::try_new(&log.level).unwrap_or_else(|_| EnvFilter::new("info"))
         });
+    // Colours only on a terminal: piped logs stay plain text for grep and collectors.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match log.format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),

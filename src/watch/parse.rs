@@ -1,6 +1,8 @@
 //! Reading the apiserver's list pages and watch lines. Only each Pod's metadata is parsed;
 //! the object itself stays the bytes the apiserver sent (sliced, not copied).
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -21,18 +23,18 @@ pub enum ParseError {
     UnknownType(String),
 }
 
+/// The identity fields of an object's metadata. `Cow` because a JSON string with escapes
+/// cannot be borrowed; the rest of the metadata (labels, annotations) is skipped unparsed.
 #[derive(Deserialize)]
 struct Metadata<'a> {
     #[serde(borrow, default)]
-    uid: Option<&'a str>,
+    uid: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    namespace: Option<&'a str>,
+    namespace: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    name: Option<&'a str>,
+    name: Option<Cow<'a, str>>,
     #[serde(borrow, default, rename = "resourceVersion")]
-    resource_version: Option<&'a str>,
-    #[serde(borrow, default)]
-    annotations: Option<std::collections::HashMap<&'a str, &'a str>>,
+    resource_version: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -41,11 +43,26 @@ struct Object<'a> {
     metadata: Metadata<'a>,
 }
 
+/// A bookmark's metadata: its resourceVersion and annotations.
+#[derive(Deserialize)]
+struct BookmarkObject<'a> {
+    #[serde(borrow)]
+    metadata: BookmarkMeta<'a>,
+}
+
+#[derive(Deserialize)]
+struct BookmarkMeta<'a> {
+    #[serde(borrow, default, rename = "resourceVersion")]
+    resource_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    annotations: Option<std::collections::HashMap<Cow<'a, str>, Cow<'a, str>>>,
+}
+
 fn pod_of(whole: &Bytes, raw: &RawValue) -> Result<PodObject, ParseError> {
     let obj: Object<'_> = serde_json::from_str(raw.get())?;
     let m = obj.metadata;
-    let need = |v: Option<&str>, field| {
-        v.map(str::to_string)
+    let need = |v: Option<Cow<'_, str>>, field| {
+        v.map(Cow::into_owned)
             .ok_or(ParseError::Missing { what: "pod", field })
     };
     Ok(PodObject {
@@ -96,17 +113,17 @@ pub fn parse_watch_line(line: Bytes) -> Result<WatchLine, ParseError> {
         "MODIFIED" => WatchLine::Modified(pod_of(&line, l.object)?),
         "DELETED" => WatchLine::Deleted(pod_of(&line, l.object)?),
         "BOOKMARK" => {
-            let o: Object<'_> = serde_json::from_str(l.object.get())?;
+            let o: BookmarkObject<'_> = serde_json::from_str(l.object.get())?;
             let rv = o.metadata.resource_version.ok_or(ParseError::Missing {
                 what: "bookmark",
                 field: "metadata.resourceVersion",
             })?;
-            let initial_end = o
-                .metadata
-                .annotations
-                .is_some_and(|a| a.get("k8s.io/initial-events-end") == Some(&"true"));
+            let initial_end = o.metadata.annotations.is_some_and(|a| {
+                a.get("k8s.io/initial-events-end")
+                    .is_some_and(|v| v == "true")
+            });
             WatchLine::Bookmark {
-                rv: rv.to_string(),
+                rv: rv.into_owned(),
                 initial_end,
             }
         }
@@ -116,12 +133,12 @@ pub fn parse_watch_line(line: Bytes) -> Result<WatchLine, ParseError> {
                 #[serde(default)]
                 code: Option<u16>,
                 #[serde(borrow, default)]
-                message: Option<&'a str>,
+                message: Option<Cow<'a, str>>,
             }
             let s: Status<'_> = serde_json::from_str(l.object.get())?;
             WatchLine::Error {
                 code: s.code.unwrap_or(500),
-                message: s.message.unwrap_or_default().to_string(),
+                message: s.message.map(Cow::into_owned).unwrap_or_default(),
             }
         }
         other => return Err(ParseError::UnknownType(other.to_string())),
@@ -139,9 +156,9 @@ pub struct ListPage {
 #[derive(Deserialize)]
 struct ListMeta<'a> {
     #[serde(borrow, default, rename = "resourceVersion")]
-    resource_version: Option<&'a str>,
+    resource_version: Option<Cow<'a, str>>,
     #[serde(borrow, default, rename = "continue")]
-    continue_token: Option<&'a str>,
+    continue_token: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -174,12 +191,12 @@ pub fn parse_list_page(body: Bytes) -> Result<(ListPage, Vec<ParseError>), Parse
             what: "list",
             field: "metadata.resourceVersion",
         })?
-        .to_string();
+        .into_owned();
     let continue_token = list
         .metadata
         .continue_token
         .filter(|c| !c.is_empty())
-        .map(str::to_string);
+        .map(Cow::into_owned);
     Ok((
         ListPage {
             pods,
@@ -215,6 +232,16 @@ mod tests {
     }
 
     #[test]
+    fn escaped_strings_in_metadata_are_read() {
+        let pod = r#"{"metadata":{"name":"p","namespace":"ns","uid":"u","resourceVersion":"3","annotations":{"last":"{\"a\":\"b\"}"}}}"#;
+        let line = Bytes::from(format!(r#"{{"type":"ADDED","object":{pod}}}"#));
+        let WatchLine::Added(p) = parse_watch_line(line).unwrap() else {
+            panic!("not added")
+        };
+        assert_eq!(&p.bytes[..], pod.as_bytes());
+    }
+
+    #[test]
     fn bookmarks_and_the_end_of_initial_events_are_recognised() {
         let b = r#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"99","annotations":{"k8s.io/initial-events-end":"true"}}}}"#;
         assert_eq!(
@@ -230,6 +257,18 @@ mod tests {
             WatchLine::Bookmark {
                 rv: "100".into(),
                 initial_end: false
+            }
+        );
+    }
+
+    #[test]
+    fn an_error_message_with_quotes_is_read() {
+        let e = r#"{"type":"ERROR","object":{"kind":"Status","message":"resource \"pods\" expired","code":410}}"#;
+        assert_eq!(
+            parse_watch_line(Bytes::from(e)).unwrap(),
+            WatchLine::Error {
+                code: 410,
+                message: r#"resource "pods" expired"#.into()
             }
         );
     }

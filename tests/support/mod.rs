@@ -7,6 +7,10 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
+pub mod consume;
+pub mod kubecast;
+pub mod pods;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};

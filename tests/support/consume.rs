@@ -1,0 +1,296 @@
+//! Independent consumers of what kubecast published: every record of a Kafka topic and every
+//! MQTT message under a topic prefix, kept in arrival order for the checks.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::Packet;
+use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+
+use super::{Stack, unique_name, within};
+
+/// Partitions of the topics the tests create, as the broker's auto-created ones have.
+pub const PARTITIONS: i32 = 4;
+
+/// One Kafka record as a consumer sees it.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<String>,
+    pub headers: BTreeMap<String, String>,
+    pub payload: Vec<u8>,
+}
+
+impl Record {
+    /// A `ce_` header (binary mode), by attribute name.
+    pub fn ce(&self, attr: &str) -> &str {
+        self.headers
+            .get(&format!("ce_{attr}"))
+            .map(String::as_str)
+            .unwrap_or_default()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.payload)
+            .unwrap_or_else(|e| panic!("record payload is not JSON: {e}"))
+    }
+}
+
+/// Every record of one topic, read from the beginning of each partition.
+pub struct KafkaTopic {
+    pub topic: String,
+    records: Arc<Mutex<Vec<Record>>>,
+}
+
+impl KafkaTopic {
+    /// Creates `topic` with [`PARTITIONS`] partitions and starts reading it.
+    pub async fn create(stack: &Stack, topic: &str) -> KafkaTopic {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &stack.kafka_bootstrap);
+        let admin: AdminClient<DefaultClientContext> = config.create().expect("Kafka admin client");
+        let created = within(Duration::from_secs(30), "creating a Kafka topic", async {
+            admin
+                .create_topics(
+                    &[NewTopic::new(topic, PARTITIONS, TopicReplication::Fixed(1))],
+                    &AdminOptions::new(),
+                )
+                .await
+                .expect("create_topics request")
+        })
+        .await;
+        assert!(
+            created.iter().all(|r| r.is_ok()),
+            "creating {topic}: {created:?}"
+        );
+        let consumer: StreamConsumer = config
+            .set("group.id", unique_name("test-reader"))
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("Kafka consumer");
+        let mut assignment = TopicPartitionList::new();
+        for p in 0..PARTITIONS {
+            assignment
+                .add_partition_offset(topic, p, Offset::Beginning)
+                .expect("partition offset");
+        }
+        consumer.assign(&assignment).expect("assigning partitions");
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let out = records.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok(m) = consumer.recv().await else {
+                    continue;
+                };
+                let headers = m
+                    .headers()
+                    .map(|hs| {
+                        hs.iter()
+                            .map(|h| {
+                                (
+                                    h.key.to_string(),
+                                    String::from_utf8_lossy(h.value.unwrap_or_default())
+                                        .into_owned(),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let r = Record {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                    headers,
+                    payload: m.payload().unwrap_or_default().to_vec(),
+                };
+                if let Ok(mut v) = out.lock() {
+                    v.push(r);
+                }
+            }
+        });
+        KafkaTopic {
+            topic: topic.to_string(),
+            records,
+        }
+    }
+
+    pub fn records(&self) -> Vec<Record> {
+        self.records.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// Waits until `done` holds for the records read so far; returns them, or says what
+    /// was there when `limit` passed.
+    pub async fn wait_until(
+        &self,
+        what: &str,
+        limit: Duration,
+        done: impl Fn(&[Record]) -> bool,
+    ) -> Result<Vec<Record>, String> {
+        wait_for(limit, what, || {
+            let r = self.records();
+            done(&r).then_some(r)
+        })
+        .await
+        .ok_or_else(|| {
+            format!(
+                "Kafka topic {}: timed out after {limit:?} waiting for {what}; got:\n{}",
+                self.topic,
+                describe_records(&self.records())
+            )
+        })
+    }
+}
+
+fn describe_records(rs: &[Record]) -> String {
+    rs.iter()
+        .map(|r| {
+            format!(
+                "  p{} @{} {} {} prev={}",
+                r.partition,
+                r.offset,
+                r.ce("type"),
+                r.ce("id"),
+                r.ce("k8sprevrv")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One MQTT message as a subscriber sees it.
+#[derive(Debug, Clone)]
+pub struct MqttMessage {
+    pub topic: String,
+    pub payload: Vec<u8>,
+    pub retain: bool,
+    pub content_type: Option<String>,
+    pub user_properties: Vec<(String, String)>,
+}
+
+impl MqttMessage {
+    pub fn prop(&self, name: &str) -> &str {
+        self.user_properties
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_default()
+    }
+}
+
+/// Every message under a topic filter, received by an MQTT 5 subscriber at QoS 1.
+pub struct MqttSubscriber {
+    pub filter: String,
+    messages: Arc<Mutex<Vec<MqttMessage>>>,
+    _client: AsyncClient,
+}
+
+impl MqttSubscriber {
+    /// Subscribes to `filter` and returns once the broker confirmed the subscription.
+    pub async fn subscribe(stack: &Stack, filter: &str) -> MqttSubscriber {
+        let mut options =
+            MqttOptions::new(unique_name("test-sub"), &stack.mqtt_host, stack.mqtt_port);
+        options
+            .set_keep_alive(Duration::from_secs(10))
+            .set_max_packet_size(Some(64 * 1024 * 1024));
+        let (client, mut events) = AsyncClient::new(options, 64);
+        client
+            .subscribe(filter, QoS::AtLeastOnce)
+            .await
+            .expect("queueing SUBSCRIBE");
+        let messages = Arc::new(Mutex::new(Vec::new()));
+        let out = messages.clone();
+        let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let mut subscribed_tx = Some(subscribed_tx);
+            loop {
+                match events.poll().await {
+                    Ok(Event::Incoming(Packet::SubAck(_))) => {
+                        if let Some(tx) = subscribed_tx.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Ok(Event::Incoming(Packet::Publish(p))) => {
+                        let props = p.properties.clone().unwrap_or_default();
+                        let m = MqttMessage {
+                            topic: String::from_utf8_lossy(&p.topic).into_owned(),
+                            payload: p.payload.to_vec(),
+                            retain: p.retain,
+                            content_type: props.content_type,
+                            user_properties: props.user_properties,
+                        };
+                        if let Ok(mut v) = out.lock() {
+                            v.push(m);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            }
+        });
+        within(Duration::from_secs(30), "the MQTT SUBACK", subscribed)
+            .await
+            .expect("subscriber task");
+        MqttSubscriber {
+            filter: filter.to_string(),
+            messages,
+            _client: client,
+        }
+    }
+
+    pub fn messages(&self) -> Vec<MqttMessage> {
+        self.messages.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// Waits until `done` holds for the messages received so far; returns them, or says
+    /// what was there when `limit` passed.
+    pub async fn wait_until(
+        &self,
+        what: &str,
+        limit: Duration,
+        done: impl Fn(&[MqttMessage]) -> bool,
+    ) -> Result<Vec<MqttMessage>, String> {
+        wait_for(limit, what, || {
+            let m = self.messages();
+            done(&m).then_some(m)
+        })
+        .await
+        .ok_or_else(|| {
+            let got: Vec<String> = self
+                .messages()
+                .iter()
+                .map(|m| format!("  {} {} {}", m.topic, m.prop("type"), m.prop("id")))
+                .collect();
+            format!(
+                "MQTT {}: timed out after {limit:?} waiting for {what}; got:\n{}",
+                self.filter,
+                got.join("\n")
+            )
+        })
+    }
+}
+
+/// Polls `check` every 50 ms until it returns a value or `limit` passes (then `None`).
+pub async fn wait_for<T>(
+    limit: Duration,
+    _what: &str,
+    mut check: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = check() {
+            return Some(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

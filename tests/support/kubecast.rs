@@ -1,0 +1,152 @@
+//! Running the real `kubecast` binary against the local stack: a config file of the test's
+//! own, the process's log lines kept for waiting and for failure messages, and signals.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use super::{Stack, unique_name};
+
+/// A running kubecast. Killed when dropped.
+pub struct Kubecast {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+    reader: Option<tokio::task::JoinHandle<()>>,
+    pub config_path: PathBuf,
+}
+
+/// A scratch directory under `target/test-tmp` (kept after the run, for post-mortems).
+pub fn scratch_dir(prefix: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/test-tmp")
+        .join(unique_name(prefix));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    dir
+}
+
+impl Kubecast {
+    /// Writes `config` (YAML) into `dir` and starts `kubecast run` with it, as the stack's
+    /// admin.
+    pub fn start(stack: &Stack, dir: &Path, config: &str) -> Kubecast {
+        let config_path = dir.join("kubecast.yaml");
+        std::fs::write(&config_path, config)
+            .unwrap_or_else(|e| panic!("writing {}: {e}", config_path.display()));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kubecast"))
+            .arg("run")
+            .arg("--config")
+            .arg(&config_path)
+            .env("KUBECONFIG", &stack.kubeconfig)
+            .env("RUST_LOG", "kubecast=debug,info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting target/debug/kubecast");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let sink = log.clone();
+        let reader = tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(mut l) = sink.lock() {
+                    l.push(line);
+                }
+            }
+        });
+        Kubecast {
+            child,
+            log,
+            reader: Some(reader),
+            config_path,
+        }
+    }
+
+    /// The process id, for signals.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("kubecast is running")
+    }
+
+    /// Every log line so far.
+    pub fn log(&self) -> String {
+        self.log.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+
+    /// How many log lines contain `needle`.
+    pub fn count_in_log(&self, needle: &str) -> usize {
+        self.log
+            .lock()
+            .map(|l| l.iter().filter(|s| s.contains(needle)).count())
+            .unwrap_or(0)
+    }
+
+    /// Waits until at least `n` log lines contain `needle`; fails with the log otherwise.
+    pub async fn wait_for_log(&mut self, needle: &str, n: usize, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.count_in_log(needle) < n {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "kubecast exited ({status}) before logging `{needle}`; its log:\n{}",
+                    self.log()
+                );
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!(
+                    "timed out after {limit:?} waiting for kubecast to log `{needle}` {n} time(s); its log:\n{}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The value of `r`, or a failure that shows `r`'s error and kubecast's log.
+    pub fn check<T>(&self, r: Result<T, String>) -> T {
+        r.unwrap_or_else(|e| panic!("{e}\nkubecast's log:\n{}", self.log()))
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, `TERM`, `KILL`).
+    pub fn signal(&self, name: &str) {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -{name} {} failed", self.pid());
+    }
+
+    /// SIGTERM, then waits for the exit; returns the exit code and the log.
+    pub async fn stop(mut self, limit: Duration) -> (Option<i32>, String) {
+        self.signal("TERM");
+        let status = match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(s) => s.expect("waiting for kubecast"),
+            Err(_) => panic!(
+                "kubecast did not exit within {limit:?} of SIGTERM; its log:\n{}",
+                self.log()
+            ),
+        };
+        // The reader ends at the end of stderr, with the last lines taken.
+        if let Some(reader) = self.reader.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+        }
+        (status.code(), self.log())
+    }
+}
+
+/// Runs `kubecast ARGS` to completion; returns the exit code, stdout and stderr.
+pub fn run_to_end(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubecast"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("running kubecast");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

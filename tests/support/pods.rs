@@ -1,0 +1,193 @@
+//! Driving Pods through the real apiserver as users and a kubelet would: create, patch
+//! labels, patch status (Running, restarts) and delete. Each call returns the object the
+//! apiserver answered with, as the JSON it sent (a typed round trip would drop fields such
+//! as `lastProbeTime: null`): the truth the events are compared against.
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+
+/// A Pod as the apiserver's JSON.
+pub type Pod = Value;
+
+const MERGE: &str = "application/merge-patch+json";
+
+/// A namespace of the test's own, so that tests running side by side never see each
+/// other's pods.
+pub async fn namespace(client: &kube::Client, name: &str) {
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace object");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+}
+
+pub struct Pods {
+    client: kube::Client,
+    pub namespace: String,
+}
+
+impl Pods {
+    pub fn new(client: &kube::Client, namespace: &str) -> Pods {
+        Pods {
+            client: client.clone(),
+            namespace: namespace.to_string(),
+        }
+    }
+
+    /// Sends one request with a JSON body and returns the JSON answer.
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: &Value,
+        what: &str,
+    ) -> Value {
+        let uri = format!("/api/v1/namespaces/{}/pods{path}", self.namespace);
+        let req = http::Request::builder()
+            .method(method)
+            .uri(&uri)
+            .header(http::header::CONTENT_TYPE, content_type)
+            .body(serde_json::to_vec(body).expect("a JSON value serializes"))
+            .expect("a valid request");
+        let text = self
+            .client
+            .request_text(req)
+            .await
+            .unwrap_or_else(|e| panic!("{what} ({method} {uri}): {e}"));
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{what}: the apiserver's answer is not JSON: {e}"))
+    }
+
+    /// Creates a pod with one container that has a plain env var (a value to redact), an
+    /// env var from a secret, and a `last-applied-configuration` annotation.
+    pub async fn create(&self, name: &str) -> Pod {
+        let pod = json!({
+            "metadata": {
+                "name": name,
+                "labels": {"app": "web"},
+                "annotations": {
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"secret\":\"s3cr3t\"}",
+                    "team": "platform"
+                }
+            },
+            "spec": {"containers": [{
+                "name": "app",
+                "image": "registry.invalid/app:1",
+                "env": [
+                    {"name": "DB_PASSWORD", "value": "hunter2"},
+                    {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "token"}}}
+                ]
+            }]}
+        });
+        self.call(
+            "POST",
+            "",
+            "application/json",
+            &pod,
+            &format!("creating pod {name}"),
+        )
+        .await
+    }
+
+    /// Sets a label (a user's change).
+    pub async fn label(&self, name: &str, key: &str, value: &str) -> Pod {
+        let patch = json!({"metadata": {"labels": {key: value}}});
+        self.call(
+            "PATCH",
+            &format!("/{name}"),
+            MERGE,
+            &patch,
+            &format!("labelling pod {name}"),
+        )
+        .await
+    }
+
+    /// Reports the pod Running with its container up, restarted `restarts` times (a
+    /// kubelet's change, through the status subresource).
+    pub async fn running(&self, name: &str, restarts: i32) -> Pod {
+        let mut last_state = json!({});
+        if restarts > 0 {
+            last_state = json!({"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                "startedAt": "2026-01-01T00:00:00Z", "finishedAt": "2026-01-01T00:01:00Z"}});
+        }
+        let patch = json!({"status": {
+            "phase": "Running",
+            "hostIP": "192.0.2.10",
+            "podIP": "198.51.100.7",
+            "podIPs": [{"ip": "198.51.100.7"}],
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "containerStatuses": [{
+                "name": "app",
+                "image": "registry.invalid/app:1",
+                "imageID": "registry.invalid/app@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+                "ready": true,
+                "started": true,
+                "restartCount": restarts,
+                "state": {"running": {"startedAt": "2026-01-01T00:02:00Z"}},
+                "lastState": last_state
+            }]
+        }});
+        self.call(
+            "PATCH",
+            &format!("/{name}/status"),
+            MERGE,
+            &patch,
+            &format!("patching the status of pod {name}"),
+        )
+        .await
+    }
+
+    /// Deletes the pod at once (no kubelet runs to finish a graceful delete). The apiserver
+    /// first sets `deletionTimestamp` (a MODIFIED event), then removes the pod; returns the
+    /// removed object when the apiserver answers with it.
+    pub async fn delete(&self, name: &str) -> Option<Pod> {
+        let opts = json!({"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0});
+        let answer = self
+            .call(
+                "DELETE",
+                &format!("/{name}"),
+                "application/json",
+                &opts,
+                &format!("deleting pod {name}"),
+            )
+            .await;
+        (answer["kind"] == "Pod").then_some(answer)
+    }
+}
+
+/// What kubecast's `full` data should be for `pod`: the object without managedFields, with
+/// the env var values and the last-applied annotation redacted.
+pub fn expected_full_data(pod: &Pod) -> Value {
+    let mut v = pod.clone();
+    let meta = v["metadata"].as_object_mut().expect("metadata");
+    meta.remove("managedFields");
+    if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut)
+        && a.contains_key("kubectl.kubernetes.io/last-applied-configuration")
+    {
+        a.insert(
+            "kubectl.kubernetes.io/last-applied-configuration".into(),
+            json!("<redacted>"),
+        );
+    }
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
+        if let Some(cs) = v
+            .pointer_mut(&format!("/spec/{list}"))
+            .and_then(Value::as_array_mut)
+        {
+            for c in cs {
+                if let Some(env) = c.get_mut("env").and_then(Value::as_array_mut) {
+                    for var in env {
+                        if let Some(val) = var.get_mut("value") {
+                            *val = json!("<redacted>");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    v
+}
