@@ -34,8 +34,8 @@ pub struct WatchSettings {
 
 /// What one attempt ended with.
 enum Next {
-    /// Watch again from this resourceVersion.
-    Resume(String),
+    /// Watch again from the position reached.
+    Resume,
     /// The resourceVersion is gone (410) or the list was cut short: list again.
     Relist,
     /// The pipeline went away: stop.
@@ -71,8 +71,9 @@ pub fn spawn(
             scope,
             settings,
             out,
+            position: resume,
         };
-        w.run(resume).await
+        w.run().await
     })
 }
 
@@ -81,29 +82,30 @@ struct Watch {
     scope: Scope,
     settings: Arc<WatchSettings>,
     out: mpsc::Sender<Observed>,
+    /// The resourceVersion everything up to which has been passed on: where the next watch
+    /// starts. Moved by every object and bookmark read, so that a watch that fails resumes
+    /// where it stopped instead of replaying older states. `None`: list first.
+    position: Option<String>,
 }
 
 impl Watch {
-    async fn run(&mut self, mut rv: Option<String>) -> Result<(), WatchError> {
+    async fn run(&mut self) -> Result<(), WatchError> {
         let mut streaming = self.settings.streaming == StreamingList::Auto;
         let mut backoff = Backoff::new(Duration::from_millis(250), self.settings.max_backoff);
         let scope = self.scope.clone();
         let ns = scope.as_deref().unwrap_or("*").to_string();
         loop {
-            let attempt = match (&rv, streaming) {
-                (Some(from), _) => self.watch(from.clone(), false).await,
+            let attempt = match (self.position.clone(), streaming) {
+                (Some(from), _) => self.watch(from, false).await,
                 (None, true) => self.watch(String::new(), true).await,
                 (None, false) => self.list().await,
             };
             match attempt {
                 Ok(Next::Closed) => return Ok(()),
-                Ok(Next::Resume(at)) => {
-                    rv = Some(at);
-                    backoff.reset();
-                }
+                Ok(Next::Resume) => backoff.reset(),
                 Ok(Next::Relist) => {
                     tracing::info!(namespace = %ns, "resourceVersion expired (410 Gone); listing again");
-                    rv = None;
+                    self.position = None;
                 }
                 Err(Failure::Fatal(reason)) => {
                     tracing::error!(namespace = %ns, %reason, "watch stopped: the apiserver refuses kubecast");
@@ -121,7 +123,7 @@ impl Watch {
                     tracing::warn!(namespace = %ns, %reason, retry_in_ms = wait.as_millis() as u64, relist,
                         "watch failed; retrying");
                     if relist {
-                        rv = None;
+                        self.position = None;
                     }
                     tokio::time::sleep(wait).await;
                 }
@@ -196,7 +198,8 @@ impl Watch {
         {
             return Ok(Next::Closed);
         }
-        Ok(Next::Resume(rv))
+        self.position = Some(rv);
+        Ok(Next::Resume)
     }
 
     /// A watch from `from`, or (with `initial`) a streaming list followed by its watch.
@@ -228,7 +231,6 @@ impl Watch {
         }
         let mut in_initial = initial;
         let mut count = 0usize;
-        let mut last = from;
         // No line for longer than the request's own timeout means a dead connection: the
         // apiserver sends bookmarks and ends the request on time.
         let idle = Duration::from_secs(u64::from(s.timeout_seconds) + 30);
@@ -258,7 +260,7 @@ impl Watch {
                         relist: true,
                     })
                 } else {
-                    Ok(Next::Resume(last))
+                    Ok(Next::Resume)
                 };
             }
             let line = Bytes::copy_from_slice(&buf[..n - 1]);
@@ -278,14 +280,14 @@ impl Watch {
                     }
                 }
                 WatchLine::Added(pod) | WatchLine::Modified(pod) => {
-                    last = pod.rv.clone();
+                    self.position = Some(pod.rv.clone());
                     Observed::Applied {
                         scope: self.scope.clone(),
                         pod,
                     }
                 }
                 WatchLine::Deleted(pod) => {
-                    last = pod.rv.clone();
+                    self.position = Some(pod.rv.clone());
                     Observed::Deleted {
                         scope: self.scope.clone(),
                         pod,
@@ -293,7 +295,7 @@ impl Watch {
                 }
                 WatchLine::Bookmark { rv, initial_end } if in_initial && initial_end => {
                     in_initial = false;
-                    last = rv.clone();
+                    self.position = Some(rv.clone());
                     tracing::info!(namespace = self.scope.as_deref().unwrap_or("*"), pods = count, resource_version = %rv, "list complete (streamed)");
                     Observed::ListDone {
                         scope: self.scope.clone(),
@@ -304,7 +306,7 @@ impl Watch {
                     if in_initial {
                         continue;
                     }
-                    last = rv.clone();
+                    self.position = Some(rv.clone());
                     Observed::Bookmark {
                         scope: self.scope.clone(),
                         rv,

@@ -294,3 +294,27 @@ pub async fn wait_for<T>(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Publishes one small, non-retained message at QoS 1 and waits for its PUBACK.
+pub async fn publish_marker(stack: &Stack, topic: &str) {
+    let options = MqttOptions::new(
+        unique_name("test-marker"),
+        &stack.mqtt_host,
+        stack.mqtt_port,
+    );
+    let (client, mut events) = AsyncClient::new(options, 8);
+    client
+        .publish(topic, QoS::AtLeastOnce, false, "marker")
+        .await
+        .expect("queueing the marker");
+    within(Duration::from_secs(30), "the marker's PUBACK", async {
+        loop {
+            match events.poll().await {
+                Ok(Event::Incoming(Packet::PubAck(_))) => return,
+                Ok(_) => {}
+                Err(e) => panic!("publishing the marker: {e}"),
+            }
+        }
+    })
+    .await;
+}
