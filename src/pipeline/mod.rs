@@ -103,7 +103,10 @@ pub async fn run(
                 }
             }
             item = observed.recv() => {
-                let Some(item) = item else { break Ok(()) };
+                let Some(item) = item else {
+                    // Every watch has ended; only an error ends one.
+                    break first_watch_error(&mut watches).await;
+                };
                 let changes = classify(&mut classifier, item);
                 // Some(None): shutdown; Some(Some(name)): the sink `name` has stopped.
                 let mut failed: Option<Option<String>> = None;
@@ -134,6 +137,18 @@ pub async fn run(
     drained?;
     outcome?;
     Ok(stats)
+}
+
+/// The first error among the ended watches.
+async fn first_watch_error(
+    watches: &mut JoinSet<Result<(), WatchError>>,
+) -> Result<(), PipelineError> {
+    while let Some(done) = watches.join_next().await {
+        if let Ok(Err(e)) = done {
+            return Err(e.into());
+        }
+    }
+    Ok(())
 }
 
 /// What the classifier makes of one observation.

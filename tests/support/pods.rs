@@ -106,6 +106,19 @@ impl Pods {
         .await
     }
 
+    /// Sets an annotation.
+    pub async fn annotate(&self, name: &str, key: &str, value: &str) -> Pod {
+        let patch = json!({"metadata": {"annotations": {key: value}}});
+        self.call(
+            "PATCH",
+            &format!("/{name}"),
+            MERGE,
+            &patch,
+            &format!("annotating pod {name}"),
+        )
+        .await
+    }
+
     /// Reports the pod Running with its container up, restarted `restarts` times (a
     /// kubelet's change, through the status subresource).
     pub async fn running(&self, name: &str, restarts: i32) -> Pod {
