@@ -141,3 +141,27 @@ kafka_libs() {
     fi
     echo "$dir/libs"
 }
+
+# Prints the python of a cached venv holding the interop suite's clients
+# (tests/interop/requirements.txt), creating it on first use. The key is the file's digest.
+interop_python() {
+    local req=$ROOT/tests/interop/requirements.txt key dir
+    key=$(sha256sum "$req" | cut -c1-12)
+    dir=$CACHE/venv-interop-$key
+    if [[ ! -f $dir/complete ]]; then
+        command -v python3 >/dev/null || ensure_apt python3
+        rm -rf "$dir"
+        mkdir -p "$CACHE"
+        log "interop: creating a Python venv with tests/interop/requirements.txt (log in $dir.log)"
+        if ! python3 -m venv "$dir" >"$dir.log" 2>&1; then
+            ensure_apt python3-venv
+            python3 -m venv "$dir" >"$dir.log" 2>&1 || die "interop: python3 -m venv failed; see $dir.log"
+        fi
+        "$dir/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >>"$dir.log" 2>&1 || {
+            tail -n 20 "$dir.log" >&2
+            die "interop: pip could not install tests/interop/requirements.txt; see $dir.log"
+        }
+        touch "$dir/complete"
+    fi
+    echo "$dir/bin/python"
+}

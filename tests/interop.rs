@@ -1,0 +1,100 @@
+//! Interoperability with clients no one here wrote: kubecast publishes a pod's life to Kafka
+//! (binary and structured mode) and MQTT (5 binary, 3.1.1 structured), and the Python suite
+//! in `tests/interop/` decodes it with the official CloudEvents SDK, confluent-kafka and
+//! paho-mqtt, comparing each event with what kubecast's file sink says it meant to send.
+//!
+//! The Python interpreter comes from `KUBECAST_TEST_PYTHON` (scripts/test sets it to a cached
+//! venv with `tests/interop/requirements.txt`).
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use support::consume::{KafkaTopic, wait_for};
+use support::kubecast::{Kubecast, scratch_dir};
+use support::pods::{Pods, namespace};
+use support::{Stack, unique_name};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn python() -> String {
+    std::env::var("KUBECAST_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!("KUBECAST_TEST_PYTHON is not set: run the tests through scripts/test, or point it at a python with tests/interop/requirements.txt installed")
+    })
+}
+
+fn run_python(args: &[&str], envs: &[(&str, String)]) -> (bool, String) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
+    let out = std::process::Command::new(python())
+        .args(args)
+        .current_dir(&dir)
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap_or_else(|e| panic!("running {} {args:?}: {e}", python()));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[tokio::test]
+async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
+    let stack = Stack::load();
+    let client = stack.kube_client().await;
+    let ns = unique_name("interop");
+    namespace(&client, &ns).await;
+    let binary = unique_name("kc-interop-bin");
+    let structured = unique_name("kc-interop-str");
+    let kafka_bin = KafkaTopic::create(&stack, &binary).await;
+    let kafka_str = KafkaTopic::create(&stack, &structured).await;
+    let prefix = unique_name("kc-interop");
+    let session = unique_name("interop-session");
+    let mqtt = format!("{}:{}", stack.mqtt_host, stack.mqtt_port);
+    let (ok, out) = run_python(
+        &["mqtt_session.py", &stack.mqtt_host, &stack.mqtt_port.to_string(), &session, &format!("{prefix}/#")],
+        &[],
+    );
+    assert!(ok, "opening the persistent MQTT session:\n{out}");
+
+    let dir = scratch_dir("interop");
+    let expected = dir.join("expected.jsonl");
+    let url = format!("mqtt://{mqtt}");
+    let config = format!(
+        "cluster: interop\nwatch:\n  namespaces: [{ns}]\nsinks:\n  kb:\n    type: kafka\n    brokers: {b}\n    topic: {binary}\n  ks:\n    type: kafka\n    brokers: {b}\n    topic: {structured}\n    mode: structured\n  m5:\n    type: mqtt\n    url: {url}\n    client_id: {prefix}-v5\n    topic: '{prefix}/v5/{{namespace}}/{{name}}'\n  m3:\n    type: mqtt\n    url: {url}\n    protocol: v311\n    client_id: {prefix}-v311\n    topic: '{prefix}/v311/{{namespace}}/{{name}}'\n  file:\n    type: file\n    path: {}\n",
+        expected.display(),
+        b = stack.kafka_bootstrap,
+    );
+    let mut kubecast = Kubecast::start(&stack, &dir, &config);
+    kubecast.wait_for_log("list complete", 1, LIMIT).await;
+    let pods = Pods::new(&client, &ns);
+    pods.create("api").await;
+    pods.running("api", 0).await;
+    pods.label("api", "tier", "backend").await;
+    pods.delete("api").await;
+    // created, Running, label, deletionTimestamp, deleted
+    let n = 5;
+    let lines = || std::fs::read_to_string(&expected).unwrap_or_default().lines().count();
+    let written = wait_for(LIMIT, "the file sink", || (lines() >= n).then_some(())).await;
+    kubecast.check(written.ok_or_else(|| format!("{n} events in {}", expected.display())));
+    kubecast.check(kafka_bin.wait_until("binary records", LIMIT, |r| r.len() >= n).await);
+    kubecast.check(kafka_str.wait_until("structured records", LIMIT, |r| r.len() >= n).await);
+    // Stopping drains the MQTT sinks: every publish is acknowledged before kubecast exits.
+    let (code, log) = kubecast.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("sink=m5 delivered=5") && log.contains("sink=m3 delivered=5"), "{log}");
+
+    let (ok, out) = run_python(
+        &["-m", "pytest", "-q", "-p", "no:cacheprovider", "test_interop.py"],
+        &[
+            ("KUBECAST_INTEROP_EXPECTED", expected.display().to_string()),
+            ("KUBECAST_INTEROP_KAFKA", stack.kafka_bootstrap.clone()),
+            ("KUBECAST_INTEROP_BINARY", binary),
+            ("KUBECAST_INTEROP_STRUCTURED", structured),
+            ("KUBECAST_INTEROP_MQTT", mqtt),
+            ("KUBECAST_INTEROP_SESSION", session),
+            ("KUBECAST_INTEROP_PREFIX", prefix),
+        ],
+    );
+    println!("{out}");
+    assert!(ok, "the Python interop suite failed:\n{out}");
+    assert!(out.contains("4 passed"), "all four interop checks ran:\n{out}");
+}
