@@ -8,36 +8,12 @@ mod support;
 
 use std::time::Duration;
 
-use serde_json::Value;
 use support::consume::{KafkaTopic, MqttMessage, MqttSubscriber, Record};
 use support::kubecast::{Kubecast, scratch_dir};
 use support::pods::{Pod, Pods, expected_full_data, namespace};
 use support::{Stack, unique_name};
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn schema(name: &str) -> jsonschema::Validator {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("schemas")
-        .join(name);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let value: Value = serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
-    jsonschema::validator_for(&value)
-        .unwrap_or_else(|e| panic!("{} is not a valid schema: {e}", path.display()))
-}
-
-fn assert_valid(validator: &jsonschema::Validator, data: &Value, what: &str) {
-    let errors: Vec<String> = validator
-        .iter_errors(data)
-        .map(|e| format!("{e} at {}", e.instance_path()))
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "{what} does not follow its schema: {errors:?}\n{data}"
-    );
-}
 
 fn rv(p: &Pod) -> String {
     p["metadata"]["resourceVersion"]
@@ -130,7 +106,6 @@ async fn a_pods_whole_life_arrives_in_kafka_and_mqtt_as_the_contract_says() {
     let types = [
         "added", "modified", "modified", "modified", "modified", "deleted",
     ];
-    let full = schema("pod-full.v1.json");
     let mut prev = String::new();
     for (i, r) in records.iter().enumerate() {
         let get = |a: &str| r.ce(a).to_string();
@@ -160,7 +135,7 @@ async fn a_pods_whole_life_arrives_in_kafka_and_mqtt_as_the_contract_says() {
             "event {i} links to the previous one"
         );
         let data = r.json();
-        assert_valid(&full, &data, &format!("event {i}"));
+        support::schema::assert_follows(&get("dataschema"), &data, &format!("event {i}"));
         if i < 4 {
             let want_rv = rv(states[i]);
             assert_eq!(get("id"), format!("{uid}:{want_rv}:{}", types[i]));

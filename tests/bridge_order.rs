@@ -108,6 +108,11 @@ async fn each_pods_events_keep_their_order_while_many_pods_change_at_once() {
             r.ce("k8sprevrv").into(),
         ));
         assert_eq!(r.ce("dataschema"), "urn:kubecast:schema:pod-summary:v1");
+        support::schema::assert_follows(
+            r.ce("dataschema"),
+            &r.json(),
+            &format!("record {}/{}", r.partition, r.offset),
+        );
     }
     assert_eq!(kafka_chains.len(), PODS);
     for (name, (_, chain)) in &kafka_chains {

@@ -75,7 +75,7 @@ async fn after_410_gone_only_the_real_differences_are_emitted_with_inferred_dele
         stack.kafka_bootstrap,
         events_file.display()
     );
-    let mut kubecast = Kubecast::start(&stack, &dir, &config);
+    let kubecast = Kubecast::start(&stack, &dir, &config);
     let count = |n: usize| {
         let f = events_file.clone();
         move || (file_events(&f).len() >= n).then_some(())
@@ -177,6 +177,13 @@ async fn after_410_gone_only_the_real_differences_are_emitted_with_inferred_dele
         "an inferred delete carries the pod's identity"
     );
     assert_eq!(del_b["dataschema"], "urn:kubecast:schema:pod-reference:v1");
+    for e in &after {
+        support::schema::assert_follows(
+            e["dataschema"].as_str().unwrap_or_default(),
+            &e["data"],
+            &summary(e),
+        );
+    }
     let mod_c = by_name("c");
     assert_eq!(mod_c["k8srv"], c["metadata"]["resourceVersion"]);
     assert_eq!(mod_c["k8sprevrv"], before[2]["k8srv"]);

@@ -32,7 +32,11 @@ fn run_python(args: &[&str], envs: &[(&str, String)]) -> (bool, String) {
         .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .unwrap_or_else(|e| panic!("running {} {args:?}: {e}", python()));
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out.status.success(), text)
 }
 
@@ -50,7 +54,13 @@ async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
     let session = unique_name("interop-session");
     let mqtt = format!("{}:{}", stack.mqtt_host, stack.mqtt_port);
     let (ok, out) = run_python(
-        &["mqtt_session.py", &stack.mqtt_host, &stack.mqtt_port.to_string(), &session, &format!("{prefix}/#")],
+        &[
+            "mqtt_session.py",
+            &stack.mqtt_host,
+            &stack.mqtt_port.to_string(),
+            &session,
+            &format!("{prefix}/#"),
+        ],
         &[],
     );
     assert!(ok, "opening the persistent MQTT session:\n{out}");
@@ -72,18 +82,41 @@ async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
     pods.delete("api").await;
     // created, Running, label, deletionTimestamp, deleted
     let n = 5;
-    let lines = || std::fs::read_to_string(&expected).unwrap_or_default().lines().count();
+    let lines = || {
+        std::fs::read_to_string(&expected)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
     let written = wait_for(LIMIT, "the file sink", || (lines() >= n).then_some(())).await;
     kubecast.check(written.ok_or_else(|| format!("{n} events in {}", expected.display())));
-    kubecast.check(kafka_bin.wait_until("binary records", LIMIT, |r| r.len() >= n).await);
-    kubecast.check(kafka_str.wait_until("structured records", LIMIT, |r| r.len() >= n).await);
+    kubecast.check(
+        kafka_bin
+            .wait_until("binary records", LIMIT, |r| r.len() >= n)
+            .await,
+    );
+    kubecast.check(
+        kafka_str
+            .wait_until("structured records", LIMIT, |r| r.len() >= n)
+            .await,
+    );
     // Stopping drains the MQTT sinks: every publish is acknowledged before kubecast exits.
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
-    assert!(log.contains("sink=m5 delivered=5") && log.contains("sink=m3 delivered=5"), "{log}");
+    assert!(
+        log.contains("sink=m5 delivered=5") && log.contains("sink=m3 delivered=5"),
+        "{log}"
+    );
 
     let (ok, out) = run_python(
-        &["-m", "pytest", "-q", "-p", "no:cacheprovider", "test_interop.py"],
+        &[
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "test_interop.py",
+        ],
         &[
             ("KUBECAST_INTEROP_EXPECTED", expected.display().to_string()),
             ("KUBECAST_INTEROP_KAFKA", stack.kafka_bootstrap.clone()),
@@ -96,5 +129,8 @@ async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
     );
     println!("{out}");
     assert!(ok, "the Python interop suite failed:\n{out}");
-    assert!(out.contains("4 passed"), "all four interop checks ran:\n{out}");
+    assert!(
+        out.contains("4 passed"),
+        "all four interop checks ran:\n{out}"
+    );
 }

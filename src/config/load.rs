@@ -14,7 +14,12 @@ use super::Config;
 pub const ENV_PREFIX: &str = "KUBECAST_";
 
 /// Variables with the prefix that are not config overrides.
-const NOT_OVERRIDES: &[&str] = &["KUBECAST_STACK_", "KUBECAST_CONFIG", "KUBECAST_CACHE", "KUBECAST_TEST_"];
+const NOT_OVERRIDES: &[&str] = &[
+    "KUBECAST_STACK_",
+    "KUBECAST_CONFIG",
+    "KUBECAST_CACHE",
+    "KUBECAST_TEST_",
+];
 
 /// Why a config could not be read.
 #[derive(Debug, thiserror::Error)]

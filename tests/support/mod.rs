@@ -10,6 +10,7 @@
 pub mod consume;
 pub mod kubecast;
 pub mod pods;
+pub mod schema;
 
 use std::collections::HashMap;
 use std::future::Future;
