@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 use support::consume::{KafkaTopic, wait_for};
 use support::kubecast::{Kubecast, run_to_end, scratch_dir};
-use support::pods::{Pods, namespace};
+use support::scene::Scene;
 use support::{Stack, unique_name};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -189,27 +189,31 @@ async fn an_unreachable_apiserver_and_brokers_are_retried_with_the_cause_logged(
 
 #[tokio::test]
 async fn a_pod_too_large_for_a_sink_is_dead_lettered_and_the_pipeline_goes_on() {
-    let stack = Stack::load();
-    let client = stack.kube_client().await;
-    let ns = unique_name("big");
-    namespace(&client, &ns).await;
+    let scene = Scene::new("big").await;
+    let stack = &scene.stack;
     let topic = unique_name("kc-big");
-    let kafka = KafkaTopic::create(&stack, &topic).await;
-    let dir = scratch_dir("big");
-    let kafka_dead = dir.join("kafka-dead.jsonl");
-    let mqtt_dead = dir.join("mqtt-dead.jsonl");
+    let kafka = KafkaTopic::create(stack, &topic).await;
+    let kafka_dead = scene.dir.join("kafka-dead.jsonl");
+    let mqtt_dead = scene.dir.join("mqtt-dead.jsonl");
     let prefix = unique_name("kc-big");
-    let config = format!(
-        "cluster: test\nwatch:\n  namespaces: [{ns}]\nsinks:\n  k:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n    max_message_bytes: 6000\n    dead_letter: {{file: {}}}\n  m:\n    type: mqtt\n    url: mqtt://{}:{}\n    client_id: {prefix}\n    topic: '{prefix}/{{name}}'\n    max_packet_bytes: 6000\n    dead_letter: {{file: {}}}\n",
-        stack.kafka_bootstrap,
-        kafka_dead.display(),
-        stack.mqtt_host,
-        stack.mqtt_port,
+    let kafka_extra = format!(
+        "max_message_bytes: 6000\ndead_letter: {{file: {}}}",
+        kafka_dead.display()
+    );
+    let mqtt_extra = format!(
+        "max_packet_bytes: 6000\ndead_letter: {{file: {}}}",
         mqtt_dead.display()
     );
-    let mut kubecast = Kubecast::start(&stack, &dir, &config);
+    let config = scene.config(
+        "",
+        &[
+            scene.kafka_sink("k", &topic, &[&kafka_extra]),
+            scene.mqtt_sink("m", &prefix, &format!("{prefix}/{{name}}"), &[&mqtt_extra]),
+        ],
+    );
+    let mut kubecast = Kubecast::start(stack, &scene.dir, &config);
     kubecast.wait_for_log("list complete", 1, LIMIT).await;
-    let pods = Pods::new(&client, &ns);
+    let pods = &scene.pods;
     let big = pods.create("big").await;
     let big_uid = big["metadata"]["uid"]
         .as_str()

@@ -9,9 +9,10 @@ mod support;
 use std::time::Duration;
 
 use support::consume::{KafkaTopic, MqttMessage, MqttSubscriber, Record};
-use support::kubecast::{Kubecast, scratch_dir};
-use support::pods::{Pod, Pods, expected_full_data, namespace};
-use support::{Stack, unique_name};
+use support::kubecast::Kubecast;
+use support::pods::{Pod, expected_full_data};
+use support::scene::Scene;
+use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -43,24 +44,28 @@ fn check_common(get: &dyn Fn(&str) -> String, ns: &str, name: &str, uid: &str) {
 
 #[tokio::test]
 async fn a_pods_whole_life_arrives_in_kafka_and_mqtt_as_the_contract_says() {
-    let stack = Stack::load();
-    let client = stack.kube_client().await;
-    let ns = unique_name("life");
-    namespace(&client, &ns).await;
+    let scene = Scene::new("life").await;
+    let ns = scene.ns.clone();
     let topic = unique_name("kc-life");
-    let kafka = KafkaTopic::create(&stack, &topic).await;
+    let kafka = KafkaTopic::create(&scene.stack, &topic).await;
     let prefix = unique_name("kc-life");
-    let mqtt = MqttSubscriber::subscribe(&stack, &format!("{prefix}/#")).await;
-
-    let dir = scratch_dir("life");
-    let config = format!(
-        "cluster: test\nwatch:\n  namespaces: [{ns}]\nsinks:\n  kafka:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n  mqtt:\n    type: mqtt\n    url: mqtt://{}:{}\n    client_id: {prefix}\n    topic: '{prefix}/{{namespace}}/{{name}}'\n",
-        stack.kafka_bootstrap, stack.mqtt_host, stack.mqtt_port
+    let mqtt = MqttSubscriber::subscribe(&scene.stack, &format!("{prefix}/#")).await;
+    let config = scene.config(
+        "",
+        &[
+            scene.kafka_sink("kafka", &topic, &[]),
+            scene.mqtt_sink(
+                "mqtt",
+                &prefix,
+                &format!("{prefix}/{{namespace}}/{{name}}"),
+                &[],
+            ),
+        ],
     );
-    let mut kubecast = Kubecast::start(&stack, &dir, &config);
+    let mut kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
     kubecast.wait_for_log("list complete", 1, LIMIT).await;
 
-    let pods = Pods::new(&client, &ns);
+    let pods = &scene.pods;
     let name = "web-1";
     let created = pods.create(name).await;
     let running = pods.running(name, 0).await;

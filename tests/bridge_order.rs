@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use support::consume::{KafkaTopic, MqttSubscriber};
-use support::kubecast::{Kubecast, scratch_dir};
-use support::pods::{Pods, namespace};
-use support::{Stack, unique_name};
+use support::kubecast::Kubecast;
+use support::scene::Scene;
+use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(90);
 const PODS: usize = 12;
@@ -41,22 +41,22 @@ fn check_chain(who: &str, chain: &Chain) {
 
 #[tokio::test]
 async fn each_pods_events_keep_their_order_while_many_pods_change_at_once() {
-    let stack = Stack::load();
-    let client = stack.kube_client().await;
-    let ns = unique_name("order");
-    namespace(&client, &ns).await;
+    let scene = Scene::new("order").await;
     let topic = unique_name("kc-order");
-    let kafka = KafkaTopic::create(&stack, &topic).await;
+    let kafka = KafkaTopic::create(&scene.stack, &topic).await;
     let prefix = unique_name("kc-order");
-    let mqtt = MqttSubscriber::subscribe(&stack, &format!("{prefix}/#")).await;
-    let config = format!(
-        "cluster: test\nwatch:\n  namespaces: [{ns}]\nencoding:\n  data: summary\nsinks:\n  kafka:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n  mqtt:\n    type: mqtt\n    url: mqtt://{}:{}\n    client_id: {prefix}\n    topic: '{prefix}/{{name}}'\n",
-        stack.kafka_bootstrap, stack.mqtt_host, stack.mqtt_port
+    let mqtt = MqttSubscriber::subscribe(&scene.stack, &format!("{prefix}/#")).await;
+    let config = scene.config(
+        "encoding:\n  data: summary\n",
+        &[
+            scene.kafka_sink("kafka", &topic, &[]),
+            scene.mqtt_sink("mqtt", &prefix, &format!("{prefix}/{{name}}"), &[]),
+        ],
     );
-    let mut kubecast = Kubecast::start(&stack, &scratch_dir("order"), &config);
+    let mut kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
     kubecast.wait_for_log("list complete", 1, LIMIT).await;
 
-    let pods = Pods::new(&client, &ns);
+    let pods = &scene.pods;
     let names: Vec<String> = (0..PODS).map(|i| format!("p{i}")).collect();
     join_all(names.iter().map(|name| {
         let pods = &pods;
@@ -143,25 +143,28 @@ async fn each_pods_events_keep_their_order_while_many_pods_change_at_once() {
 
 #[tokio::test]
 async fn retained_mqtt_state_follows_the_pod_and_is_cleared_on_delete() {
-    let stack = Stack::load();
-    let client = stack.kube_client().await;
-    let ns = unique_name("retain");
-    namespace(&client, &ns).await;
+    let scene = Scene::new("retain").await;
+    let stack = &scene.stack;
     let prefix = unique_name("kc-retain");
-    let live = MqttSubscriber::subscribe(&stack, &format!("{prefix}/#")).await;
-    let config = format!(
-        "cluster: test\nwatch:\n  namespaces: [{ns}]\nsinks:\n  mqtt:\n    type: mqtt\n    url: mqtt://{}:{}\n    client_id: {prefix}\n    retain: true\n    topic: '{prefix}/{{namespace}}/{{name}}'\n",
-        stack.mqtt_host, stack.mqtt_port
+    let live = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
+    let config = scene.config(
+        "",
+        &[scene.mqtt_sink(
+            "mqtt",
+            &prefix,
+            &format!("{prefix}/{{namespace}}/{{name}}"),
+            &["retain: true"],
+        )],
     );
-    let mut kubecast = Kubecast::start(&stack, &scratch_dir("retain"), &config);
+    let mut kubecast = Kubecast::start(stack, &scene.dir, &config);
     kubecast.wait_for_log("list complete", 1, LIMIT).await;
-    let pods = Pods::new(&client, &ns);
+    let pods = &scene.pods;
     pods.create("r1").await;
     let labelled = pods.label("r1", "stage", "two").await;
     kubecast.check(live.wait_until("two events", LIMIT, |m| m.len() >= 2).await);
 
     // A subscriber that arrives later gets the latest state, retained.
-    let late = MqttSubscriber::subscribe(&stack, &format!("{prefix}/#")).await;
+    let late = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
     let got = kubecast.check(
         late.wait_until("the retained state", LIMIT, |m| !m.is_empty())
             .await,
@@ -187,11 +190,11 @@ async fn retained_mqtt_state_follows_the_pod_and_is_cleared_on_delete() {
         all[4].payload.is_empty(),
         "an empty message clears the retained state"
     );
-    let after = MqttSubscriber::subscribe(&stack, &format!("{prefix}/#")).await;
+    let after = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
     // The broker sends retained messages right after the SUBACK; a marker published after
     // subscribing proves that nothing retained came before it.
     let marker = format!("{prefix}/marker");
-    support::consume::publish_marker(&stack, &marker).await;
+    support::consume::publish_marker(stack, &marker).await;
     let seen = kubecast.check(
         after
             .wait_until("the marker", LIMIT, |m| m.iter().any(|x| x.topic == marker))

@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::consume::{KafkaTopic, wait_for};
-use support::kubecast::{Kubecast, scratch_dir};
-use support::pods::{Pods, namespace};
-use support::{Stack, unique_name};
+use support::kubecast::Kubecast;
+use support::pods::Pods;
+use support::scene::{Scene, file_sink};
+use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -50,11 +51,8 @@ fn summary(e: &Value) -> String {
 
 #[tokio::test]
 async fn after_410_gone_only_the_real_differences_are_emitted_with_inferred_deletes() {
-    let stack = Stack::load();
-    let client = stack.kube_client().await;
-    let ns = unique_name("relist");
-    namespace(&client, &ns).await;
-    let pods = Pods::new(&client, &ns);
+    let scene = Scene::new("relist").await;
+    let (stack, ns, pods) = (&scene.stack, &scene.ns, &scene.pods);
     let mut uids = std::collections::BTreeMap::new();
     for name in ["a", "b", "c"] {
         let p = pods.create(name).await;
@@ -67,15 +65,16 @@ async fn after_410_gone_only_the_real_differences_are_emitted_with_inferred_dele
         );
     }
     let topic = unique_name("kc-relist");
-    let kafka = KafkaTopic::create(&stack, &topic).await;
-    let dir = scratch_dir("relist");
-    let events_file = dir.join("events.jsonl");
-    let config = format!(
-        "cluster: test\nwatch:\n  namespaces: [{ns}]\nsinks:\n  kafka:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n  file:\n    type: file\n    path: {}\n",
-        stack.kafka_bootstrap,
-        events_file.display()
+    let kafka = KafkaTopic::create(stack, &topic).await;
+    let events_file = scene.dir.join("events.jsonl");
+    let config = scene.config(
+        "",
+        &[
+            scene.kafka_sink("kafka", &topic, &[]),
+            file_sink("file", &events_file),
+        ],
     );
-    let kubecast = Kubecast::start(&stack, &dir, &config);
+    let kubecast = Kubecast::start(stack, &scene.dir, &config);
     let count = |n: usize| {
         let f = events_file.clone();
         move || (file_events(&f).len() >= n).then_some(())
@@ -113,8 +112,9 @@ async fn after_410_gone_only_the_real_differences_are_emitted_with_inferred_dele
     kubecast.signal("STOP");
     stack.script(&["stop", "kube-apiserver"]);
     stack.script(&["start", "kube-apiserver"]);
+    // A client of its own: the old one's connections died with the apiserver.
     let client = stack.kube_client().await;
-    let pods = Pods::new(&client, &ns);
+    let pods = Pods::new(&client, ns);
     pods.delete("b").await;
     let c = pods.label("c", "changed", "while-away").await;
     let e = pods.create("e").await;

@@ -12,9 +12,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use support::consume::{KafkaTopic, wait_for};
-use support::kubecast::{Kubecast, scratch_dir};
-use support::pods::{Pods, namespace};
-use support::{Stack, unique_name};
+use support::kubecast::Kubecast;
+use support::scene::{Scene, file_sink};
+use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -42,14 +42,12 @@ fn run_python(args: &[&str], envs: &[(&str, String)]) -> (bool, String) {
 
 #[tokio::test]
 async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
-    let stack = Stack::load();
-    let client = stack.kube_client().await;
-    let ns = unique_name("interop");
-    namespace(&client, &ns).await;
+    let scene = Scene::new("interop").await;
+    let stack = &scene.stack;
     let binary = unique_name("kc-interop-bin");
     let structured = unique_name("kc-interop-str");
-    let kafka_bin = KafkaTopic::create(&stack, &binary).await;
-    let kafka_str = KafkaTopic::create(&stack, &structured).await;
+    let kafka_bin = KafkaTopic::create(stack, &binary).await;
+    let kafka_str = KafkaTopic::create(stack, &structured).await;
     let prefix = unique_name("kc-interop");
     let session = unique_name("interop-session");
     let mqtt = format!("{}:{}", stack.mqtt_host, stack.mqtt_port);
@@ -65,17 +63,30 @@ async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
     );
     assert!(ok, "opening the persistent MQTT session:\n{out}");
 
-    let dir = scratch_dir("interop");
-    let expected = dir.join("expected.jsonl");
-    let url = format!("mqtt://{mqtt}");
-    let config = format!(
-        "cluster: interop\nwatch:\n  namespaces: [{ns}]\nsinks:\n  kb:\n    type: kafka\n    brokers: {b}\n    topic: {binary}\n  ks:\n    type: kafka\n    brokers: {b}\n    topic: {structured}\n    mode: structured\n  m5:\n    type: mqtt\n    url: {url}\n    client_id: {prefix}-v5\n    topic: '{prefix}/v5/{{namespace}}/{{name}}'\n  m3:\n    type: mqtt\n    url: {url}\n    protocol: v311\n    client_id: {prefix}-v311\n    topic: '{prefix}/v311/{{namespace}}/{{name}}'\n  file:\n    type: file\n    path: {}\n",
-        expected.display(),
-        b = stack.kafka_bootstrap,
+    let expected = scene.dir.join("expected.jsonl");
+    let config = scene.config(
+        "",
+        &[
+            scene.kafka_sink("kb", &binary, &[]),
+            scene.kafka_sink("ks", &structured, &["mode: structured"]),
+            scene.mqtt_sink(
+                "m5",
+                &format!("{prefix}-v5"),
+                &format!("{prefix}/v5/{{namespace}}/{{name}}"),
+                &[],
+            ),
+            scene.mqtt_sink(
+                "m3",
+                &format!("{prefix}-v311"),
+                &format!("{prefix}/v311/{{namespace}}/{{name}}"),
+                &["protocol: v311"],
+            ),
+            file_sink("file", &expected),
+        ],
     );
-    let mut kubecast = Kubecast::start(&stack, &dir, &config);
+    let mut kubecast = Kubecast::start(stack, &scene.dir, &config);
     kubecast.wait_for_log("list complete", 1, LIMIT).await;
-    let pods = Pods::new(&client, &ns);
+    let pods = &scene.pods;
     pods.create("api").await;
     pods.running("api", 0).await;
     pods.label("api", "tier", "backend").await;

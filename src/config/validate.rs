@@ -20,6 +20,13 @@ impl Issue {
             message: message.into(),
         }
     }
+
+    /// Adds "must be at least `min`" for `field` to `issues` when `value` is below `min`.
+    pub fn at_least(issues: &mut Vec<Issue>, field: impl Into<String>, value: u64, min: u64) {
+        if value < min {
+            issues.push(Issue::new(field, format!("must be at least {min}")));
+        }
+    }
 }
 
 /// Every problem found in a config.

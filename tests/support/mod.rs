@@ -10,6 +10,7 @@
 pub mod consume;
 pub mod kubecast;
 pub mod pods;
+pub mod scene;
 pub mod schema;
 
 use std::collections::HashMap;

@@ -151,21 +151,19 @@ impl KafkaConfig {
                 None
             }
         };
-        if self.max_message_bytes < 1024 {
-            issues.push(Issue::new(
-                format!("{at}.max_message_bytes"),
-                "must be at least 1024",
-            ));
-        }
-        if self.in_flight == 0 {
-            issues.push(Issue::new(format!("{at}.in_flight"), "must be at least 1"));
-        }
-        if self.queue_events == 0 {
-            issues.push(Issue::new(
-                format!("{at}.queue_events"),
-                "must be at least 1",
-            ));
-        }
+        Issue::at_least(
+            &mut issues,
+            format!("{at}.max_message_bytes"),
+            u64::from(self.max_message_bytes),
+            1024,
+        );
+        Issue::at_least(
+            &mut issues,
+            format!("{at}.in_flight"),
+            self.in_flight as u64,
+            1,
+        );
+        // queue_events is checked for every sink in `SinkConfig::validate`.
         for key in self.librdkafka.keys() {
             if PROTECTED.contains(&key.as_str()) {
                 issues.push(Issue::new(format!("{at}.librdkafka.{key}"),

@@ -170,21 +170,19 @@ impl MqttConfig {
                 "is set without a username",
             ));
         }
-        if self.max_packet_bytes < 1024 {
-            issues.push(Issue::new(
-                format!("{at}.max_packet_bytes"),
-                "must be at least 1024",
-            ));
-        }
-        if self.in_flight == 0 {
-            issues.push(Issue::new(format!("{at}.in_flight"), "must be at least 1"));
-        }
-        if self.queue_events == 0 {
-            issues.push(Issue::new(
-                format!("{at}.queue_events"),
-                "must be at least 1",
-            ));
-        }
+        Issue::at_least(
+            &mut issues,
+            format!("{at}.max_packet_bytes"),
+            u64::from(self.max_packet_bytes),
+            1024,
+        );
+        Issue::at_least(
+            &mut issues,
+            format!("{at}.in_flight"),
+            self.in_flight as u64,
+            1,
+        );
+        // queue_events is checked for every sink in `SinkConfig::validate`.
         if self.dead_letter.as_ref().is_some_and(|d| d.topic.is_some()) {
             issues.push(Issue::new(
                 format!("{at}.dead_letter.topic"),

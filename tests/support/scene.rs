@@ -1,0 +1,85 @@
+//! The setting most bridge tests share: the stack, an admin client, a namespace of the
+//! test's own (so tests running side by side never see each other's pods), a scratch
+//! directory, and kubecast configs that watch just that namespace.
+
+use std::path::PathBuf;
+
+use super::kubecast::scratch_dir;
+use super::pods::{Pods, namespace};
+use super::{Stack, unique_name};
+
+pub struct Scene {
+    pub stack: Stack,
+    pub client: kube::Client,
+    pub ns: String,
+    pub pods: Pods,
+    pub dir: PathBuf,
+}
+
+impl Scene {
+    /// Creates a fresh namespace named after `label`.
+    pub async fn new(label: &str) -> Scene {
+        let stack = Stack::load();
+        let client = stack.kube_client().await;
+        let ns = unique_name(label);
+        namespace(&client, &ns).await;
+        let pods = Pods::new(&client, &ns);
+        Scene {
+            dir: scratch_dir(label),
+            stack,
+            client,
+            ns,
+            pods,
+        }
+    }
+
+    /// A kubecast config for cluster `test` watching this scene's namespace. `settings` are
+    /// further top-level YAML lines; `sinks` are blocks from the `*_sink` helpers.
+    pub fn config(&self, settings: &str, sinks: &[String]) -> String {
+        format!(
+            "cluster: test\nwatch:\n  namespaces: [{}]\n{settings}sinks:\n{}",
+            self.ns,
+            sinks.concat()
+        )
+    }
+
+    /// A Kafka sink `name` writing to `topic`; `extra` holds more of its fields (`"mode: structured"`).
+    pub fn kafka_sink(&self, name: &str, topic: &str, extra: &[&str]) -> String {
+        sink(
+            name,
+            &[&format!(
+                "type: kafka\nbrokers: {}\ntopic: {topic}",
+                self.stack.kafka_bootstrap
+            )],
+            extra,
+        )
+    }
+
+    /// An MQTT sink `name` (its client id is `client_id`) with the topic template `topic`.
+    pub fn mqtt_sink(&self, name: &str, client_id: &str, topic: &str, extra: &[&str]) -> String {
+        let base = format!(
+            "type: mqtt\nurl: mqtt://{}:{}\nclient_id: {client_id}\ntopic: '{topic}'",
+            self.stack.mqtt_host, self.stack.mqtt_port
+        );
+        sink(name, &[&base], extra)
+    }
+}
+
+/// A file sink `name` writing to `path`.
+pub fn file_sink(name: &str, path: &std::path::Path) -> String {
+    sink(
+        name,
+        &[&format!("type: file\npath: {}", path.display())],
+        &[],
+    )
+}
+
+fn sink(name: &str, base: &[&str], extra: &[&str]) -> String {
+    let mut out = format!("  {name}:\n");
+    for line in base.iter().chain(extra).flat_map(|b| b.lines()) {
+        out.push_str("    ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
