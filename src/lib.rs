@@ -26,4 +26,5 @@ pub mod config;
 pub mod event;
 pub mod pipeline;
 pub mod sinks;
+pub mod store;
 pub mod watch;

@@ -8,7 +8,7 @@
 mod encode;
 mod summary;
 
-pub use encode::{EncodeError, Encoder};
+pub use encode::{EncodeError, Encoder, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY};
 
 use bytes::Bytes;
 use serde::Serialize;

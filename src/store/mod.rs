@@ -1,0 +1,246 @@
+//! The durable buffer: what kubecast has emitted but its sinks have not all acknowledged,
+//! with the known state and the watch positions, in a state directory that survives a crash
+//! or `kill -9`.
+//!
+//! Entry point: [`Store::open`], which recovers the directory and returns what a restart
+//! needs ([`Restored`]): the last snapshot, the log records after it (replayed by the
+//! pipeline into the classifier and the positions), and per sink the events it has not
+//! acknowledged. Then [`Store::append`] logs each batch before its events go to the sinks,
+//! [`Store::acked`] moves a sink's cursor, and [`Store::maintain`] saves cursors, writes
+//! snapshots and deletes log segments nobody needs any more.
+//!
+//! Why a log of our own: the job is an append-only sequence with one reader position per
+//! sink, truncated from the front; a small segment log with checksummed frames does exactly
+//! that, with an fsync policy we control and recovery we can test by cutting files.
+
+mod log;
+mod record;
+mod snapshot;
+
+#[cfg(test)]
+mod proptests;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+pub use log::Log;
+pub use record::Record;
+pub use snapshot::{Cursors, KnownPod, Snapshot};
+
+use crate::event::Event;
+
+/// Why the state directory cannot be used. Always fatal: kubecast must not acknowledge
+/// what it cannot store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("state directory: {op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("state directory: {path} is corrupt at byte {offset}: {reason}")]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+}
+
+/// When appended records are synced to disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsyncPolicy {
+    /// Before the batch's events go to any sink: nothing emitted is ever lost.
+    #[default]
+    Always,
+    /// At most `fsync_interval_ms` after appending: a crash may lose the last interval's
+    /// events from the log; they are then emitted again after the restart (same ids).
+    Interval,
+    /// Left to the operating system: survives a kubecast crash, not a machine crash.
+    Never,
+}
+
+/// The store's settings.
+#[derive(Debug, Clone)]
+pub struct StoreSettings {
+    pub dir: PathBuf,
+    pub fsync: FsyncPolicy,
+    pub fsync_interval: Duration,
+    pub segment_bytes: u64,
+    pub snapshot_interval: Duration,
+}
+
+/// What a restart starts from.
+#[derive(Debug, Default)]
+pub struct Restored {
+    pub snapshot: Snapshot,
+    /// Records at or after `snapshot.next_seq`, to replay on top of it.
+    pub replay: Vec<Record>,
+    /// Per configured sink, its unacknowledged events in order.
+    pub pending: BTreeMap<String, Vec<Arc<Event>>>,
+}
+
+/// The open state directory.
+#[derive(Debug)]
+pub struct Store {
+    settings: StoreSettings,
+    log: Log,
+    cursors: Cursors,
+    cursors_dirty: bool,
+    unsynced: bool,
+    last_sync: Instant,
+    last_snapshot: Instant,
+    snapshot_seq: u64,
+}
+
+impl Store {
+    /// Opens and recovers `settings.dir` for the sinks named in `sinks`. A sink without a
+    /// cursor yet starts at the log's end.
+    pub fn open(
+        settings: StoreSettings,
+        sinks: &[String],
+    ) -> Result<(Store, Restored), StoreError> {
+        let log_dir = settings.dir.join("log");
+        std::fs::create_dir_all(&settings.dir).map_err(|source| StoreError::Io {
+            op: "creating",
+            path: settings.dir.clone(),
+            source,
+        })?;
+        let (log, records) = Log::open(&log_dir, settings.segment_bytes)?;
+        let snapshot: Snapshot =
+            snapshot::read(&settings.dir, snapshot::SNAPSHOT)?.unwrap_or_default();
+        let mut cursors: Cursors =
+            snapshot::read(&settings.dir, snapshot::CURSORS)?.unwrap_or_default();
+        let head = log.next_seq().saturating_sub(1);
+        cursors.retain(|name, _| sinks.contains(name));
+        for s in sinks {
+            cursors.entry(s.clone()).or_insert(head);
+        }
+        // Saved at once: a new sink's starting point must not move to a later head if
+        // kubecast crashes before the next upkeep.
+        snapshot::write(&settings.dir, snapshot::CURSORS, &cursors)?;
+        let mut pending: BTreeMap<String, Vec<Arc<Event>>> =
+            sinks.iter().map(|s| (s.clone(), Vec::new())).collect();
+        let mut replay = Vec::new();
+        for r in records {
+            if let Record::Event { event, .. } = &r {
+                let event = Arc::new(event.clone());
+                for (sink, list) in pending.iter_mut() {
+                    if event.seq > cursors[sink] {
+                        list.push(event.clone());
+                    }
+                }
+            }
+            if r.seq() >= snapshot.next_seq {
+                replay.push(r);
+            }
+        }
+        let store = Store {
+            snapshot_seq: snapshot.next_seq,
+            settings,
+            log,
+            cursors,
+            cursors_dirty: false,
+            unsynced: false,
+            last_sync: Instant::now(),
+            last_snapshot: Instant::now(),
+        };
+        Ok((
+            store,
+            Restored {
+                snapshot,
+                replay,
+                pending,
+            },
+        ))
+    }
+
+    /// The next sequence number, for the next record.
+    pub fn take_seq(&mut self) -> u64 {
+        self.log.take_seq()
+    }
+
+    /// The sequence number the next record will get (without taking it).
+    pub fn next_seq(&self) -> u64 {
+        self.log.next_seq()
+    }
+
+    /// Logs `records`, synced as the policy says, before their events go anywhere.
+    pub fn append(&mut self, records: &[Record]) -> Result<(), StoreError> {
+        self.log.append(records)?;
+        self.unsynced = true;
+        if self.settings.fsync == FsyncPolicy::Always {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), StoreError> {
+        if self.unsynced {
+            self.log.sync()?;
+            self.unsynced = false;
+        }
+        self.last_sync = Instant::now();
+        Ok(())
+    }
+
+    /// `sink` settled every event up to `seq` (delivered or dead-lettered).
+    pub fn acked(&mut self, sink: &str, seq: u64) {
+        if let Some(c) = self.cursors.get_mut(sink)
+            && seq > *c
+        {
+            *c = seq;
+            self.cursors_dirty = true;
+        }
+    }
+
+    /// The lowest acknowledged sequence number over all sinks.
+    pub fn min_cursor(&self) -> u64 {
+        self.cursors.values().copied().min().unwrap_or(0)
+    }
+
+    /// Periodic upkeep: the interval fsync, saving cursors, and (when due or `force`) a
+    /// snapshot from `state`, after which segments nobody needs are deleted.
+    pub fn maintain(
+        &mut self,
+        force_snapshot: bool,
+        state: impl FnOnce() -> Snapshot,
+    ) -> Result<(), StoreError> {
+        if self.settings.fsync == FsyncPolicy::Interval
+            && self.last_sync.elapsed() >= self.settings.fsync_interval
+        {
+            self.sync()?;
+        }
+        if self.cursors_dirty {
+            snapshot::write(&self.settings.dir, snapshot::CURSORS, &self.cursors)?;
+            self.cursors_dirty = false;
+        }
+        if force_snapshot || self.last_snapshot.elapsed() >= self.settings.snapshot_interval {
+            // Everything the snapshot covers must be on disk before the snapshot says so.
+            self.sync()?;
+            let snap = state();
+            snapshot::write(&self.settings.dir, snapshot::SNAPSHOT, &snap)?;
+            self.snapshot_seq = snap.next_seq;
+            self.last_snapshot = Instant::now();
+        }
+        // Keep what a sink still needs and what a replay after the snapshot needs.
+        let below = (self.min_cursor() + 1).min(self.snapshot_seq);
+        self.log.compact(below)?;
+        Ok(())
+    }
+
+    /// Syncs everything and saves the cursors (on shutdown).
+    pub fn close(&mut self, state: impl FnOnce() -> Snapshot) -> Result<(), StoreError> {
+        self.maintain(true, state)
+    }
+
+    /// Bytes the log holds on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.log.disk_bytes()
+    }
+}
