@@ -88,6 +88,53 @@ impl Classifier {
         }
     }
 
+    /// A classifier that continues from saved state: no list counts as initial.
+    pub fn restored(initial: InitialList, known: Vec<crate::store::KnownPod>) -> Classifier {
+        let mut c = Classifier::new(initial);
+        c.restored = true;
+        for k in known {
+            c.insert(k.uid, &k.namespace, k.name, k.rv);
+        }
+        c
+    }
+
+    /// Applies an event emitted before a restart (replayed from the durable log).
+    pub fn replay(&mut self, e: &crate::event::Event) {
+        match e.kind {
+            ChangeKind::Deleted => {
+                self.known.remove(e.uid.as_str());
+            }
+            _ => self.insert(e.uid.clone(), &e.namespace, e.name.clone(), e.rv.clone()),
+        }
+    }
+
+    /// The known state, for a snapshot.
+    pub fn known_pods(&self) -> Vec<crate::store::KnownPod> {
+        self.known
+            .iter()
+            .map(|(uid, k)| crate::store::KnownPod {
+                uid: uid.to_string(),
+                namespace: k.namespace.to_string(),
+                name: k.name.to_string(),
+                rv: k.rv.to_string(),
+            })
+            .collect()
+    }
+
+    fn insert(&mut self, uid: String, namespace: &str, name: String, rv: String) {
+        let namespace = self.intern(namespace);
+        let seen = self.epoch;
+        self.known.insert(
+            uid.into(),
+            Known {
+                rv: rv.into(),
+                namespace,
+                name: name.into(),
+                seen,
+            },
+        );
+    }
+
     /// Number of known pods.
     pub fn len(&self) -> usize {
         self.known.len()

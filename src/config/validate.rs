@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::{Config, EncodingConfig, KubernetesConfig, LogConfig, WatchConfig};
+use super::{Config, EncodingConfig, KubernetesConfig, LogConfig, StateConfig, WatchConfig};
 use crate::sinks::ValidSink;
 
 /// One problem: the field path and what is wrong with it.
@@ -53,6 +53,7 @@ pub struct Validated {
     pub watch: WatchConfig,
     pub encoding: EncodingConfig,
     pub sinks: Vec<(String, ValidSink)>,
+    pub state: StateConfig,
     pub log: LogConfig,
 }
 
@@ -103,6 +104,30 @@ impl Config {
                 "must be at least 1",
             ));
         }
+        if self
+            .state
+            .dir
+            .as_ref()
+            .is_some_and(|d| d.as_os_str().is_empty())
+        {
+            issues.push(Issue::new(
+                "state.dir",
+                "is empty; leave it out to keep no state",
+            ));
+        }
+        Issue::at_least(
+            &mut issues,
+            "state.fsync_interval_ms",
+            self.state.fsync_interval_ms,
+            1,
+        );
+        Issue::at_least(
+            &mut issues,
+            "state.snapshot_interval_seconds",
+            self.state.snapshot_interval_seconds,
+            1,
+        );
+        Issue::at_least(&mut issues, "state.segment_mib", self.state.segment_mib, 1);
         if self.sinks.is_empty() {
             issues.push(Issue::new("sinks", "at least one sink is required"));
         }
@@ -141,6 +166,7 @@ impl Config {
             watch: self.watch,
             encoding: self.encoding,
             sinks,
+            state: self.state,
             log: self.log,
         })
     }

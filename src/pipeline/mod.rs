@@ -5,6 +5,7 @@
 //! Entry point: [`run`]. A full sink queue makes [`run`] wait, which stops it reading the
 //! watch channel, which stops the watches reading the apiserver: backpressure end to end.
 
+mod durable;
 mod stats;
 
 use std::future::Future;
@@ -17,7 +18,7 @@ use tokio::task::JoinSet;
 use crate::classify::{Change, Classifier};
 use crate::config::Validated;
 use crate::event::{Encoder, Event};
-use crate::sinks::{self, SinkHandle};
+use crate::sinks::{self, Report, SinkHandle};
 use crate::watch::{self, Observed, WatchError, WatchSettings};
 
 pub use stats::Stats;
@@ -31,10 +32,15 @@ pub enum PipelineError {
     Sink(#[from] sinks::SinkError),
     #[error("sink `{0}` stopped unexpectedly")]
     SinkGone(String),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }
 
 /// How long a shutdown waits for the sinks to deliver what they hold.
 const DRAIN: Duration = Duration::from_secs(15);
+
+/// Observations taken together into one log append.
+const BATCH: usize = 256;
 
 /// Runs the bridge until `shutdown` completes (then drains the sinks) or a fatal error.
 pub async fn run(
@@ -50,6 +56,7 @@ pub async fn run(
         max_backoff: Duration::from_secs(u64::from(config.watch.max_backoff_seconds)),
         streaming: config.watch.streaming_list,
     });
+    let (mut durable, start) = durable::Durable::open(&config)?;
     let (reports_tx, mut reports) = mpsc::unbounded_channel();
     let sinks: Vec<SinkHandle> = config
         .sinks
@@ -72,18 +79,19 @@ pub async fn run(
     };
     let mut watches: JoinSet<Result<(), WatchError>> = JoinSet::new();
     for scope in scopes {
+        let resume = start.resume.get(&scope).cloned().flatten();
         let handle = watch::spawn(
             client.clone(),
             scope,
             settings.clone(),
-            None,
+            resume,
             observed_tx.clone(),
         );
         watches.spawn(async move { handle.await.unwrap_or(Ok(())) });
     }
     drop(observed_tx);
 
-    let mut classifier = Classifier::new(config.watch.initial_list);
+    let mut classifier = start.classifier;
     let mut encoder = Encoder::new(
         &config.cluster,
         config.encoding.data,
@@ -92,27 +100,67 @@ pub async fn run(
     let mut stats = Stats::new(&sinks);
     tracing::info!(cluster = %config.cluster, sinks = sinks.len(), "kubecast started");
     tokio::pin!(shutdown);
+    // Upkeep of the durable state: interval syncs, cursors, snapshots, compaction.
+    let mut upkeep = tokio::time::interval(Duration::from_millis(200));
+    upkeep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // What the sinks had not acknowledged before the restart goes first, in order.
+    for s in &sinks {
+        for event in start.pending.get(&*s.name).into_iter().flatten() {
+            if s.queue.send(event.clone()).await.is_err() {
+                break;
+            }
+        }
+    }
 
     let outcome: Result<(), PipelineError> = loop {
         tokio::select! {
             _ = &mut shutdown => break Ok(()),
-            Some(report) = reports.recv() => stats.report(&report),
+            Some(report) = reports.recv() => {
+                stats.report(&report);
+                let (Report::Delivered { sink, seq } | Report::DeadLettered { sink, seq, .. }) = &report;
+                durable.acked(sink, *seq);
+            }
+            _ = upkeep.tick() => if let Err(e) = durable.maintain(&classifier) { break Err(e.into()) },
             Some(done) = watches.join_next() => {
                 if let Ok(Err(e)) = done {
                     break Err(e.into());
                 }
             }
             item = observed.recv() => {
-                let Some(item) = item else {
+                let Some(first) = item else {
                     // Every watch has ended; only an error ends one.
                     break first_watch_error(&mut watches).await;
                 };
-                let changes = classify(&mut classifier, item);
+                // A batch of what is ready: one log append (and fsync) for all of it.
+                let mut items = vec![first];
+                while items.len() < BATCH {
+                    match observed.try_recv() {
+                        Ok(i) => items.push(i),
+                        Err(_) => break,
+                    }
+                }
+                let mut events = Vec::new();
+                for item in items {
+                    let from_watch = matches!(item, Observed::Applied { .. } | Observed::Deleted { .. });
+                    let position = matches!(item, Observed::ListStart { .. } | Observed::ListDone { .. } | Observed::Bookmark { .. })
+                        .then(|| item.clone());
+                    for change in classify(&mut classifier, item) {
+                        let event = durable.event(encode(&mut encoder, &change), from_watch);
+                        stats.emitted(&event);
+                        events.push(event);
+                    }
+                    if let Some(p) = position {
+                        durable.observed(&p);
+                    }
+                }
+                // Logged before any sink sees it: the resume point never runs ahead of
+                // what is stored.
+                if let Err(e) = durable.commit() {
+                    break Err(e.into());
+                }
                 // Some(None): shutdown; Some(Some(name)): the sink `name` has stopped.
                 let mut failed: Option<Option<String>> = None;
-                for change in changes {
-                    let event = encode(&mut encoder, &change);
-                    stats.emitted(&event);
+                for event in events {
                     // Waiting here is the backpressure; a shutdown still gets through.
                     tokio::select! {
                         r = fan_out(&sinks, event) => if let Err(name) = r { failed = Some(Some(name)); break },
@@ -131,8 +179,12 @@ pub async fn run(
 
     watches.abort_all();
     drop(observed);
-    let drained = drain(sinks, &mut reports, &mut stats).await;
+    let drained = drain(sinks, &mut reports, &mut stats, &mut durable).await;
     stats.log_summary(classifier.len());
+    if let Err(e) = durable.close(&classifier) {
+        tracing::error!(error = %e, "saving the state at shutdown failed");
+        return Err(e.into());
+    }
     // A failed sink's own error (from `drain`) says more than `SinkGone`.
     drained?;
     outcome?;
@@ -166,13 +218,13 @@ fn classify(c: &mut Classifier, item: Observed) -> Vec<Change> {
     }
 }
 
-fn encode(encoder: &mut Encoder, change: &Change) -> Arc<Event> {
+fn encode(encoder: &mut Encoder, change: &Change) -> Event {
     let (event, error) = encoder.encode(change);
     if let Some(e) = error {
         tracing::warn!(id = %event.id, error = %e, "pod sent as reference data");
     }
-    tracing::debug!(id = %event.id, subject = %event.subject(), seq = event.seq, "event");
-    Arc::new(event)
+    tracing::debug!(id = %event.id, subject = %event.subject(), "event");
+    event
 }
 
 /// Hands `event` to every sink's queue, waiting while one is full. The error names a sink
@@ -191,6 +243,7 @@ async fn drain(
     sinks: Vec<SinkHandle>,
     reports: &mut mpsc::UnboundedReceiver<sinks::Report>,
     stats: &mut Stats,
+    durable: &mut durable::Durable,
 ) -> Result<(), PipelineError> {
     let mut first_error = None;
     let deadline = tokio::time::Instant::now() + DRAIN;
@@ -213,6 +266,8 @@ async fn drain(
     }
     while let Ok(r) = reports.try_recv() {
         stats.report(&r);
+        let (Report::Delivered { sink, seq } | Report::DeadLettered { sink, seq, .. }) = &r;
+        durable.acked(sink, *seq);
     }
     first_error.map_or(Ok(()), Err)
 }

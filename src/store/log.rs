@@ -253,7 +253,7 @@ mod tests {
 
     fn rec(seq: u64) -> Record {
         Record::Event {
-            event: event(seq, "u", &seq.to_string(), ChangeKind::Modified),
+            event: std::sync::Arc::new(event(seq, "u", &seq.to_string(), ChangeKind::Modified)),
             from_watch: true,
         }
     }

@@ -129,7 +129,6 @@ impl Store {
         let mut replay = Vec::new();
         for r in records {
             if let Record::Event { event, .. } = &r {
-                let event = Arc::new(event.clone());
                 for (sink, list) in pending.iter_mut() {
                     if event.seq > cursors[sink] {
                         list.push(event.clone());

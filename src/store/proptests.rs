@@ -62,7 +62,7 @@ proptest! {
                         .map(|_| {
                             let seq = store.take_seq();
                             events.push(seq);
-                            Record::Event { event: event(seq, "u", &seq.to_string(), ChangeKind::Modified), from_watch: true }
+                            Record::Event { event: std::sync::Arc::new(event(seq, "u", &seq.to_string(), ChangeKind::Modified)), from_watch: true }
                         })
                         .collect();
                     store.append(&batch).unwrap();

@@ -7,6 +7,8 @@
 //! "list again" while a list is under way. Replaying the records after a snapshot therefore
 //! rebuilds both the known state and the resume point, consistent with each other.
 
+use std::sync::Arc;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::event::{ChangeKind, Event};
@@ -15,7 +17,7 @@ use crate::event::{ChangeKind, Event};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
     Event {
-        event: Event,
+        event: Arc<Event>,
         from_watch: bool,
     },
     /// The watch position of `scope` (`None`: all namespaces); `rv: None` means a list is
@@ -112,7 +114,10 @@ impl Record {
                     initial: flags & 2 != 0,
                     data,
                 };
-                Some(Record::Event { event, from_watch })
+                Some(Record::Event {
+                    event: Arc::new(event),
+                    from_watch,
+                })
             }
             2 => {
                 let seq = get_u64(&mut b)?;
@@ -203,7 +208,7 @@ pub(crate) mod tests {
     fn records_survive_their_encoding() {
         for r in [
             Record::Event {
-                event: event(7, "u", "12", ChangeKind::Deleted),
+                event: Arc::new(event(7, "u", "12", ChangeKind::Deleted)),
                 from_watch: true,
             },
             Record::Position {
@@ -227,7 +232,7 @@ pub(crate) mod tests {
     fn truncated_bytes_are_not_a_record() {
         let mut b = BytesMut::new();
         Record::Event {
-            event: event(7, "u", "12", ChangeKind::Added),
+            event: Arc::new(event(7, "u", "12", ChangeKind::Added)),
             from_watch: false,
         }
         .encode(&mut b);
