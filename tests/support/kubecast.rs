@@ -119,6 +119,16 @@ impl Kubecast {
         assert!(status.success(), "kill -{name} {} failed", self.pid());
     }
 
+    /// `kill -9`, waits for the process to be gone, and returns its log.
+    pub async fn kill(mut self) -> String {
+        self.signal("KILL");
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+        if let Some(reader) = self.reader.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+        }
+        self.log()
+    }
+
     /// SIGTERM, then waits for the exit; returns the exit code and the log.
     pub async fn stop(mut self, limit: Duration) -> (Option<i32>, String) {
         self.signal("TERM");

@@ -9,6 +9,7 @@
 
 pub mod consume;
 pub mod kubecast;
+pub mod observer;
 pub mod pods;
 pub mod scene;
 pub mod schema;

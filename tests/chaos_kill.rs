@@ -1,0 +1,199 @@
+//! Chaos: `kill -9` of kubecast ten times at random moments while 50 pods churn. An
+//! independent observer (its own watch) records the truth; in the end Kafka and MQTT hold
+//! every change it saw, every duplicate carries the original's id, and pods that did not
+//! change are never emitted again after a restart.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use support::consume::{KafkaTopic, MqttSubscriber};
+use support::kubecast::Kubecast;
+use support::observer::Observer;
+use support::scene::Scene;
+use support::unique_name;
+
+const LIMIT: Duration = Duration::from_secs(120);
+const STABLE: usize = 10;
+const CHURNING: usize = 40;
+const KILLS: usize = 10;
+
+#[tokio::test]
+async fn every_change_arrives_through_ten_kill_9s_and_duplicates_keep_their_ids() {
+    let scene = Scene::new("chaos-kill").await;
+    let stack = &scene.stack;
+    let topic = unique_name("kc-chaos");
+    let kafka = KafkaTopic::create(stack, &topic).await;
+    let prefix = unique_name("kc-chaos");
+    let mqtt = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
+    let mut stable_uids = BTreeSet::new();
+    for i in 0..STABLE {
+        let p = scene.pods.create(&format!("stable-{i}")).await;
+        stable_uids.insert(
+            p["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    let observer = Observer::start(&scene.client, &scene.ns).await;
+    let state = scene.dir.join("state");
+    let config = scene.config(
+        &format!("state:\n  dir: {}\n", state.display()),
+        &[
+            scene.kafka_sink("kafka", &topic, &[]),
+            scene.mqtt_sink("mqtt", &prefix, &format!("{prefix}/{{name}}"), &[]),
+        ],
+    );
+    let mut kubecast = Kubecast::start(stack, &scene.dir, &config);
+    kubecast.wait_for_log("list complete", 1, LIMIT).await;
+    kubecast.check(
+        kafka
+            .wait_until("the stable pods' events", LIMIT, |r| r.len() >= STABLE)
+            .await,
+    );
+
+    // Churn: create, label, report Running, delete, at random, until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let ops = Arc::new(AtomicUsize::new(0));
+    let churn = {
+        let (stop, ops) = (stop.clone(), ops.clone());
+        let pods = support::pods::Pods::new(&scene.client, &scene.ns);
+        tokio::spawn(async move {
+            let mut alive = vec![false; CHURNING];
+            let mut step = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let slot = fastrand::usize(..CHURNING);
+                let name = format!("churn-{slot}");
+                step += 1;
+                if !alive[slot] {
+                    pods.create(&name).await;
+                    alive[slot] = true;
+                } else {
+                    match fastrand::u8(..10) {
+                        0..=4 => drop(pods.label(&name, "step", &step.to_string()).await),
+                        5..=7 => drop(pods.running(&name, fastrand::i32(0..5)).await),
+                        _ => {
+                            pods.delete(&name).await;
+                            alive[slot] = false;
+                        }
+                    }
+                }
+                ops.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+
+    let mut logs = Vec::new();
+    for round in 0..KILLS {
+        tokio::time::sleep(Duration::from_millis(fastrand::u64(300..2500))).await;
+        logs.push(kubecast.kill().await);
+        kubecast = Kubecast::start(stack, &scene.dir, &config);
+        kubecast.wait_for_log("state restored", 1, LIMIT).await;
+        assert!(
+            kubecast.count_in_log("fresh=false") == 1,
+            "round {round}: the state was restored:\n{}",
+            kubecast.log()
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::Relaxed);
+    churn.await.expect("the churn task");
+
+    // The truth, once the observer has caught up with the last change: every change as an id.
+    let truth = observer.changes();
+    let want: BTreeSet<String> = truth.iter().map(|c| c.id()).collect();
+    let got_all = |ids: &mut dyn Iterator<Item = String>| {
+        let have: BTreeSet<String> = ids.collect();
+        want.is_subset(&have)
+    };
+    let records = kubecast.check(
+        kafka
+            .wait_until("every change in Kafka", LIMIT, |r| {
+                got_all(&mut r.iter().map(|x| x.ce("id").to_string()))
+            })
+            .await,
+    );
+    let messages = kubecast.check(
+        mqtt.wait_until("every change over MQTT", LIMIT, |m| {
+            got_all(&mut m.iter().map(|x| x.prop("id").to_string()))
+        })
+        .await,
+    );
+    let (code, log) = kubecast.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log}");
+
+    // Every record is a change the observer saw, and the same change always has one id.
+    let mut ids_of_change: BTreeMap<(String, String, String), BTreeSet<String>> = BTreeMap::new();
+    for r in &records {
+        let id = r.ce("id").to_string();
+        assert!(
+            want.contains(&id),
+            "Kafka holds {id}, a change the apiserver never reported"
+        );
+        let kind = r
+            .ce("type")
+            .rsplit('.')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let rv = if kind == "deleted" {
+            String::new()
+        } else {
+            r.ce("k8srv").to_string()
+        };
+        ids_of_change
+            .entry((r.ce("k8suid").to_string(), rv, kind))
+            .or_default()
+            .insert(id);
+    }
+    for (change, ids) in &ids_of_change {
+        assert_eq!(
+            ids.len(),
+            1,
+            "{change:?} was sent under several ids: {ids:?}"
+        );
+    }
+    for m in &messages {
+        assert!(
+            want.contains(m.prop("id")),
+            "MQTT carried {}, a change the apiserver never reported",
+            m.prop("id")
+        );
+    }
+    // Pods that never changed were emitted once (redeliveries of that one event aside).
+    for uid in &stable_uids {
+        let ids: BTreeSet<&str> = records
+            .iter()
+            .filter(|r| r.ce("k8suid") == uid)
+            .map(|r| r.ce("id"))
+            .collect();
+        assert_eq!(ids.len(), 1, "stable pod {uid} was emitted as {ids:?}");
+    }
+    let kafka_dups = records.len()
+        - records
+            .iter()
+            .map(|r| r.ce("id"))
+            .collect::<BTreeSet<_>>()
+            .len();
+    let mqtt_dups = messages.len()
+        - messages
+            .iter()
+            .map(|m| m.prop("id"))
+            .collect::<BTreeSet<_>>()
+            .len();
+    println!(
+        "chaos_kill: {} kills, {} API operations, {} changes observed, lost 0; Kafka {} records ({} duplicates, all with the original id), MQTT {} messages ({} duplicates)",
+        KILLS,
+        ops.load(Ordering::Relaxed),
+        want.len(),
+        records.len(),
+        kafka_dups,
+        messages.len(),
+        mqtt_dups
+    );
+    drop(logs);
+}
