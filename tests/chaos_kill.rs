@@ -6,10 +6,9 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use support::churn::Churn;
 use support::consume::{KafkaTopic, MqttSubscriber};
 use support::kubecast::Kubecast;
 use support::observer::Observer;
@@ -56,36 +55,7 @@ async fn every_change_arrives_through_ten_kill_9s_and_duplicates_keep_their_ids(
             .await,
     );
 
-    // Churn: create, label, report Running, delete, at random, until told to stop.
-    let stop = Arc::new(AtomicBool::new(false));
-    let ops = Arc::new(AtomicUsize::new(0));
-    let churn = {
-        let (stop, ops) = (stop.clone(), ops.clone());
-        let pods = support::pods::Pods::new(&scene.client, &scene.ns);
-        tokio::spawn(async move {
-            let mut alive = vec![false; CHURNING];
-            let mut step = 0u32;
-            while !stop.load(Ordering::Relaxed) {
-                let slot = fastrand::usize(..CHURNING);
-                let name = format!("churn-{slot}");
-                step += 1;
-                if !alive[slot] {
-                    pods.create(&name).await;
-                    alive[slot] = true;
-                } else {
-                    match fastrand::u8(..10) {
-                        0..=4 => drop(pods.label(&name, "step", &step.to_string()).await),
-                        5..=7 => drop(pods.running(&name, fastrand::i32(0..5)).await),
-                        _ => {
-                            pods.delete(&name).await;
-                            alive[slot] = false;
-                        }
-                    }
-                }
-                ops.fetch_add(1, Ordering::Relaxed);
-            }
-        })
-    };
+    let churn = Churn::start(&scene.client, &scene.ns, CHURNING, Duration::ZERO);
 
     let mut logs = Vec::new();
     for round in 0..KILLS {
@@ -100,8 +70,7 @@ async fn every_change_arrives_through_ten_kill_9s_and_duplicates_keep_their_ids(
         );
     }
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    stop.store(true, Ordering::Relaxed);
-    churn.await.expect("the churn task");
+    let ops = churn.stop().await;
 
     // The truth, once the observer has caught up with the last change: every change as an id.
     let truth = observer.changes();
@@ -188,7 +157,7 @@ async fn every_change_arrives_through_ten_kill_9s_and_duplicates_keep_their_ids(
     println!(
         "chaos_kill: {} kills, {} API operations, {} changes observed, lost 0; Kafka {} records ({} duplicates, all with the original id), MQTT {} messages ({} duplicates)",
         KILLS,
-        ops.load(Ordering::Relaxed),
+        ops,
         want.len(),
         records.len(),
         kafka_dups,

@@ -5,6 +5,7 @@
 //! Entry point: [`run`]. A full sink queue makes [`run`] wait, which stops it reading the
 //! watch channel, which stops the watches reading the apiserver: backpressure end to end.
 
+mod bridge;
 mod durable;
 mod stats;
 
@@ -15,11 +16,12 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::classify::{Change, Classifier};
 use crate::config::Validated;
-use crate::event::{Encoder, Event};
-use crate::sinks::{self, Report, SinkHandle};
+use crate::event::Encoder;
+use crate::sinks::{self, SinkHandle};
 use crate::watch::{self, Observed, WatchError, WatchSettings};
+
+use bridge::{Bridge, Halt};
 
 pub use stats::Stats;
 
@@ -35,9 +37,6 @@ pub enum PipelineError {
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
 }
-
-/// How long a shutdown waits for the sinks to deliver what they hold.
-const DRAIN: Duration = Duration::from_secs(15);
 
 /// Observations taken together into one log append.
 const BATCH: usize = 256;
@@ -56,8 +55,8 @@ pub async fn run(
         max_backoff: Duration::from_secs(u64::from(config.watch.max_backoff_seconds)),
         streaming: config.watch.streaming_list,
     });
-    let (mut durable, start) = durable::Durable::open(&config)?;
-    let (reports_tx, mut reports) = mpsc::unbounded_channel();
+    let (durable, start) = durable::Durable::open(&config)?;
+    let (reports_tx, reports) = mpsc::unbounded_channel();
     let sinks: Vec<SinkHandle> = config
         .sinks
         .into_iter()
@@ -91,104 +90,63 @@ pub async fn run(
     }
     drop(observed_tx);
 
-    let mut classifier = start.classifier;
-    let mut encoder = Encoder::new(
+    let encoder = Encoder::new(
         &config.cluster,
         config.encoding.data,
         config.encoding.redact.clone(),
     );
-    let mut stats = Stats::new(&sinks);
-    tracing::info!(cluster = %config.cluster, sinks = sinks.len(), "kubecast started");
+    let mut bridge = Bridge::new(sinks, reports, durable, start.classifier, encoder);
+    tracing::info!(cluster = %config.cluster, sinks = bridge.sinks.len(), "kubecast started");
     tokio::pin!(shutdown);
-    // Upkeep of the durable state: interval syncs, cursors, snapshots, compaction.
-    let mut upkeep = tokio::time::interval(Duration::from_millis(200));
-    upkeep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // What the sinks had not acknowledged before the restart goes first, in order.
-    for s in &sinks {
-        for event in start.pending.get(&*s.name).into_iter().flatten() {
-            if s.queue.send(event.clone()).await.is_err() {
-                break;
+
+    let outcome = async {
+        // What the sinks had not acknowledged before the restart goes first, in order.
+        for (sink, events) in start.pending {
+            for event in events {
+                bridge.hand_to(Some(&sink), event, &mut shutdown).await?;
+            }
+        }
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => return Err(Halt::Shutdown),
+                Some(report) = bridge.reports.recv() => bridge.on_report(&report),
+                _ = bridge.upkeep.tick() => bridge.on_upkeep()?,
+                Some(done) = watches.join_next() => {
+                    if let Ok(Err(e)) = done {
+                        return Err(Halt::Failed(e.into()));
+                    }
+                }
+                item = observed.recv() => {
+                    let Some(first) = item else {
+                        // Every watch has ended; only an error ends one.
+                        return first_watch_error(&mut watches).await.map_err(Halt::Failed);
+                    };
+                    // A batch of what is ready: one log append (and fsync) for all of it.
+                    let mut items = vec![first];
+                    while items.len() < BATCH {
+                        match observed.try_recv() {
+                            Ok(i) => items.push(i),
+                            Err(_) => break,
+                        }
+                    }
+                    let events = bridge.process(items)?;
+                    for event in events {
+                        bridge.hand_to(None, event, &mut shutdown).await?;
+                    }
+                }
             }
         }
     }
-
-    let outcome: Result<(), PipelineError> = loop {
-        tokio::select! {
-            _ = &mut shutdown => break Ok(()),
-            Some(report) = reports.recv() => {
-                stats.report(&report);
-                let (Report::Delivered { sink, seq } | Report::DeadLettered { sink, seq, .. }) = &report;
-                durable.acked(sink, *seq);
-            }
-            _ = upkeep.tick() => if let Err(e) = durable.maintain(&classifier) { break Err(e.into()) },
-            Some(done) = watches.join_next() => {
-                if let Ok(Err(e)) = done {
-                    break Err(e.into());
-                }
-            }
-            item = observed.recv() => {
-                let Some(first) = item else {
-                    // Every watch has ended; only an error ends one.
-                    break first_watch_error(&mut watches).await;
-                };
-                // A batch of what is ready: one log append (and fsync) for all of it.
-                let mut items = vec![first];
-                while items.len() < BATCH {
-                    match observed.try_recv() {
-                        Ok(i) => items.push(i),
-                        Err(_) => break,
-                    }
-                }
-                let mut events = Vec::new();
-                for item in items {
-                    let from_watch = matches!(item, Observed::Applied { .. } | Observed::Deleted { .. });
-                    let position = matches!(item, Observed::ListStart { .. } | Observed::ListDone { .. } | Observed::Bookmark { .. })
-                        .then(|| item.clone());
-                    for change in classify(&mut classifier, item) {
-                        let event = durable.event(encode(&mut encoder, &change), from_watch);
-                        stats.emitted(&event);
-                        events.push(event);
-                    }
-                    if let Some(p) = position {
-                        durable.observed(&p);
-                    }
-                }
-                // Logged before any sink sees it: the resume point never runs ahead of
-                // what is stored.
-                if let Err(e) = durable.commit() {
-                    break Err(e.into());
-                }
-                // Some(None): shutdown; Some(Some(name)): the sink `name` has stopped.
-                let mut failed: Option<Option<String>> = None;
-                for event in events {
-                    // Waiting here is the backpressure; a shutdown still gets through.
-                    tokio::select! {
-                        r = fan_out(&sinks, event) => if let Err(name) = r { failed = Some(Some(name)); break },
-                        _ = &mut shutdown => { failed = Some(None); break }
-                    }
-                }
-                match failed {
-                    Some(None) => break Ok(()),
-                    // The sink's own error is collected by `drain` below.
-                    Some(Some(name)) => break Err(PipelineError::SinkGone(name)),
-                    None => {}
-                }
-            }
-        }
+    .await;
+    let outcome: Result<(), PipelineError> = match outcome {
+        Ok(()) | Err(Halt::Shutdown) => Ok(()),
+        Err(Halt::Failed(e)) => Err(e),
     };
 
     watches.abort_all();
     drop(observed);
-    let drained = drain(sinks, &mut reports, &mut stats, &mut durable).await;
-    stats.log_summary(classifier.len());
-    if let Err(e) = durable.close(&classifier) {
-        tracing::error!(error = %e, "saving the state at shutdown failed");
-        return Err(e.into());
-    }
-    // A failed sink's own error (from `drain`) says more than `SinkGone`.
-    drained?;
-    outcome?;
-    Ok(stats)
+    bridge.finish(outcome).await
 }
 
 /// The first error among the ended watches.
@@ -201,73 +159,4 @@ async fn first_watch_error(
         }
     }
     Ok(())
-}
-
-/// What the classifier makes of one observation.
-fn classify(c: &mut Classifier, item: Observed) -> Vec<Change> {
-    match item {
-        Observed::ListStart { scope } => {
-            c.list_start(&scope);
-            Vec::new()
-        }
-        Observed::Listed { scope, pod } => c.listed(&scope, pod).into_iter().collect(),
-        Observed::ListDone { scope, .. } => c.list_done(&scope),
-        Observed::Applied { pod, .. } => c.applied(pod).into_iter().collect(),
-        Observed::Deleted { pod, .. } => vec![c.deleted(pod)],
-        Observed::Bookmark { .. } => Vec::new(),
-    }
-}
-
-fn encode(encoder: &mut Encoder, change: &Change) -> Event {
-    let (event, error) = encoder.encode(change);
-    if let Some(e) = error {
-        tracing::warn!(id = %event.id, error = %e, "pod sent as reference data");
-    }
-    tracing::debug!(id = %event.id, subject = %event.subject(), "event");
-    event
-}
-
-/// Hands `event` to every sink's queue, waiting while one is full. The error names a sink
-/// whose task has ended.
-async fn fan_out(sinks: &[SinkHandle], event: Arc<Event>) -> Result<(), String> {
-    for s in sinks {
-        if s.queue.send(event.clone()).await.is_err() {
-            return Err(s.name.to_string());
-        }
-    }
-    Ok(())
-}
-
-/// Closes every queue and waits (up to [`DRAIN`]) for the sinks to deliver what they hold.
-async fn drain(
-    sinks: Vec<SinkHandle>,
-    reports: &mut mpsc::UnboundedReceiver<sinks::Report>,
-    stats: &mut Stats,
-    durable: &mut durable::Durable,
-) -> Result<(), PipelineError> {
-    let mut first_error = None;
-    let deadline = tokio::time::Instant::now() + DRAIN;
-    for SinkHandle { name, queue, task } in sinks {
-        drop(queue);
-        let abort = task.abort_handle();
-        match tokio::time::timeout_at(deadline, task).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => {
-                first_error.get_or_insert(PipelineError::Sink(e));
-            }
-            Ok(Err(_)) => {
-                first_error.get_or_insert(PipelineError::SinkGone(name.to_string()));
-            }
-            Err(_) => {
-                abort.abort();
-                tracing::error!(sink = %name, "shutdown: the sink did not deliver everything in time");
-            }
-        }
-    }
-    while let Ok(r) = reports.try_recv() {
-        stats.report(&r);
-        let (Report::Delivered { sink, seq } | Report::DeadLettered { sink, seq, .. }) = &r;
-        durable.acked(sink, *seq);
-    }
-    first_error.map_or(Ok(()), Err)
 }

@@ -1,16 +1,33 @@
 //! Counters of the running bridge: events emitted per type, and per sink what was delivered
 //! and what was dead-lettered. Logged at shutdown; the metrics endpoint will read them too.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::event::{ChangeKind, Event};
 use crate::sinks::{Report, SinkHandle};
 
-/// What one sink reported.
+/// What one sink reported, and what it holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SinkStats {
     pub delivered: u64,
     pub dead_lettered: u64,
+    /// Handed to the sink and not yet settled: (seq, data bytes), oldest first.
+    outstanding: VecDeque<(u64, usize)>,
+    outstanding_bytes: usize,
+    /// The most events and data bytes the sink held at once.
+    pub peak_events: usize,
+    pub peak_bytes: usize,
+}
+
+impl SinkStats {
+    fn settle(&mut self, seq: u64) {
+        // A sink settles in order, so everything up to `seq` is settled.
+        while self.outstanding.front().is_some_and(|(s, _)| *s <= seq) {
+            if let Some((_, bytes)) = self.outstanding.pop_front() {
+                self.outstanding_bytes -= bytes;
+            }
+        }
+    }
 }
 
 /// Counters since the start.
@@ -45,18 +62,23 @@ impl Stats {
         }
     }
 
+    /// `e` went into `sink`'s queue.
+    pub fn handed(&mut self, sink: &str, e: &Event) {
+        let s = self.sinks.entry(sink.to_string()).or_default();
+        s.outstanding.push_back((e.seq, e.data.len()));
+        s.outstanding_bytes += e.data.len();
+        s.peak_events = s.peak_events.max(s.outstanding.len());
+        s.peak_bytes = s.peak_bytes.max(s.outstanding_bytes);
+    }
+
     pub fn report(&mut self, r: &Report) {
+        let (Report::Delivered { sink, seq } | Report::DeadLettered { sink, seq, .. }) = r;
+        let s = self.sinks.entry(sink.to_string()).or_default();
         match r {
-            Report::Delivered { sink, .. } => {
-                self.sinks.entry(sink.to_string()).or_default().delivered += 1
-            }
-            Report::DeadLettered { sink, .. } => {
-                self.sinks
-                    .entry(sink.to_string())
-                    .or_default()
-                    .dead_lettered += 1
-            }
+            Report::Delivered { .. } => s.delivered += 1,
+            Report::DeadLettered { .. } => s.dead_lettered += 1,
         }
+        s.settle(*seq);
     }
 
     pub fn log_summary(&self, known_pods: usize) {
@@ -69,7 +91,14 @@ impl Stats {
             "kubecast stopped"
         );
         for (name, s) in &self.sinks {
-            tracing::info!(sink = %name, delivered = s.delivered, dead_lettered = s.dead_lettered, "sink totals");
+            tracing::info!(
+                sink = %name,
+                delivered = s.delivered,
+                dead_lettered = s.dead_lettered,
+                peak_events = s.peak_events,
+                peak_bytes = s.peak_bytes,
+                "sink totals"
+            );
         }
     }
 }

@@ -94,3 +94,50 @@ fn push(changes: &Mutex<Vec<Change>>, kind: &'static str, p: &Pod) {
         v.push(c);
     }
 }
+
+/// Checks what consumers received against the truth: every record is a change the
+/// apiserver reported (so a duplicate always carries the original's id), and returns the
+/// number of duplicates. `ids` are the event ids as received, in any order.
+pub fn check_received(
+    truth: &std::collections::BTreeSet<String>,
+    ids: &[&str],
+    where_: &str,
+) -> usize {
+    for id in ids {
+        assert!(
+            truth.contains(*id),
+            "{where_} holds {id}, a change the apiserver never reported"
+        );
+    }
+    let distinct: std::collections::BTreeSet<&&str> = ids.iter().collect();
+    let missing: Vec<&String> = truth
+        .iter()
+        .filter(|t| !distinct.contains(&t.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{where_} lacks {} changes, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+    ids.len() - distinct.len()
+}
+
+/// Whether `ids` hold every id of `truth`.
+pub fn has_all<'a>(
+    truth: &std::collections::BTreeSet<String>,
+    ids: impl Iterator<Item = &'a str>,
+) -> bool {
+    let have: std::collections::BTreeSet<&str> = ids.collect();
+    truth.iter().all(|t| have.contains(t.as_str()))
+}
+
+/// A sink's `peak_events` from kubecast's shutdown log line `sink totals`.
+pub fn peak_events(log: &str, sink: &str) -> Option<usize> {
+    log.lines()
+        .find(|l| l.contains("sink totals") && l.contains(&format!("sink={sink} ")))?
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("peak_events="))?
+        .parse()
+        .ok()
+}

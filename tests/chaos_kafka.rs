@@ -1,0 +1,101 @@
+//! Chaos: the Kafka broker is stopped for 60 seconds while pods churn, then started again.
+//! Nothing is lost, kubecast's queue for Kafka stays within its limit (the watch waits
+//! instead), and delivery resumes on its own. This binary stops Kafka, so it holds this
+//! one test.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use support::churn::Churn;
+use support::consume::{KafkaTopic, MqttSubscriber};
+use support::kubecast::Kubecast;
+use support::observer::{Observer, check_received, has_all, peak_events};
+use support::scene::Scene;
+use support::unique_name;
+
+const LIMIT: Duration = Duration::from_secs(180);
+const OUTAGE: Duration = Duration::from_secs(60);
+const QUEUE: usize = 64;
+const IN_FLIGHT: usize = 100;
+
+#[tokio::test]
+async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() {
+    let scene = Scene::new("chaos-kafka").await;
+    let stack = &scene.stack;
+    let topic = unique_name("kc-outage");
+    let kafka = KafkaTopic::create(stack, &topic).await;
+    let prefix = unique_name("kc-outage");
+    let mqtt = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
+    let observer = Observer::start(&scene.client, &scene.ns).await;
+    let kafka_extra = format!("queue_events: {QUEUE}\nin_flight: {IN_FLIGHT}");
+    let config = scene.config(
+        &format!("state:\n  dir: {}\n", scene.dir.join("state").display()),
+        &[
+            scene.kafka_sink("kafka", &topic, &[&kafka_extra]),
+            scene.mqtt_sink("mqtt", &prefix, &format!("{prefix}/{{name}}"), &[]),
+        ],
+    );
+    let mut kubecast = Kubecast::start(stack, &scene.dir, &config);
+    kubecast.wait_for_log("list complete", 1, LIMIT).await;
+
+    let churn = Churn::start(&scene.client, &scene.ns, 50, Duration::from_millis(50));
+    kubecast.check(
+        kafka
+            .wait_until("events before the outage", LIMIT, |r| r.len() >= 20)
+            .await,
+    );
+    stack.script(&["stop", "kafka"]);
+    // The outage itself: a scenario of a given length, not a wait for a condition.
+    tokio::time::sleep(OUTAGE).await;
+    let before_restart = kubecast.count_in_log("Kafka unavailable");
+    stack.script(&["start", "kafka"]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let ops = churn.stop().await;
+
+    let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
+    let records = kubecast.check(
+        kafka
+            .wait_until("every change in Kafka", LIMIT, |r| {
+                has_all(&truth, r.iter().map(|x| x.ce("id")))
+            })
+            .await,
+    );
+    let messages = kubecast.check(
+        mqtt.wait_until("every change over MQTT", LIMIT, |m| {
+            has_all(&truth, m.iter().map(|x| x.prop("id")))
+        })
+        .await,
+    );
+    let (code, log) = kubecast.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log}");
+    assert!(
+        before_restart > 0,
+        "the outage was noticed and logged:\n{log}"
+    );
+
+    let kafka_dups = check_received(
+        &truth,
+        &records.iter().map(|r| r.ce("id")).collect::<Vec<_>>(),
+        "Kafka",
+    );
+    let mqtt_dups = check_received(
+        &truth,
+        &messages.iter().map(|m| m.prop("id")).collect::<Vec<_>>(),
+        "MQTT",
+    );
+    let peak = peak_events(&log, "kafka")
+        .unwrap_or_else(|| panic!("no sink totals for kafka in the log:\n{log}"));
+    assert!(
+        peak <= QUEUE + IN_FLIGHT + 1,
+        "kafka held {peak} events at most; its limit is {QUEUE} queued + {IN_FLIGHT} in flight"
+    );
+    println!(
+        "chaos_kafka: {}s outage, {ops} API operations, {} changes, lost 0; peak held by the Kafka sink {peak} events (limit {}); Kafka duplicates {kafka_dups}, MQTT duplicates {mqtt_dups}; relisted: {}",
+        OUTAGE.as_secs(),
+        truth.len(),
+        QUEUE + IN_FLIGHT + 1,
+        log.contains("410 Gone")
+    );
+}
