@@ -32,7 +32,10 @@ async fn a_mosquitto_restart_during_churn_loses_nothing_at_qos_1() {
     kubecast.wait_for_log("list complete", 1, LIMIT).await;
 
     let churn = Churn::start(&scene.client, &scene.ns, 50, Duration::from_millis(20));
-    kubecast.check(mqtt.wait_until("messages before the restart", LIMIT, |m| m.len() >= 20).await);
+    kubecast.check(
+        mqtt.wait_until("messages before the restart", LIMIT, |m| m.len() >= 20)
+            .await,
+    );
     stack.script(&["stop", "mosquitto"]);
     // The broker stays away for a few seconds: a scenario, not a wait for a condition.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -42,10 +45,26 @@ async fn a_mosquitto_restart_during_churn_loses_nothing_at_qos_1() {
     let ops = churn.stop().await;
 
     let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
-    let messages = kubecast.check(mqtt.wait_until("every change over MQTT", LIMIT, |m| has_all(&truth, m.iter().map(|x| x.prop("id")))).await);
+    let messages = kubecast.check(
+        mqtt.wait_until("every change over MQTT", LIMIT, |m| {
+            has_all(&truth, m.iter().map(|x| x.prop("id")))
+        })
+        .await,
+    );
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
-    assert!(log.contains("MQTT connection failed"), "the restart was noticed:\n{log}");
-    let dups = check_received(&truth, &messages.iter().map(|m| m.prop("id")).collect::<Vec<_>>(), "MQTT");
-    println!("chaos_mqtt: {ops} API operations, {} changes, lost 0; {} messages, {dups} duplicates (same ids)", truth.len(), messages.len());
+    assert!(
+        log.contains("MQTT connection failed"),
+        "the restart was noticed:\n{log}"
+    );
+    let dups = check_received(
+        &truth,
+        &messages.iter().map(|m| m.prop("id")).collect::<Vec<_>>(),
+        "MQTT",
+    );
+    println!(
+        "chaos_mqtt: {ops} API operations, {} changes, lost 0; {} messages, {dups} duplicates (same ids)",
+        truth.len(),
+        messages.len()
+    );
 }

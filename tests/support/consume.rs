@@ -211,7 +211,9 @@ impl MqttSubscriber {
             .set_keep_alive(Duration::from_secs(10))
             .set_max_packet_size(Some(64 * 1024 * 1024));
         if persistent {
-            options.set_clean_start(false).set_session_expiry_interval(Some(600));
+            options
+                .set_clean_start(false)
+                .set_session_expiry_interval(Some(600));
         }
         let (client, mut events) = AsyncClient::new(options, 64);
         client
