@@ -36,10 +36,19 @@ fn event(seq: u64) -> Event {
 
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("buffer_append");
-    group.measurement_time(Duration::from_secs(8)).sample_size(20);
+    group
+        .measurement_time(Duration::from_secs(8))
+        .sample_size(20);
     for batch in [1usize, 64] {
-        for policy in [FsyncPolicy::Always, FsyncPolicy::Interval, FsyncPolicy::Never] {
-            let dir = std::env::temp_dir().join(format!("kubecast-bench-{}-{policy:?}-{batch}", std::process::id()));
+        for policy in [
+            FsyncPolicy::Always,
+            FsyncPolicy::Interval,
+            FsyncPolicy::Never,
+        ] {
+            let dir = std::env::temp_dir().join(format!(
+                "kubecast-bench-{}-{policy:?}-{batch}",
+                std::process::id()
+            ));
             let _ = std::fs::remove_dir_all(&dir);
             let settings = StoreSettings {
                 dir: dir.clone(),
@@ -48,25 +57,40 @@ fn bench(c: &mut Criterion) {
                 segment_bytes: 64 << 20,
                 snapshot_interval: Duration::from_secs(3600),
             };
-            let (mut store, _) = Store::open(settings, &["sink".to_string()]).expect("opening the store");
+            let (mut store, _) =
+                Store::open(settings, &["sink".to_string()]).expect("opening the store");
             let bytes_per_batch = batch as u64 * (DATA as u64 + 250);
             group.throughput(Throughput::Bytes(bytes_per_batch));
             let mut last_upkeep = std::time::Instant::now();
-            group.bench_function(BenchmarkId::new(format!("{policy:?}").to_lowercase(), format!("batch{batch}")), |b| {
-                b.iter(|| {
-                    let records: Vec<Record> = (0..batch)
-                        .map(|_| Record::Event { event: Arc::new(event(store.take_seq())), from_watch: true })
-                        .collect();
-                    store.append(&records).expect("append");
-                    // Upkeep as the bridge runs it: every 200 ms (the interval sync, cursors).
-                    if last_upkeep.elapsed() >= Duration::from_millis(200) {
-                        let next = store.next_seq();
-                        store.acked("sink", next - 1);
-                        store.maintain(false, || Snapshot { next_seq: next, ..Snapshot::default() }).expect("upkeep");
-                        last_upkeep = std::time::Instant::now();
-                    }
-                })
-            });
+            group.bench_function(
+                BenchmarkId::new(
+                    format!("{policy:?}").to_lowercase(),
+                    format!("batch{batch}"),
+                ),
+                |b| {
+                    b.iter(|| {
+                        let records: Vec<Record> = (0..batch)
+                            .map(|_| Record::Event {
+                                event: Arc::new(event(store.take_seq())),
+                                from_watch: true,
+                            })
+                            .collect();
+                        store.append(&records).expect("append");
+                        // Upkeep as the bridge runs it: every 200 ms (the interval sync, cursors).
+                        if last_upkeep.elapsed() >= Duration::from_millis(200) {
+                            let next = store.next_seq();
+                            store.acked("sink", next - 1);
+                            store
+                                .maintain(false, || Snapshot {
+                                    next_seq: next,
+                                    ..Snapshot::default()
+                                })
+                                .expect("upkeep");
+                            last_upkeep = std::time::Instant::now();
+                        }
+                    })
+                },
+            );
             drop(store);
             let _ = std::fs::remove_dir_all(&dir);
         }

@@ -28,14 +28,31 @@ struct Tmpfs(PathBuf);
 impl Tmpfs {
     fn mount(dir: &Path, size: &str) -> Tmpfs {
         std::fs::create_dir_all(dir).expect("creating the mount point");
-        let out = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(dir).output().expect("running mount");
-        assert!(out.status.success(), "mounting a tmpfs at {} (needs root): {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .expect("running mount");
+        assert!(
+            out.status.success(),
+            "mounting a tmpfs at {} (needs root): {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
         Tmpfs(dir.to_path_buf())
     }
 
     fn grow(&self, size: &str) {
-        let out = Command::new("mount").args(["-o", &format!("remount,size={size}")]).arg(&self.0).output().expect("running mount");
-        assert!(out.status.success(), "growing the tmpfs: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .output()
+            .expect("running mount");
+        assert!(
+            out.status.success(),
+            "growing the tmpfs: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -51,11 +68,24 @@ fn a_state_directory_that_cannot_be_created_is_a_clear_error_at_start() {
     let blocker = scene_dir.join("a-file");
     std::fs::write(&blocker, "not a directory").expect("writing a file");
     let cfg = scene_dir.join("c.yaml");
-    std::fs::write(&cfg, format!("cluster: c\nstate:\n  dir: {}/state\nsinks:\n  out:\n    type: stdout\n", blocker.display())).expect("writing the config");
+    std::fs::write(
+        &cfg,
+        format!(
+            "cluster: c\nstate:\n  dir: {}/state\nsinks:\n  out:\n    type: stdout\n",
+            blocker.display()
+        ),
+    )
+    .expect("writing the config");
     let stack = support::Stack::load();
-    let (code, _, err) = run_to_end(&["run", "--config", &cfg.display().to_string()], &[("KUBECONFIG", &stack.kubeconfig.display().to_string())]);
+    let (code, _, err) = run_to_end(
+        &["run", "--config", &cfg.display().to_string()],
+        &[("KUBECONFIG", &stack.kubeconfig.display().to_string())],
+    );
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("state directory") && err.contains(&blocker.display().to_string()), "names the path: {err}");
+    assert!(
+        err.contains("state directory") && err.contains(&blocker.display().to_string()),
+        "names the path: {err}"
+    );
 }
 
 #[tokio::test]
@@ -67,23 +97,44 @@ async fn a_full_disk_stops_kubecast_without_losing_anything_and_a_restart_delive
     let observer = Observer::start(&scene.client, &scene.ns).await;
     let state = scene.dir.join("state");
     let disk = Tmpfs::mount(&state, "192k");
-    let config = scene.config(&format!("state:\n  dir: {}\n", state.display()), &[scene.kafka_sink("kafka", &topic, &[])]);
+    let config = scene.config(
+        &format!("state:\n  dir: {}\n", state.display()),
+        &[scene.kafka_sink("kafka", &topic, &[])],
+    );
     let mut kubecast = Kubecast::start(stack, &scene.dir, &config);
     kubecast.wait_for_log("list complete", 1, LIMIT).await;
 
     let churn = Churn::start(&scene.client, &scene.ns, 30, Duration::from_millis(10));
-    kubecast.wait_for_log("No space left on device", 1, LIMIT).await;
+    kubecast
+        .wait_for_log("No space left on device", 1, LIMIT)
+        .await;
     let ops = churn.stop().await;
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(1), "a full disk is fatal:\n{log}");
-    assert!(log.contains("state directory") && log.contains(&state.display().to_string()), "the error names the state directory:\n{log}");
+    assert!(
+        log.contains("state directory") && log.contains(&state.display().to_string()),
+        "the error names the state directory:\n{log}"
+    );
 
     disk.grow("64m");
     let kubecast = Kubecast::start(stack, &scene.dir, &config);
     let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
-    let records = kubecast.check(kafka.wait_until("every change in Kafka", LIMIT, |r| has_all(&truth, r.iter().map(|x| x.ce("id")))).await);
+    let records = kubecast.check(
+        kafka
+            .wait_until("every change in Kafka", LIMIT, |r| {
+                has_all(&truth, r.iter().map(|x| x.ce("id")))
+            })
+            .await,
+    );
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
-    let dups = check_received(&truth, &records.iter().map(|r| r.ce("id")).collect::<Vec<_>>(), "Kafka");
-    println!("chaos_disk: {ops} API operations, {} changes, lost 0, {dups} duplicates (same ids)", truth.len());
+    let dups = check_received(
+        &truth,
+        &records.iter().map(|r| r.ce("id")).collect::<Vec<_>>(),
+        "Kafka",
+    );
+    println!(
+        "chaos_disk: {ops} API operations, {} changes, lost 0, {dups} duplicates (same ids)",
+        truth.len()
+    );
 }

@@ -19,6 +19,8 @@ const LIMIT: Duration = Duration::from_secs(180);
 const OUTAGE: Duration = Duration::from_secs(60);
 const QUEUE: usize = 64;
 const IN_FLIGHT: usize = 100;
+const C_QUEUE: usize = 16;
+const C_IN_FLIGHT: usize = 8;
 
 #[tokio::test]
 async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() {
@@ -29,7 +31,7 @@ async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() 
     let prefix = unique_name("kc-outage");
     let mqtt = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
     let observer = Observer::start(&scene.client, &scene.ns).await;
-    let kafka_extra = format!("queue_events: {QUEUE}\nin_flight: {IN_FLIGHT}");
+    let kafka_extra = format!("queue: {{events: {QUEUE}}}\nin_flight: {IN_FLIGHT}");
     let config = scene.config(
         &format!("state:\n  dir: {}\n", scene.dir.join("state").display()),
         &[
@@ -39,6 +41,19 @@ async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() 
     );
     let mut kubecast = Kubecast::start(stack, &scene.dir, &config);
     kubecast.wait_for_log("list complete", 1, LIMIT).await;
+    // A second kubecast through the same outage, its Kafka sink coalescing when full.
+    let topic_c = unique_name("kc-coalesce");
+    let kafka_c = KafkaTopic::create(stack, &topic_c).await;
+    let dir_c = scene.dir.join("coalesce");
+    std::fs::create_dir_all(&dir_c).expect("creating a directory");
+    let coalesce_extra =
+        format!("queue: {{events: {C_QUEUE}, when_full: coalesce}}\nin_flight: {C_IN_FLIGHT}");
+    let config_c = scene.config(
+        &format!("state:\n  dir: {}\n", dir_c.join("state").display()),
+        &[scene.kafka_sink("kafka", &topic_c, &[&coalesce_extra])],
+    );
+    let mut coalescing = Kubecast::start(stack, &dir_c, &config_c);
+    coalescing.wait_for_log("list complete", 1, LIMIT).await;
 
     let churn = Churn::start(&scene.client, &scene.ns, 50, Duration::from_millis(50));
     kubecast.check(
@@ -90,6 +105,64 @@ async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() 
     assert!(
         peak <= QUEUE + IN_FLIGHT + 1,
         "kafka held {peak} events at most; its limit is {QUEUE} queued + {IN_FLIGHT} in flight"
+    );
+    // The coalescing sink: every pod ends in its right final state, with fewer events.
+    let changes = observer.changes();
+    let mut last: std::collections::BTreeMap<&str, String> = std::collections::BTreeMap::new();
+    for c in &changes {
+        last.insert(c.uid.as_str(), c.id());
+    }
+    let finals: BTreeSet<String> = last.values().cloned().collect();
+    let got_c = coalescing.check(
+        kafka_c
+            .wait_until("every pod's final state", LIMIT, |r| {
+                has_all(&finals, r.iter().map(|x| x.ce("id")))
+            })
+            .await,
+    );
+    let (code, log_c) = coalescing.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log_c}");
+    let mut sorted = got_c.clone();
+    sorted.sort_by_key(|r| (r.partition, r.offset));
+    let mut last_c: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    for r in &sorted {
+        assert!(
+            truth.contains(r.ce("id")),
+            "coalescing: {} is a change the apiserver never reported",
+            r.ce("id")
+        );
+        last_c.insert(r.ce("k8suid").to_string(), r.ce("id").to_string());
+    }
+    for (uid, id) in &last {
+        assert_eq!(
+            last_c.get(*uid),
+            Some(id),
+            "coalescing: pod {uid} ends in its final state"
+        );
+    }
+    let peak_c = peak_events(&log_c, "kafka").unwrap_or_default();
+    assert!(
+        peak_c <= C_QUEUE + C_IN_FLIGHT + 1,
+        "the coalescing sink held {peak_c} events at most"
+    );
+    let coalesced: usize = log_c
+        .lines()
+        .find(|l| l.contains("sink totals"))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("coalesced="))
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        coalesced > 0,
+        "the full queue coalesced something:\n{log_c}"
+    );
+    println!(
+        "chaos_kafka (coalesce): {} records for {} changes, {coalesced} coalesced, peak {peak_c} events (limit {}), every pod's final state right",
+        got_c.len(),
+        truth.len(),
+        C_QUEUE + C_IN_FLIGHT + 1
     );
     println!(
         "chaos_kafka: {}s outage, {ops} API operations, {} changes, lost 0; peak held by the Kafka sink {peak} events (limit {}); Kafka duplicates {kafka_dups}, MQTT duplicates {mqtt_dups}; relisted: {}",

@@ -22,7 +22,7 @@ async fn a_mosquitto_restart_during_churn_loses_nothing_at_qos_1() {
     let scene = Scene::new("chaos-mqtt").await;
     let stack = &scene.stack;
     let prefix = unique_name("kc-mqtt");
-    let mqtt = MqttSubscriber::subscribe_persistent(stack, &format!("{prefix}/#")).await;
+    let mqtt = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
     let observer = Observer::start(&scene.client, &scene.ns).await;
     let config = scene.config(
         &format!("state:\n  dir: {}\n", scene.dir.join("state").display()),

@@ -17,7 +17,7 @@ use super::durable::Durable;
 use super::{PipelineError, Stats};
 use crate::classify::{Change, Classifier};
 use crate::event::{Encoder, Event};
-use crate::sinks::{Report, SinkHandle};
+use crate::sinks::{Pushed, Report, SinkHandle};
 use crate::watch::Observed;
 
 /// How long a shutdown waits for the sinks to deliver what they hold.
@@ -122,7 +122,7 @@ impl Bridge {
             ..
         } = self;
         for s in sinks.iter().filter(|s| only.is_none_or(|o| o == &*s.name)) {
-            let send = s.queue.send(event.clone());
+            let send = s.queue.push(event.clone());
             tokio::pin!(send);
             loop {
                 // Reports first: what the sinks settled is counted before more is handed
@@ -135,12 +135,19 @@ impl Bridge {
                         durable.acked(sink, *seq);
                     }
                     _ = upkeep.tick() => durable.maintain(classifier).map_err(|e| Halt::Failed(e.into()))?,
-                    sent = &mut send => {
-                        if sent.is_err() {
-                            // The sink's own error is collected when the bridge finishes.
-                            return Err(Halt::Failed(PipelineError::SinkGone(s.name.to_string())));
+                    pushed = &mut send => {
+                        match pushed {
+                            Err(_) => {
+                                // The sink's own error is collected when the bridge finishes.
+                                return Err(Halt::Failed(PipelineError::SinkGone(s.name.to_string())));
+                            }
+                            Ok(Pushed::Queued) => stats.handed(&s.name, &event),
+                            Ok(Pushed::Coalesced) => stats.coalesced(&s.name),
+                            Ok(Pushed::Dropped) => {
+                                stats.dropped(&s.name);
+                                tracing::error!(sink = %s.name, id = %event.id, "sink queue full: event dropped (when_full: drop)");
+                            }
                         }
-                        stats.handed(&s.name, &event);
                         break;
                     }
                     _ = shutdown.as_mut() => return Err(Halt::Shutdown),

@@ -11,6 +11,10 @@ use crate::sinks::{Report, SinkHandle};
 pub struct SinkStats {
     pub delivered: u64,
     pub dead_lettered: u64,
+    /// Replaced in the queue by the same pod's newer `modified` event (`when_full: coalesce`).
+    pub coalesced: u64,
+    /// Dropped because the queue was full (`when_full: drop`).
+    pub dropped: u64,
     /// Handed to the sink and not yet settled: (seq, data bytes), oldest first.
     outstanding: VecDeque<(u64, usize)>,
     outstanding_bytes: usize,
@@ -62,6 +66,14 @@ impl Stats {
         }
     }
 
+    pub fn coalesced(&mut self, sink: &str) {
+        self.sinks.entry(sink.to_string()).or_default().coalesced += 1;
+    }
+
+    pub fn dropped(&mut self, sink: &str) {
+        self.sinks.entry(sink.to_string()).or_default().dropped += 1;
+    }
+
     /// `e` went into `sink`'s queue.
     pub fn handed(&mut self, sink: &str, e: &Event) {
         let s = self.sinks.entry(sink.to_string()).or_default();
@@ -95,6 +107,8 @@ impl Stats {
                 sink = %name,
                 delivered = s.delivered,
                 dead_lettered = s.dead_lettered,
+                coalesced = s.coalesced,
+                dropped = s.dropped,
                 peak_events = s.peak_events,
                 peak_bytes = s.peak_bytes,
                 "sink totals"

@@ -2,14 +2,11 @@
 //! as delivered once written (and, with `fsync: true`, synced to disk). Entry point: [`run`].
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::mpsc;
 
 use super::runner::{Acks, SinkError};
-use crate::event::Event;
 
 /// `type: file`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -20,15 +17,15 @@ pub struct FileConfig {
     /// Sync each batch of lines to disk before reporting it delivered. Default: false.
     #[serde(default)]
     pub fsync: bool,
-    /// Events the sink's queue holds before the pipeline waits. Default: 1024.
-    #[serde(default = "crate::sinks::kafka::default_queue")]
-    pub queue_events: usize,
+    /// The sink's queue: its limits and what happens when it is full.
+    #[serde(default)]
+    pub queue: crate::sinks::QueueConfig,
 }
 
 /// Appends events until the queue closes.
 pub async fn run(
     c: FileConfig,
-    mut rx: mpsc::Receiver<Arc<Event>>,
+    mut rx: crate::sinks::queue::QueueRx,
     acks: Acks,
 ) -> Result<(), SinkError> {
     let io =

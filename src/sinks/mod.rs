@@ -10,11 +10,13 @@ mod dead_letter;
 pub mod file;
 pub mod kafka;
 pub mod mqtt;
+pub mod queue;
 mod runner;
 pub mod stdout;
 mod validate;
 
 pub use config::{DeadLetterConfig, Placeholder, Secret, SinkConfig, Template, TlsConfig};
 pub use dead_letter::DeadLetter;
+pub use queue::{Pushed, QueueConfig, WhenFull};
 pub use runner::{Report, SinkError, SinkHandle, start};
 pub use validate::ValidSink;

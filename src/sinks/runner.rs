@@ -92,15 +92,15 @@ impl Acks {
 #[derive(Debug)]
 pub struct SinkHandle {
     pub name: Arc<str>,
-    pub queue: mpsc::Sender<Arc<Event>>,
+    pub queue: super::queue::QueueTx,
     pub task: JoinHandle<Result<(), SinkError>>,
 }
 
-/// Spawns the sink `name`. Its queue holds up to `valid.queue_events` events; a full queue
+/// Spawns the sink `name`. Its queue is bounded as `valid.queue` says; a full queue
 /// makes the pipeline wait (backpressure into the watch).
 pub fn start(name: &str, valid: ValidSink, reports: mpsc::UnboundedSender<Report>) -> SinkHandle {
     let name: Arc<str> = name.into();
-    let (queue, rx) = mpsc::channel(valid.queue_events);
+    let (queue, rx) = super::queue::queue(valid.queue);
     let acks = Acks {
         sink: name.clone(),
         reports,

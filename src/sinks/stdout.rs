@@ -1,28 +1,24 @@
 //! The stdout sink: one structured CloudEvent (JSON) per line. An event counts as delivered
 //! once its line was written and flushed. Entry point: [`run`].
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::mpsc;
 
 use super::runner::{Acks, SinkError};
-use crate::event::Event;
 
 /// `type: stdout`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StdoutConfig {
-    /// Events the sink's queue holds before the pipeline waits. Default: 1024.
-    #[serde(default = "crate::sinks::kafka::default_queue")]
-    pub queue_events: usize,
+    /// The sink's queue: its limits and what happens when it is full.
+    #[serde(default)]
+    pub queue: crate::sinks::QueueConfig,
 }
 
 /// Writes events to standard output until the queue closes.
 pub async fn run(
     _: StdoutConfig,
-    mut rx: mpsc::Receiver<Arc<Event>>,
+    mut rx: crate::sinks::queue::QueueRx,
     acks: Acks,
 ) -> Result<(), SinkError> {
     let mut out = tokio::io::stdout();

@@ -1,5 +1,6 @@
 //! Validating one sink's config into the form its task runs on.
 
+use super::QueueConfig;
 use super::dead_letter::DeadLetter;
 use super::file::FileConfig;
 use super::kafka::KafkaSettings;
@@ -11,7 +12,7 @@ use crate::config::Issue;
 /// A sink that passed validation.
 #[derive(Debug)]
 pub struct ValidSink {
-    pub queue_events: usize,
+    pub queue: QueueConfig,
     pub dead_letter_file: DeadLetter,
     pub kind: SinkKind,
 }
@@ -29,34 +30,44 @@ impl SinkConfig {
     /// Checks this sink's values; `name` is its key under `sinks`.
     pub fn validate(&self, name: &str, cluster: &str) -> Result<ValidSink, Vec<Issue>> {
         let at = format!("sinks.{name}");
-        let (queue_events, dead_letter, kind) = match self {
+        let (queue, dead_letter, kind) = match self {
             SinkConfig::Kafka(k) => (
-                k.queue_events,
+                k.queue.clone(),
                 k.dead_letter.as_ref(),
                 SinkKind::Kafka(k.validate(&at, cluster)?),
             ),
             SinkConfig::Mqtt(m) => (
-                m.queue_events,
+                m.queue.clone(),
                 m.dead_letter.as_ref(),
                 SinkKind::Mqtt(m.validate(&at, cluster)?),
             ),
-            SinkConfig::Stdout(c) => (c.queue_events, None, SinkKind::Stdout(c.clone())),
+            SinkConfig::Stdout(c) => (c.queue.clone(), None, SinkKind::Stdout(c.clone())),
             SinkConfig::File(c) => {
                 if c.path.as_os_str().is_empty() {
                     return Err(vec![Issue::new(format!("{at}.path"), "must not be empty")]);
                 }
-                (c.queue_events, None, SinkKind::File(c.clone()))
+                (c.queue.clone(), None, SinkKind::File(c.clone()))
             }
         };
-        if queue_events == 0 {
-            return Err(vec![Issue::new(
-                format!("{at}.queue_events"),
-                "must be at least 1",
-            )]);
+        let mut issues = Vec::new();
+        Issue::at_least(
+            &mut issues,
+            format!("{at}.queue.events"),
+            queue.events as u64,
+            1,
+        );
+        Issue::at_least(
+            &mut issues,
+            format!("{at}.queue.bytes"),
+            queue.bytes as u64,
+            1024,
+        );
+        if !issues.is_empty() {
+            return Err(issues);
         }
         let file = dead_letter.and_then(|d: &DeadLetterConfig| d.file.clone());
         Ok(ValidSink {
-            queue_events,
+            queue,
             dead_letter_file: DeadLetter::new(file),
             kind,
         })

@@ -20,6 +20,9 @@ mod snapshot;
 #[cfg(test)]
 mod proptests;
 
+#[cfg(test)]
+pub(crate) use record::tests::event as record_tests_event;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -193,28 +193,19 @@ pub struct MqttSubscriber {
 }
 
 impl MqttSubscriber {
-    /// Subscribes to `filter` and returns once the broker confirmed the subscription.
+    /// Subscribes to `filter` and returns once the broker confirmed the subscription. The
+    /// session is persistent: if the connection drops (a broker restart, a missed
+    /// keep-alive on a loaded machine), the subscriber reconnects and the broker delivers
+    /// what it kept meanwhile, so the subscriber itself never loses a message.
     pub async fn subscribe(stack: &Stack, filter: &str) -> MqttSubscriber {
-        Self::subscribe_with(stack, filter, false).await
-    }
-
-    /// Like [`MqttSubscriber::subscribe`], with a persistent session: when the broker
-    /// restarts, the subscriber reconnects and the broker delivers what it kept meanwhile.
-    pub async fn subscribe_persistent(stack: &Stack, filter: &str) -> MqttSubscriber {
-        Self::subscribe_with(stack, filter, true).await
-    }
-
-    async fn subscribe_with(stack: &Stack, filter: &str, persistent: bool) -> MqttSubscriber {
         let mut options =
             MqttOptions::new(unique_name("test-sub"), &stack.mqtt_host, stack.mqtt_port);
         options
             .set_keep_alive(Duration::from_secs(10))
             .set_max_packet_size(Some(64 * 1024 * 1024));
-        if persistent {
-            options
-                .set_clean_start(false)
-                .set_session_expiry_interval(Some(600));
-        }
+        options
+            .set_clean_start(false)
+            .set_session_expiry_interval(Some(600));
         let (client, mut events) = AsyncClient::new(options, 64);
         client
             .subscribe(filter, QoS::AtLeastOnce)

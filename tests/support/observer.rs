@@ -31,6 +31,9 @@ impl Change {
 /// The observer's record, filled by a background task.
 pub struct Observer {
     changes: Arc<Mutex<Vec<Change>>>,
+    /// Set when the observer's own watch failed in a way that may have cost it a change:
+    /// then its record is not the truth, and a test must say so rather than blame kubecast.
+    broken: Arc<Mutex<Option<String>>>,
     pub start_rv: String,
 }
 
@@ -49,15 +52,42 @@ impl Observer {
             push(&changes, "added", p);
         }
         let out = changes.clone();
+        let broken = Arc::new(Mutex::new(None));
+        let broke = broken.clone();
         let mut rv = start_rv.clone();
         tokio::spawn(async move {
+            let fail = |why: String| {
+                if let Ok(mut b) = broke.lock() {
+                    b.get_or_insert(why);
+                }
+            };
             loop {
-                let Ok(stream) = api.watch(&WatchParams::default().timeout(60), &rv).await else {
-                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                    continue;
+                let stream = match api.watch(&WatchParams::default().timeout(60), &rv).await {
+                    Ok(s) => s,
+                    Err(kube::Error::Api(e)) if e.code == 410 => {
+                        fail(format!(
+                            "the observer's watch expired at {rv}: {}",
+                            e.message
+                        ));
+                        return;
+                    }
+                    Err(_) => {
+                        // The apiserver is restarting (a test may do that): try again.
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        continue;
+                    }
                 };
                 let mut stream = Box::pin(stream);
-                while let Some(Ok(e)) = stream.next().await {
+                while let Some(item) = stream.next().await {
+                    let e = match item {
+                        Ok(e) => e,
+                        Err(kube::Error::SerdeError(e)) => {
+                            fail(format!("the observer could not read an event: {e}"));
+                            return;
+                        }
+                        // A broken connection: watch again from the last resourceVersion.
+                        Err(_) => break,
+                    };
                     let (kind, pod) = match e {
                         WatchEvent::Added(p) => ("added", p),
                         WatchEvent::Modified(p) => ("modified", p),
@@ -75,10 +105,20 @@ impl Observer {
                 }
             }
         });
-        Observer { changes, start_rv }
+        Observer {
+            changes,
+            broken,
+            start_rv,
+        }
     }
 
+    /// Every change seen; fails the test if the observer itself may have missed one.
     pub fn changes(&self) -> Vec<Change> {
+        if let Some(why) = self.broken.lock().ok().and_then(|b| b.clone()) {
+            panic!(
+                "the independent observer is not reliable in this run, so nothing can be concluded: {why}"
+            );
+        }
         self.changes.lock().map(|c| c.clone()).unwrap_or_default()
     }
 }

@@ -41,9 +41,9 @@ pub struct KafkaConfig {
     /// Records sent but not yet acknowledged, at most. Default: 10000.
     #[serde(default = "default_in_flight")]
     pub in_flight: usize,
-    /// Events the sink's queue holds before the pipeline waits. Default: 1024.
-    #[serde(default = "default_queue")]
-    pub queue_events: usize,
+    /// The sink's queue: its limits and what happens when it is full.
+    #[serde(default)]
+    pub queue: crate::sinks::QueueConfig,
     /// Where undeliverable events go. Default: the log only.
     #[serde(default)]
     pub dead_letter: Option<DeadLetterConfig>,
@@ -61,9 +61,6 @@ fn default_max_message_bytes() -> u32 {
 }
 fn default_in_flight() -> usize {
     10_000
-}
-pub(crate) fn default_queue() -> usize {
-    1024
 }
 
 /// The CloudEvents binding mode.
@@ -163,7 +160,7 @@ impl KafkaConfig {
             self.in_flight as u64,
             1,
         );
-        // queue_events is checked for every sink in `SinkConfig::validate`.
+        // The queue is checked for every sink in `SinkConfig::validate`.
         for key in self.librdkafka.keys() {
             if PROTECTED.contains(&key.as_str()) {
                 issues.push(Issue::new(format!("{at}.librdkafka.{key}"),

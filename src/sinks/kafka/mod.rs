@@ -4,6 +4,5 @@
 mod config;
 mod sink;
 
-pub(crate) use config::default_queue;
 pub use config::{Compression, KafkaConfig, KafkaSettings, Mode, SaslConfig};
 pub use sink::{headers_of, run};

@@ -14,7 +14,7 @@ use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 
 use super::{KafkaSettings, Mode};
 use crate::event::{Event, STRUCTURED_CONTENT_TYPE};
@@ -89,7 +89,7 @@ struct Pending {
 /// Runs the sink until its queue closes, then waits for the outstanding reports.
 pub async fn run(
     settings: KafkaSettings,
-    mut rx: mpsc::Receiver<Arc<Event>>,
+    mut rx: crate::sinks::queue::QueueRx,
     acks: Acks,
 ) -> Result<(), SinkError> {
     let fatal = Arc::new(Fatal::default());

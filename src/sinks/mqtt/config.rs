@@ -49,9 +49,9 @@ pub struct MqttConfig {
     /// Default: 100.
     #[serde(default = "default_in_flight")]
     pub in_flight: u16,
-    /// Events the sink's queue holds before the pipeline waits. Default: 1024.
-    #[serde(default = "crate::sinks::kafka::default_queue")]
-    pub queue_events: usize,
+    /// The sink's queue: its limits and what happens when it is full.
+    #[serde(default)]
+    pub queue: crate::sinks::QueueConfig,
     /// Where undeliverable events go (`file` only). Default: the log only.
     #[serde(default)]
     pub dead_letter: Option<DeadLetterConfig>,
@@ -182,7 +182,7 @@ impl MqttConfig {
             self.in_flight as u64,
             1,
         );
-        // queue_events is checked for every sink in `SinkConfig::validate`.
+        // The queue is checked for every sink in `SinkConfig::validate`.
         if self.dead_letter.as_ref().is_some_and(|d| d.topic.is_some()) {
             issues.push(Issue::new(
                 format!("{at}.dead_letter.topic"),

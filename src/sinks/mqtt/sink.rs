@@ -110,7 +110,7 @@ struct Link {
 /// Runs the sink until its queue closes and every queued event was acknowledged.
 pub async fn run(
     s: MqttSettings,
-    mut rx: mpsc::Receiver<Arc<Event>>,
+    mut rx: crate::sinks::queue::QueueRx,
     acks: Acks,
 ) -> Result<(), SinkError> {
     let (notes_tx, mut notes) = mpsc::channel::<(u64, Result<Note, ConnError>)>(256);
