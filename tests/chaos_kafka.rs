@@ -22,6 +22,18 @@ const IN_FLIGHT: usize = 100;
 const C_QUEUE: usize = 16;
 const C_IN_FLIGHT: usize = 8;
 
+/// Resident memory of process `pid` in KiB, from /proc.
+fn rss(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 #[tokio::test]
 async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() {
     let scene = Scene::new("chaos-kafka").await;
@@ -62,8 +74,13 @@ async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() 
             .await,
     );
     stack.script(&["stop", "kafka"]);
-    // The outage itself: a scenario of a given length, not a wait for a condition.
-    tokio::time::sleep(OUTAGE).await;
+    // The outage itself: a scenario of a given length, not a wait for a condition. Each
+    // second, kubecast's resident memory is sampled for the record.
+    let mut rss_kib = Vec::new();
+    for _ in 0..OUTAGE.as_secs() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        rss_kib.extend(rss(kubecast.pid()));
+    }
     let before_restart = kubecast.count_in_log("Kafka unavailable");
     stack.script(&["start", "kafka"]);
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -163,6 +180,20 @@ async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() 
         got_c.len(),
         truth.len(),
         C_QUEUE + C_IN_FLIGHT + 1
+    );
+    let peak_bytes = log
+        .lines()
+        .find(|l| l.contains("sink totals") && l.contains("sink=kafka "))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("peak_bytes="))
+        })
+        .unwrap_or("?")
+        .to_string();
+    println!(
+        "chaos_kafka: kubecast's resident memory during the outage: {} to {} KiB; peak data held by the Kafka sink {peak_bytes} bytes",
+        rss_kib.iter().min().unwrap_or(&0),
+        rss_kib.iter().max().unwrap_or(&0)
     );
     println!(
         "chaos_kafka: {}s outage, {ops} API operations, {} changes, lost 0; peak held by the Kafka sink {peak} events (limit {}); Kafka duplicates {kafka_dups}, MQTT duplicates {mqtt_dups}; relisted: {}",

@@ -1,5 +1,5 @@
-//! Chaos: `kill -9` of kubecast ten times at random moments while 50 pods churn. An
-//! independent observer (its own watch) records the truth; in the end Kafka and MQTT hold
+//! Chaos: `kill -9` of kubecast ten times at random moments while 50 pods churn (and 10 sit
+//! still). An independent observer (its own watch) records the truth; in the end Kafka and MQTT hold
 //! every change it saw, every duplicate carries the original's id, and pods that did not
 //! change are never emitted again after a restart.
 
@@ -17,7 +17,7 @@ use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(120);
 const STABLE: usize = 10;
-const CHURNING: usize = 40;
+const CHURNING: usize = 50;
 const KILLS: usize = 10;
 
 #[tokio::test]
