@@ -16,7 +16,7 @@ use std::time::Duration;
 use support::churn::Churn;
 use support::consume::KafkaTopic;
 use support::kubecast::{Kubecast, run_to_end};
-use support::observer::{Observer, check_received, has_all};
+use support::observer::{Observer, check_received};
 use support::scene::Scene;
 use support::unique_name;
 
@@ -119,13 +119,7 @@ async fn a_full_disk_stops_kubecast_without_losing_anything_and_a_restart_delive
     disk.grow("64m");
     let kubecast = Kubecast::start(stack, &scene.dir, &config);
     let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
-    let records = kubecast.check(
-        kafka
-            .wait_until("every change in Kafka", LIMIT, |r| {
-                has_all(&truth, r.iter().map(|x| x.ce("id")))
-            })
-            .await,
-    );
+    let records = kubecast.check(kafka.wait_for_ids(&truth, LIMIT).await);
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
     let dups = check_received(

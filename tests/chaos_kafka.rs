@@ -87,19 +87,8 @@ async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() 
     let ops = churn.stop().await;
 
     let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
-    let records = kubecast.check(
-        kafka
-            .wait_until("every change in Kafka", LIMIT, |r| {
-                has_all(&truth, r.iter().map(|x| x.ce("id")))
-            })
-            .await,
-    );
-    let messages = kubecast.check(
-        mqtt.wait_until("every change over MQTT", LIMIT, |m| {
-            has_all(&truth, m.iter().map(|x| x.prop("id")))
-        })
-        .await,
-    );
+    let records = kubecast.check(kafka.wait_for_ids(&truth, LIMIT).await);
+    let messages = kubecast.check(mqtt.wait_for_ids(&truth, LIMIT).await);
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
     assert!(

@@ -11,7 +11,7 @@ use std::time::Duration;
 use support::churn::Churn;
 use support::consume::MqttSubscriber;
 use support::kubecast::Kubecast;
-use support::observer::{Observer, check_received, has_all};
+use support::observer::{Observer, check_received};
 use support::scene::Scene;
 use support::unique_name;
 
@@ -45,12 +45,7 @@ async fn a_mosquitto_restart_during_churn_loses_nothing_at_qos_1() {
     let ops = churn.stop().await;
 
     let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
-    let messages = kubecast.check(
-        mqtt.wait_until("every change over MQTT", LIMIT, |m| {
-            has_all(&truth, m.iter().map(|x| x.prop("id")))
-        })
-        .await,
-    );
+    let messages = kubecast.check(mqtt.wait_for_ids(&truth, LIMIT).await);
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
     assert!(

@@ -324,3 +324,30 @@ pub async fn publish_marker(stack: &Stack, topic: &str) {
     })
     .await;
 }
+
+impl KafkaTopic {
+    /// Waits until every id in `truth` was read; returns all records.
+    pub async fn wait_for_ids(
+        &self,
+        truth: &std::collections::BTreeSet<String>,
+        limit: Duration,
+    ) -> Result<Vec<Record>, String> {
+        let have_all = |r: &[Record]| super::observer::has_all(truth, r.iter().map(|x| x.ce("id")));
+        self.wait_until("every change in Kafka", limit, have_all)
+            .await
+    }
+}
+
+impl MqttSubscriber {
+    /// Waits until every id in `truth` was received; returns all messages.
+    pub async fn wait_for_ids(
+        &self,
+        truth: &std::collections::BTreeSet<String>,
+        limit: Duration,
+    ) -> Result<Vec<MqttMessage>, String> {
+        let have_all =
+            |m: &[MqttMessage]| super::observer::has_all(truth, m.iter().map(|x| x.prop("id")));
+        self.wait_until("every change over MQTT", limit, have_all)
+            .await
+    }
+}
