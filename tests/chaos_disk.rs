@@ -118,6 +118,7 @@ async fn a_full_disk_stops_kubecast_without_losing_anything_and_a_restart_delive
 
     disk.grow("64m");
     let kubecast = Kubecast::start(stack, &scene.dir, &config);
+    observer.catch_up(&scene.pods, LIMIT).await;
     let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
     let records = kubecast.check(kafka.wait_for_ids(&truth, LIMIT).await);
     let (code, log) = kubecast.stop(LIMIT).await;

@@ -86,6 +86,7 @@ async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() 
     tokio::time::sleep(Duration::from_secs(3)).await;
     let ops = churn.stop().await;
 
+    observer.catch_up(&scene.pods, LIMIT).await;
     let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
     let records = kubecast.check(kafka.wait_for_ids(&truth, LIMIT).await);
     let messages = kubecast.check(mqtt.wait_for_ids(&truth, LIMIT).await);

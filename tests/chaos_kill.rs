@@ -73,6 +73,7 @@ async fn every_change_arrives_through_ten_kill_9s_and_duplicates_keep_their_ids(
     let ops = churn.stop().await;
 
     // The truth, once the observer has caught up with the last change: every change as an id.
+    observer.catch_up(&scene.pods, LIMIT).await;
     let truth = observer.changes();
     let want: BTreeSet<String> = truth.iter().map(|c| c.id()).collect();
     let got_all = |ids: &mut dyn Iterator<Item = String>| {
@@ -99,10 +100,23 @@ async fn every_change_arrives_through_ten_kill_9s_and_duplicates_keep_their_ids(
     let mut ids_of_change: BTreeMap<(String, String, String), BTreeSet<String>> = BTreeMap::new();
     for r in &records {
         let id = r.ce("id").to_string();
-        assert!(
-            want.contains(&id),
-            "Kafka holds {id}, a change the apiserver never reported"
-        );
+        if !want.contains(&id) {
+            let uid = r.ce("k8suid");
+            let seen: Vec<String> = truth
+                .iter()
+                .filter(|c| c.uid == uid)
+                .map(|c| format!("{} {}", c.kind, c.rv))
+                .collect();
+            let sent: Vec<String> = records
+                .iter()
+                .filter(|x| x.ce("k8suid") == uid)
+                .map(|x| format!("{} prev={}", x.ce("id"), x.ce("k8sprevrv")))
+                .collect();
+            panic!(
+                "Kafka holds {id}, a change the apiserver never reported.\nthe observer saw for this pod: {seen:?}\nKafka holds for it: {sent:?}\nlogs of the killed runs:\n{}",
+                logs.join("\n----\n")
+            );
+        }
         let kind = r
             .ce("type")
             .rsplit('.')
@@ -164,5 +178,4 @@ async fn every_change_arrives_through_ten_kill_9s_and_duplicates_keep_their_ids(
         messages.len(),
         mqtt_dups
     );
-    drop(logs);
 }

@@ -44,6 +44,7 @@ async fn a_mosquitto_restart_during_churn_loses_nothing_at_qos_1() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let ops = churn.stop().await;
 
+    observer.catch_up(&scene.pods, LIMIT).await;
     let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
     let messages = kubecast.check(mqtt.wait_for_ids(&truth, LIMIT).await);
     let (code, log) = kubecast.stop(LIMIT).await;

@@ -112,6 +112,30 @@ impl Observer {
         }
     }
 
+    /// Creates a marker pod and waits until the observer has seen it: the apiserver reports
+    /// a namespace's changes in order, so by then the observer has every earlier change.
+    pub async fn catch_up(&self, pods: &super::pods::Pods, limit: std::time::Duration) {
+        let name = super::unique_name("marker");
+        let p = pods.create(&name).await;
+        let uid = p["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let seen = super::consume::wait_for(limit, "the observer", || {
+            self.changes
+                .lock()
+                .ok()?
+                .iter()
+                .any(|c| c.uid == uid)
+                .then_some(())
+        })
+        .await;
+        assert!(
+            seen.is_some(),
+            "the observer did not see pod {name} within {limit:?}"
+        );
+    }
+
     /// Every change seen; fails the test if the observer itself may have missed one.
     pub fn changes(&self) -> Vec<Change> {
         if let Some(why) = self.broken.lock().ok().and_then(|b| b.clone()) {
