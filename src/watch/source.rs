@@ -332,6 +332,14 @@ impl Watch {
 fn classify(e: kube::Error) -> Attempt {
     match e {
         kube::Error::Api(s) if s.code == 410 => Ok(Next::Relist),
+        // A saved resourceVersion this apiserver has never reached (state from another
+        // cluster, or etcd restored from an older backup): nothing to resume, list again.
+        kube::Error::Api(s)
+            if s.code == 504 && s.message.contains("Too large resource version") =>
+        {
+            tracing::warn!(reason = %s.message, "the saved resourceVersion is ahead of this apiserver; listing again");
+            Ok(Next::Relist)
+        }
         kube::Error::Api(s) if s.code == 401 => Err(Failure::Fatal(format!(
             "the apiserver rejected kubecast's credentials (401 Unauthorized): {}",
             s.message
@@ -348,5 +356,45 @@ fn classify(e: kube::Error) -> Attempt {
             reason: other.to_string(),
             relist: false,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16, message: &str) -> kube::Error {
+        let status: kube::core::Status =
+            serde_json::from_value(serde_json::json!({"code": code, "message": message}))
+                .expect("a Status");
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn request_errors_are_sorted_into_relist_fatal_and_retry() {
+        assert!(matches!(
+            classify(api(410, "too old resource version")),
+            Ok(Next::Relist)
+        ));
+        assert!(matches!(
+            classify(api(504, "Too large resource version: 99, current: 5")),
+            Ok(Next::Relist)
+        ));
+        assert!(matches!(
+            classify(api(504, "the server was slow")),
+            Err(Failure::Retry { .. })
+        ));
+        assert!(matches!(
+            classify(api(401, "Unauthorized")),
+            Err(Failure::Fatal(_))
+        ));
+        assert!(matches!(
+            classify(api(403, "forbidden")),
+            Err(Failure::Fatal(_))
+        ));
+        assert!(matches!(
+            classify(api(500, "etcd down")),
+            Err(Failure::Retry { relist: false, .. })
+        ));
     }
 }
