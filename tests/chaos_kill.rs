@@ -59,6 +59,7 @@ async fn every_change_arrives_through_ten_kill_9s_and_duplicates_keep_their_ids(
 
     let mut logs = Vec::new();
     for round in 0..KILLS {
+        // A random moment to kill at: the chaos itself, not a wait for anything.
         tokio::time::sleep(Duration::from_millis(fastrand::u64(300..2500))).await;
         logs.push(kubecast.kill().await);
         kubecast = Kubecast::start(stack, &scene.dir, &config);
@@ -69,7 +70,15 @@ async fn every_change_arrives_through_ten_kill_9s_and_duplicates_keep_their_ids(
             kubecast.log()
         );
     }
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Churn goes on until the last restart has visibly resumed delivery.
+    let so_far = kafka.records().len();
+    kubecast.check(
+        kafka
+            .wait_until("delivery after the last restart", LIMIT, |r| {
+                r.len() >= so_far + 20
+            })
+            .await,
+    );
     let ops = churn.stop().await;
 
     // The truth, once the observer has caught up with the last change: every change as an id.

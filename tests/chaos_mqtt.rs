@@ -37,11 +37,20 @@ async fn a_mosquitto_restart_during_churn_loses_nothing_at_qos_1() {
             .await,
     );
     stack.script(&["stop", "mosquitto"]);
-    // The broker stays away for a few seconds: a scenario, not a wait for a condition.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The broker stays away until kubecast has noticed and started retrying.
+    kubecast
+        .wait_for_log("MQTT connection failed", 2, LIMIT)
+        .await;
     stack.script(&["start", "mosquitto"]);
     kubecast.wait_for_log("MQTT connected", 2, LIMIT).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Churn goes on until delivery has visibly resumed.
+    let so_far = mqtt.messages().len();
+    kubecast.check(
+        mqtt.wait_until("delivery after the restart", LIMIT, |m| {
+            m.len() >= so_far + 20
+        })
+        .await,
+    );
     let ops = churn.stop().await;
 
     observer.catch_up(&scene.pods, LIMIT).await;
