@@ -11,8 +11,6 @@ mod summary;
 pub use encode::{EncodeError, Encoder, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY};
 
 use bytes::Bytes;
-use serde::Serialize;
-use serde_json::value::RawValue;
 
 /// The kind of a change, which picks the CloudEvents `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -131,13 +129,7 @@ impl Event {
 
     /// The structured-mode JSON object (`application/cloudevents+json`), data inline.
     pub fn structured_json(&self) -> Vec<u8> {
-        #[derive(Serialize)]
-        struct Structured<'a> {
-            #[serde(flatten)]
-            attrs: std::collections::BTreeMap<&'static str, serde_json::Value>,
-            data: &'a RawValue,
-        }
-        let attrs = self
+        let attrs: std::collections::BTreeMap<&'static str, serde_json::Value> = self
             .attributes()
             .into_iter()
             .map(|(k, v)| {
@@ -150,15 +142,23 @@ impl Event {
                 (k, v)
             })
             .collect();
-        let fallback = RawValue::NULL;
-        // `data` was produced by serde_json in the encoder, so it is valid JSON; the fallback
-        // only guards against an empty buffer.
-        let raw: &RawValue = std::str::from_utf8(&self.data)
-            .ok()
-            .and_then(|s| serde_json::from_str(s).ok())
-            .unwrap_or(fallback);
-        // Serializing a map of strings and a raw value cannot fail.
-        serde_json::to_vec(&Structured { attrs, data: raw }).unwrap_or_default()
+        // The attributes as a JSON object, then `data` spliced in as the bytes it already is:
+        // the encoder produced it with serde_json, so it is valid JSON and is not parsed again.
+        // Serializing a map of strings and booleans cannot fail.
+        let mut out = serde_json::to_vec(&attrs).unwrap_or_else(|_| b"{}".to_vec());
+        out.pop(); // the closing brace
+        out.extend_from_slice(if attrs.is_empty() {
+            b"\"data\":"
+        } else {
+            b",\"data\":"
+        });
+        out.extend_from_slice(if self.data.is_empty() {
+            b"null"
+        } else {
+            &self.data
+        });
+        out.push(b'}');
+        out
     }
 }
 

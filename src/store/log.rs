@@ -136,13 +136,19 @@ impl Log {
             self.roll(records[0].seq())?;
         }
         self.buf.clear();
-        let mut body = BytesMut::new();
         for r in records {
-            body.clear();
-            r.encode(&mut body);
-            self.buf.put_u32_le(body.len() as u32);
-            self.buf.put_u32_le(crc32fast::hash(&body));
-            self.buf.put_slice(&body);
+            // Encoded in place after a header that is filled in once the length is known:
+            // the event's data is copied once, into the write buffer.
+            let start = self.buf.len();
+            self.buf.put_bytes(0, FRAME);
+            r.encode(&mut self.buf);
+            let body = &self.buf[start + FRAME..];
+            let (len, crc) = (
+                (body.len() as u32).to_le_bytes(),
+                crc32fast::hash(body).to_le_bytes(),
+            );
+            self.buf[start..start + 4].copy_from_slice(&len);
+            self.buf[start + 4..start + FRAME].copy_from_slice(&crc);
             self.next_seq = self.next_seq.max(r.seq() + 1);
         }
         let path = &self.segments[self.segments.len() - 1].path;
