@@ -10,44 +10,15 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::time::Duration;
 
-use serde_json::Value;
 use support::consume::{KafkaTopic, wait_for};
 use support::kubecast::Kubecast;
 use support::pods::Pods;
-use support::scene::{Scene, file_sink};
+use support::scene::{Scene, describe, file_events, file_sink};
 use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// The structured events kubecast's file sink wrote, in emission order.
-fn file_events(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| {
-            serde_json::from_str(l)
-                .unwrap_or_else(|e| panic!("{}: a line is not JSON: {e}", path.display()))
-        })
-        .collect()
-}
-
-fn summary(e: &Value) -> String {
-    format!(
-        "{} {} inferred={} initial={}",
-        e["type"]
-            .as_str()
-            .unwrap_or_default()
-            .rsplit('.')
-            .next()
-            .unwrap_or_default(),
-        e["k8sname"].as_str().unwrap_or_default(),
-        e["k8sinferred"],
-        e["k8sinitial"]
-    )
-}
 
 #[tokio::test]
 async fn after_410_gone_only_the_real_differences_are_emitted_with_inferred_deletes() {
@@ -96,7 +67,7 @@ async fn after_410_gone_only_the_real_differences_are_emitted_with_inferred_dele
         kubecast.log()
     );
     let before = file_events(&events_file);
-    let initial: Vec<String> = before.iter().map(summary).collect();
+    let initial: Vec<String> = before.iter().map(describe).collect();
     assert_eq!(
         initial,
         [
@@ -136,7 +107,7 @@ async fn after_410_gone_only_the_real_differences_are_emitted_with_inferred_dele
         kubecast.log()
     );
     let after = file_events(&events_file);
-    let gap: BTreeSet<String> = after[4..after.len() - 1].iter().map(summary).collect();
+    let gap: BTreeSet<String> = after[4..after.len() - 1].iter().map(describe).collect();
     let want: BTreeSet<String> = [
         "modified c inferred=null initial=null",
         "added e inferred=null initial=false",
@@ -148,7 +119,7 @@ async fn after_410_gone_only_the_real_differences_are_emitted_with_inferred_dele
         gap, want,
         "exactly the real differences, and nothing for a and d"
     );
-    assert_eq!(summary(&after[7]), "added z inferred=null initial=false");
+    assert_eq!(describe(&after[7]), "added z inferred=null initial=false");
     assert!(
         kubecast.count_in_log("410 Gone") >= 1,
         "the re-list was caused by 410; log:\n{}",
@@ -181,7 +152,7 @@ async fn after_410_gone_only_the_real_differences_are_emitted_with_inferred_dele
         support::schema::assert_follows(
             e["dataschema"].as_str().unwrap_or_default(),
             &e["data"],
-            &summary(e),
+            &describe(e),
         );
     }
     let mod_c = by_name("c");

@@ -13,33 +13,9 @@ use std::time::Duration;
 use serde_json::Value;
 use support::consume::wait_for;
 use support::kubecast::Kubecast;
-use support::scene::{Scene, file_sink};
+use support::scene::{Scene, describe, file_events, file_sink};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn events(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
-fn describe(e: &Value) -> String {
-    let kind = e["type"]
-        .as_str()
-        .unwrap_or_default()
-        .rsplit('.')
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    format!(
-        "{kind} {} inferred={} initial={}",
-        e["k8sname"].as_str().unwrap_or_default(),
-        e["k8sinferred"],
-        e["k8sinitial"]
-    )
-}
 
 #[tokio::test]
 async fn a_restart_after_compaction_emits_only_the_differences_with_inferred_deletes() {
@@ -56,14 +32,14 @@ async fn a_restart_after_compaction_emits_only_the_differences_with_inferred_del
     let kubecast = Kubecast::start(stack, &scene.dir, &config);
     let seen = |n: usize| {
         let f = file.clone();
-        move || (events(&f).len() >= n).then_some(())
+        move || (file_events(&f).len() >= n).then_some(())
     };
     kubecast.check(
         wait_for(LIMIT, "the initial list", seen(4))
             .await
             .ok_or("4 initial events".to_string()),
     );
-    let before: Vec<Value> = events(&file);
+    let before: Vec<Value> = file_events(&file);
     let before_ids: BTreeSet<String> = before
         .iter()
         .filter_map(|e| e["id"].as_str().map(String::from))
@@ -82,7 +58,7 @@ async fn a_restart_after_compaction_emits_only_the_differences_with_inferred_del
     let kubecast = Kubecast::start(stack, &scene.dir, &config);
     // Events redelivered after the kill carry their old ids; the differences are the new ids.
     let new_ids = |f: &Path| -> Vec<Value> {
-        events(f)
+        file_events(f)
             .into_iter()
             .filter(|e| !before_ids.contains(e["id"].as_str().unwrap_or_default()))
             .collect()
@@ -119,7 +95,7 @@ async fn a_restart_after_compaction_emits_only_the_differences_with_inferred_del
         "the saved resourceVersion was gone:\n{log}\nbefore the kill:\n{log1}"
     );
 
-    let after = events(&file);
+    let after = file_events(&file);
     let fresh = new_ids(&file);
     assert_eq!(
         describe(&fresh[fresh.len() - 1]),

@@ -93,7 +93,7 @@ impl Classifier {
         let mut c = Classifier::new(initial);
         c.restored = true;
         for k in known {
-            c.insert(k.uid, &k.namespace, k.name, k.rv);
+            c.remember(&k.uid, &k.namespace, &k.name, &k.rv, 0);
         }
         c
     }
@@ -104,7 +104,7 @@ impl Classifier {
             ChangeKind::Deleted => {
                 self.known.remove(e.uid.as_str());
             }
-            _ => self.insert(e.uid.clone(), &e.namespace, e.name.clone(), e.rv.clone()),
+            _ => self.remember(&e.uid, &e.namespace, &e.name, &e.rv, self.epoch),
         }
     }
 
@@ -119,20 +119,6 @@ impl Classifier {
                 rv: k.rv.to_string(),
             })
             .collect()
-    }
-
-    fn insert(&mut self, uid: String, namespace: &str, name: String, rv: String) {
-        let namespace = self.intern(namespace);
-        let seen = self.epoch;
-        self.known.insert(
-            uid.into(),
-            Known {
-                rv: rv.into(),
-                namespace,
-                name: name.into(),
-                seen,
-            },
-        );
     }
 
     /// Number of known pods.
@@ -167,7 +153,7 @@ impl Classifier {
             && self.initial == InitialList::Skip
             && !self.known.contains_key(pod.uid.as_str())
         {
-            self.remember(&pod, epoch);
+            self.remember(&pod.uid, &pod.namespace, &pod.name, &pod.rv, epoch);
             return None;
         }
         let mut change = self.apply(pod, epoch)?;
@@ -237,7 +223,7 @@ impl Classifier {
             Some(k) => (ChangeKind::Modified, k.rv.to_string()),
             None => (ChangeKind::Added, String::new()),
         };
-        self.remember(&pod, epoch);
+        self.remember(&pod.uid, &pod.namespace, &pod.name, &pod.rv, epoch);
         Some(Change {
             kind,
             uid: pod.uid,
@@ -251,17 +237,15 @@ impl Classifier {
         })
     }
 
-    fn remember(&mut self, pod: &PodObject, epoch: u32) {
-        let namespace = self.intern(&pod.namespace);
-        self.known.insert(
-            pod.uid.as_str().into(),
-            Known {
-                rv: pod.rv.as_str().into(),
-                namespace,
-                name: pod.name.as_str().into(),
-                seen: epoch,
-            },
-        );
+    fn remember(&mut self, uid: &str, namespace: &str, name: &str, rv: &str, seen: u32) {
+        let namespace = self.intern(namespace);
+        let known = Known {
+            rv: rv.into(),
+            namespace,
+            name: name.into(),
+            seen,
+        };
+        self.known.insert(uid.into(), known);
     }
 
     fn intern(&mut self, namespace: &str) -> Arc<str> {

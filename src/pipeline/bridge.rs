@@ -67,9 +67,7 @@ impl Bridge {
     }
 
     pub fn on_report(&mut self, r: &Report) {
-        self.stats.report(r);
-        let (Report::Delivered { sink, seq } | Report::DeadLettered { sink, seq, .. }) = r;
-        self.durable.acked(sink, *seq);
+        settle(&mut self.stats, &mut self.durable, r);
     }
 
     /// Interval syncs, cursors, snapshots, compaction.
@@ -129,11 +127,7 @@ impl Bridge {
                 // over, so the held counts are exact and cursors move during backpressure.
                 tokio::select! {
                     biased;
-                    Some(r) = reports.recv() => {
-                        stats.report(&r);
-                        let (Report::Delivered { sink, seq } | Report::DeadLettered { sink, seq, .. }) = &r;
-                        durable.acked(sink, *seq);
-                    }
+                    Some(r) = reports.recv() => settle(stats, durable, &r),
                     _ = upkeep.tick() => durable.maintain(classifier).map_err(|e| Halt::Failed(e.into()))?,
                     pushed = &mut send => {
                         match pushed {
@@ -197,6 +191,14 @@ impl Bridge {
         outcome?;
         Ok(self.stats)
     }
+}
+
+/// A sink's report: counted, and its cursor moved. A free function so that
+/// [`Bridge::hand_to`] can call it while it holds a sink's queue.
+fn settle(stats: &mut Stats, durable: &mut Durable, r: &Report) {
+    stats.report(r);
+    let (sink, seq) = r.settles();
+    durable.acked(sink, seq);
 }
 
 /// What the classifier makes of one observation.

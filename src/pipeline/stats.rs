@@ -84,13 +84,13 @@ impl Stats {
     }
 
     pub fn report(&mut self, r: &Report) {
-        let (Report::Delivered { sink, seq } | Report::DeadLettered { sink, seq, .. }) = r;
+        let (sink, seq) = r.settles();
         let s = self.sinks.entry(sink.to_string()).or_default();
         match r {
             Report::Delivered { .. } => s.delivered += 1,
             Report::DeadLettered { .. } => s.dead_lettered += 1,
         }
-        s.settle(*seq);
+        s.settle(seq);
     }
 
     pub fn log_summary(&self, known_pods: usize) {

@@ -87,6 +87,20 @@ struct State {
     receiver_gone: bool,
 }
 
+impl State {
+    /// Takes the oldest event, keeping the byte count and the coalescing index right.
+    fn pop(&mut self) -> Option<Arc<Event>> {
+        let e = self.items.pop_front()?;
+        let pos = self.front;
+        self.front += 1;
+        self.bytes -= size(&e);
+        if self.modified_at.get(e.uid.as_str()) == Some(&pos) {
+            self.modified_at.remove(e.uid.as_str());
+        }
+        Some(e)
+    }
+}
+
 struct Shared {
     state: Mutex<State>,
     readable: Notify,
@@ -211,13 +225,7 @@ impl QueueRx {
             notified.as_mut().enable();
             {
                 let mut st = self.shared.lock();
-                if let Some(e) = st.items.pop_front() {
-                    let pos = st.front;
-                    st.front += 1;
-                    st.bytes -= size(&e);
-                    if st.modified_at.get(e.uid.as_str()) == Some(&pos) {
-                        st.modified_at.remove(e.uid.as_str());
-                    }
+                if let Some(e) = st.pop() {
                     self.shared.writable.notify_one();
                     return Some(e);
                 }
@@ -235,19 +243,14 @@ impl QueueRx {
             return 0;
         };
         buf.push(first);
+        let mut st = self.shared.lock();
         while buf.len() < limit {
-            let more = {
-                let st = self.shared.lock();
-                !st.items.is_empty()
-            };
-            if !more {
-                break;
-            }
-            match self.recv().await {
+            match st.pop() {
                 Some(e) => buf.push(e),
                 None => break,
             }
         }
+        self.shared.writable.notify_one();
         buf.len()
     }
 }

@@ -27,6 +27,17 @@ pub enum Report {
     },
 }
 
+impl Report {
+    /// The sink and the sequence number this report settles (with everything before it).
+    pub fn settles(&self) -> (&str, u64) {
+        match self {
+            Report::Delivered { sink, seq } | Report::DeadLettered { sink, seq, .. } => {
+                (sink, *seq)
+            }
+        }
+    }
+}
+
 /// Why a sink stopped for good.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::StoreError;
 use super::record::Record;
+use super::{StoreError, io};
 
 const FRAME: usize = 8;
 
@@ -33,14 +33,6 @@ pub struct Log {
     segment_bytes: u64,
     next_seq: u64,
     buf: BytesMut,
-}
-
-fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
-    move |source| StoreError::Io {
-        op,
-        path: path.to_path_buf(),
-        source,
-    }
 }
 
 fn segment_path(dir: &Path, first_seq: u64) -> PathBuf {
@@ -188,15 +180,6 @@ impl Log {
             n += 1;
         }
         Ok(n)
-    }
-
-    /// Bytes on disk, all segments.
-    pub fn disk_bytes(&self) -> u64 {
-        self.segments
-            .iter()
-            .filter_map(|s| std::fs::metadata(&s.path).ok())
-            .map(|m| m.len())
-            .sum()
     }
 }
 

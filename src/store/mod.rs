@@ -54,6 +54,18 @@ pub enum StoreError {
     },
 }
 
+/// Maps an I/O error of `op` on `path` into a [`StoreError`] (for `map_err`).
+fn io<'a>(
+    op: &'static str,
+    path: &'a std::path::Path,
+) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
+    move |source| StoreError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// When appended records are synced to disk.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -109,11 +121,7 @@ impl Store {
         sinks: &[String],
     ) -> Result<(Store, Restored), StoreError> {
         let log_dir = settings.dir.join("log");
-        std::fs::create_dir_all(&settings.dir).map_err(|source| StoreError::Io {
-            op: "creating",
-            path: settings.dir.clone(),
-            source,
-        })?;
+        std::fs::create_dir_all(&settings.dir).map_err(io("creating", &settings.dir))?;
         let (log, records) = Log::open(&log_dir, settings.segment_bytes)?;
         let snapshot: Snapshot =
             snapshot::read(&settings.dir, snapshot::SNAPSHOT)?.unwrap_or_default();
@@ -239,10 +247,5 @@ impl Store {
     /// Syncs everything and saves the cursors (on shutdown).
     pub fn close(&mut self, state: impl FnOnce() -> Snapshot) -> Result<(), StoreError> {
         self.maintain(true, state)
-    }
-
-    /// Bytes the log holds on disk.
-    pub fn disk_bytes(&self) -> u64 {
-        self.log.disk_bytes()
     }
 }

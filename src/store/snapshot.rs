@@ -8,8 +8,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::StoreError;
 use super::log::sync_dir;
+use super::{StoreError, io};
 
 /// One known pod, as the classifier keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,14 +44,6 @@ pub fn write<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), Stor
         path: path.clone(),
         source: std::io::Error::other(e),
     })?;
-    let io = |op, p: &Path| {
-        let p = p.to_path_buf();
-        move |source| StoreError::Io {
-            op,
-            path: p,
-            source,
-        }
-    };
     let mut f = std::fs::File::create(&tmp).map_err(io("creating", &tmp))?;
     f.write_all(&bytes).map_err(io("writing", &tmp))?;
     f.sync_all().map_err(io("syncing", &tmp))?;

@@ -14,8 +14,6 @@ mod parse;
 mod request;
 mod source;
 
-pub use parse::{ListPage, ParseError, WatchLine, parse_list_page, parse_watch_line};
-pub use request::{ListRequest, WatchRequest};
 pub use source::{WatchSettings, spawn};
 
 use crate::classify::{PodObject, Scope};

@@ -83,3 +83,33 @@ fn sink(name: &str, base: &[&str], extra: &[&str]) -> String {
     }
     out
 }
+
+/// The structured events a file sink wrote, in order. Only whole lines count (the sink may
+/// be writing the next one); each must be JSON.
+pub fn file_events(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+    whole
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("{}: a line is not JSON: {e}", path.display()))
+        })
+        .collect()
+}
+
+/// `"{kind} {name} inferred={..} initial={..}"`: what the checks compare of an event.
+pub fn describe(e: &serde_json::Value) -> String {
+    let kind = e["type"]
+        .as_str()
+        .unwrap_or_default()
+        .rsplit('.')
+        .next()
+        .unwrap_or_default();
+    format!(
+        "{kind} {} inferred={} initial={}",
+        e["k8sname"].as_str().unwrap_or_default(),
+        e["k8sinferred"],
+        e["k8sinitial"]
+    )
+}
