@@ -86,12 +86,9 @@ async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() 
     let before_restart = kubecast.count_in_log("Kafka unavailable");
     stack.script(&["start", "kafka"]);
     // Churn goes on until delivery has visibly resumed.
-    let so_far = kafka.records().len();
     kubecast.check(
         kafka
-            .wait_until("delivery after Kafka is back", LIMIT, |r| {
-                r.len() >= so_far + 20
-            })
+            .wait_for_more("delivery after Kafka is back", 20, LIMIT)
             .await,
     );
     let ops = churn.stop().await;

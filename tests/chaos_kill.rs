@@ -71,12 +71,9 @@ async fn every_change_arrives_through_ten_kill_9s_and_duplicates_keep_their_ids(
         );
     }
     // Churn goes on until the last restart has visibly resumed delivery.
-    let so_far = kafka.records().len();
     kubecast.check(
         kafka
-            .wait_until("delivery after the last restart", LIMIT, |r| {
-                r.len() >= so_far + 20
-            })
+            .wait_for_more("delivery after the last restart", 20, LIMIT)
             .await,
     );
     let ops = churn.stop().await;

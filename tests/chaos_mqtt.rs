@@ -44,12 +44,9 @@ async fn a_mosquitto_restart_during_churn_loses_nothing_at_qos_1() {
     stack.script(&["start", "mosquitto"]);
     kubecast.wait_for_log("MQTT connected", 2, LIMIT).await;
     // Churn goes on until delivery has visibly resumed.
-    let so_far = mqtt.messages().len();
     kubecast.check(
-        mqtt.wait_until("delivery after the restart", LIMIT, |m| {
-            m.len() >= so_far + 20
-        })
-        .await,
+        mqtt.wait_for_more("delivery after the restart", 20, LIMIT)
+            .await,
     );
     let ops = churn.stop().await;
 

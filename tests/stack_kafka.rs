@@ -6,8 +6,6 @@ mod support;
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
@@ -28,21 +26,7 @@ async fn produces_and_consumes_a_record_with_headers() {
     let stack = Stack::load();
     let topic = unique_name("stack-kafka");
 
-    let admin: AdminClient<DefaultClientContext> = config(&stack).create().expect("admin client");
-    let created = within(LIMIT, "creating the topic", async {
-        admin
-            .create_topics(
-                &[NewTopic::new(&topic, 3, TopicReplication::Fixed(1))],
-                &AdminOptions::new(),
-            )
-            .await
-            .expect("create_topics request")
-    })
-    .await;
-    assert!(
-        created.iter().all(|r| r.is_ok()),
-        "creating {topic}: {created:?}"
-    );
+    support::consume::create_topic(&stack, &topic, 3).await;
 
     let producer: FutureProducer = config(&stack)
         .set("enable.idempotence", "true")

@@ -45,6 +45,27 @@ impl Record {
     }
 }
 
+/// Creates `topic` with `partitions` partitions on the stack's broker.
+pub async fn create_topic(stack: &Stack, topic: &str, partitions: i32) {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &stack.kafka_bootstrap);
+    let admin: AdminClient<DefaultClientContext> = config.create().expect("Kafka admin client");
+    let created = within(Duration::from_secs(30), "creating a Kafka topic", async {
+        admin
+            .create_topics(
+                &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+                &AdminOptions::new(),
+            )
+            .await
+            .expect("create_topics request")
+    })
+    .await;
+    assert!(
+        created.iter().all(|r| r.is_ok()),
+        "creating {topic}: {created:?}"
+    );
+}
+
 /// Every record of one topic, read from the beginning of each partition.
 pub struct KafkaTopic {
     pub topic: String,
@@ -56,21 +77,7 @@ impl KafkaTopic {
     pub async fn create(stack: &Stack, topic: &str) -> KafkaTopic {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", &stack.kafka_bootstrap);
-        let admin: AdminClient<DefaultClientContext> = config.create().expect("Kafka admin client");
-        let created = within(Duration::from_secs(30), "creating a Kafka topic", async {
-            admin
-                .create_topics(
-                    &[NewTopic::new(topic, PARTITIONS, TopicReplication::Fixed(1))],
-                    &AdminOptions::new(),
-                )
-                .await
-                .expect("create_topics request")
-        })
-        .await;
-        assert!(
-            created.iter().all(|r| r.is_ok()),
-            "creating {topic}: {created:?}"
-        );
+        create_topic(stack, topic, PARTITIONS).await;
         let consumer: StreamConsumer = config
             .set("group.id", unique_name("test-reader"))
             .set("enable.auto.commit", "false")
@@ -326,6 +333,18 @@ pub async fn publish_marker(stack: &Stack, topic: &str) {
 }
 
 impl KafkaTopic {
+    /// Waits until `more` records beyond those read so far have arrived.
+    pub async fn wait_for_more(
+        &self,
+        what: &str,
+        more: usize,
+        limit: Duration,
+    ) -> Result<Vec<Record>, String> {
+        let so_far = self.records().len();
+        self.wait_until(what, limit, |r| r.len() >= so_far + more)
+            .await
+    }
+
     /// Waits until every id in `truth` was read; returns all records.
     pub async fn wait_for_ids(
         &self,
@@ -339,6 +358,18 @@ impl KafkaTopic {
 }
 
 impl MqttSubscriber {
+    /// Waits until `more` messages beyond those received so far have arrived.
+    pub async fn wait_for_more(
+        &self,
+        what: &str,
+        more: usize,
+        limit: Duration,
+    ) -> Result<Vec<MqttMessage>, String> {
+        let so_far = self.messages().len();
+        self.wait_until(what, limit, |m| m.len() >= so_far + more)
+            .await
+    }
+
     /// Waits until every id in `truth` was received; returns all messages.
     pub async fn wait_for_ids(
         &self,
