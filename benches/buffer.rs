@@ -80,11 +80,12 @@ fn bench(c: &mut Criterion) {
                         if last_upkeep.elapsed() >= Duration::from_millis(200) {
                             let next = store.next_seq();
                             store.acked("sink", next - 1);
+                            let due = store.snapshot_due(false);
                             store
-                                .maintain(false, || Snapshot {
+                                .maintain(due.then(|| Snapshot {
                                     next_seq: next,
                                     ..Snapshot::default()
-                                })
+                                }))
                                 .expect("upkeep");
                             last_upkeep = std::time::Instant::now();
                         }

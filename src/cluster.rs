@@ -3,21 +3,27 @@
 //!
 //! Entry point: [`client`]. Only building the client happens here; it does not connect, so
 //! an unreachable apiserver is the watch's business (retried), while a broken kubeconfig is
-//! an error at start.
+//! an error at start (fatal: retrying cannot fix a file).
+
+use kube::config::{InferConfigError, KubeconfigError};
 
 use crate::config::KubernetesConfig;
 
-/// Why no client could be built.
+/// Why no client could be built. All are fatal.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    #[error("kubernetes.kubeconfig: cannot read {path}: {reason}")]
-    Kubeconfig { path: String, reason: String },
-    #[error("kubernetes.context: {0}")]
-    Context(String),
-    #[error("no cluster access: {0} (set kubernetes.kubeconfig or KUBECONFIG, or run in a Pod)")]
-    Infer(String),
-    #[error("building the kube client: {0}")]
-    Client(String),
+    #[error("kubernetes.kubeconfig: cannot read {path}")]
+    Kubeconfig {
+        path: String,
+        #[source]
+        source: KubeconfigError,
+    },
+    #[error("kubernetes.context: cannot use the kubeconfig's context")]
+    Context(#[source] KubeconfigError),
+    #[error("no cluster access (set kubernetes.kubeconfig or KUBECONFIG, or run in a Pod)")]
+    Infer(#[source] InferConfigError),
+    #[error("building the kube client")]
+    Client(#[source] kube::Error),
 }
 
 /// Builds the client described by `k`.
@@ -29,20 +35,18 @@ pub async fn client(k: &KubernetesConfig) -> Result<kube::Client, ClusterError> 
     };
     let config = match (&k.kubeconfig, &k.context) {
         (Some(path), _) => {
-            let file = Kubeconfig::read_from(path).map_err(|e| ClusterError::Kubeconfig {
+            let file = Kubeconfig::read_from(path).map_err(|source| ClusterError::Kubeconfig {
                 path: path.display().to_string(),
-                reason: e.to_string(),
+                source,
             })?;
             kube::Config::from_custom_kubeconfig(file, &options)
                 .await
-                .map_err(|e| ClusterError::Context(e.to_string()))?
+                .map_err(ClusterError::Context)?
         }
         (None, Some(_)) => kube::Config::from_kubeconfig(&options)
             .await
-            .map_err(|e| ClusterError::Context(e.to_string()))?,
-        (None, None) => kube::Config::infer()
-            .await
-            .map_err(|e| ClusterError::Infer(e.to_string()))?,
+            .map_err(ClusterError::Context)?,
+        (None, None) => kube::Config::infer().await.map_err(ClusterError::Infer)?,
     };
-    kube::Client::try_from(config).map_err(|e| ClusterError::Client(e.to_string()))
+    kube::Client::try_from(config).map_err(ClusterError::Client)
 }

@@ -9,8 +9,13 @@
 //! The pipeline, from the apiserver to the sinks:
 //!
 //! ```text
-//! watch -> delta classifier -> rules -> CloudEvent encoder -> per-sink queue -> sink --ack--> checkpoint
+//! watch -> delta classifier -> CloudEvent encoder -> durable log (store) -> per-sink queue -> sink
+//!                                                        ^                                  |
+//!                                                        +------ cursor <------ ack --------+
 //! ```
+//!
+//! [`pipeline::run`] drives it; [`sinks::contract`] is the seam between the pipeline and a
+//! sink.
 //!
 //! The binary's entry point is `src/main.rs`; this library holds the pipeline so that the
 //! integration tests in `tests/` can drive it against the real local stack
@@ -18,6 +23,22 @@
 
 /// The version of this build, as printed by `kubecast --version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// `e` and its causes, joined with `: ` (a cause whose text its parent already shows is left
+/// out), for logs and the final error message.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
+}
 
 pub mod backoff;
 pub mod classify;

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use kubecast::config::{self, Config, LogFormat, Validated};
+use kubecast::config::{self, Config, ConfigError, LogFormat, Validated};
+use kubecast::error_chain;
 
 /// Watches Kubernetes Pods and publishes every change as a CloudEvent to Kafka, MQTT,
 /// stdout or a file.
@@ -78,18 +79,23 @@ fn main() -> ExitCode {
     }
 }
 
-fn config_error(message: &str) -> ExitCode {
-    eprintln!("kubecast: {message}");
+/// Reports an invalid config or command line: exit 2.
+fn config_error(e: &(dyn std::error::Error + 'static)) -> ExitCode {
+    eprintln!("kubecast: {}", error_chain(e));
     ExitCode::from(2)
 }
 
 /// Loads and validates `file`, letting `adjust` apply command-line overrides in between.
-fn load(file: &std::path::Path, adjust: impl FnOnce(&mut Config)) -> Result<Validated, String> {
-    let mut config = config::load(file).map_err(|e| e.to_string())?;
+fn load(
+    file: &std::path::Path,
+    adjust: impl FnOnce(&mut Config),
+) -> Result<Validated, ConfigError> {
+    let mut config = config::load(file)?;
     adjust(&mut config);
-    config
-        .validate()
-        .map_err(|e| format!("{}: {e}", file.display()))
+    config.validate().map_err(|source| ConfigError::Invalid {
+        file: file.display().to_string(),
+        source,
+    })
 }
 
 fn run(args: RunArgs) -> ExitCode {
@@ -127,13 +133,14 @@ fn run(args: RunArgs) -> ExitCode {
     runtime.block_on(async move {
         let client = match kubecast::cluster::client(&validated.kubernetes).await {
             Ok(c) => c,
-            Err(e) => return config_error(&e.to_string()),
+            Err(e) => return config_error(&e),
         };
         match kubecast::pipeline::run(validated, client, shutdown_signal()).await {
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => {
-                tracing::error!(error = %e, "kubecast stopped on a fatal error");
-                eprintln!("kubecast: {e}");
+                let message = error_chain(&e);
+                tracing::error!(error = %message, "kubecast stopped on a fatal error");
+                eprintln!("kubecast: {message}");
                 ExitCode::FAILURE
             }
         }

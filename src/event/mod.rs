@@ -60,7 +60,8 @@ pub const STRUCTURED_CONTENT_TYPE: &str = "application/cloudevents+json";
 /// One CloudEvent, ready for any sink. Cheap to share (`Arc<Event>`) between sinks.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
-    /// Position in this process's event stream; sinks report acks by it.
+    /// Position in the event stream (the durable log's sequence number, or a counter of this
+    /// process without a state directory); sinks report acks by it. Given by the pipeline.
     pub seq: u64,
     pub id: String,
     pub kind: ChangeKind,
@@ -89,14 +90,6 @@ impl Event {
     /// `{namespace}/{name}`.
     pub fn subject(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
-    }
-
-    /// The cluster name, as it appears in `source` (`k8s://{cluster}/...`).
-    pub fn cluster(&self) -> &str {
-        self.source
-            .strip_prefix("k8s://")
-            .and_then(|s| s.split('/').next())
-            .unwrap_or_default()
     }
 
     /// Every attribute but `data`, as (name, value) pairs in a fixed order, for binary mode.

@@ -1,30 +1,36 @@
-//! The state of the running bridge and what it does with each batch of observations,
-//! each event handed to a sink, each report coming back, and at shutdown.
+//! The bridge's one event loop: it owns the bridge's state (known state, durable log,
+//! counters, the events on their way into the sink queues) and waits, in this order of
+//! priority, for a shutdown, a sink task that ended, sink reports, upkeep, a watch that
+//! ended, room in a full sink queue, and the next batch of observations.
 //!
-//! Entry point: [`Bridge`], driven by [`super::run`]. While a sink's queue is full the bridge
-//! waits for it, but still takes reports and does its upkeep, so acknowledgements keep
-//! moving the durable cursors during backpressure.
+//! Entry point: [`Bridge::run`]. A full `block` queue holds the events behind it (and so the
+//! watch: backpressure), while reports, upkeep and a failing sink are still seen at once.
 
+use std::collections::VecDeque;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio::time::Interval;
 
 use super::durable::Durable;
 use super::{PipelineError, Stats};
 use crate::classify::{Change, Classifier};
 use crate::event::{Encoder, Event};
-use crate::sinks::{Pushed, Report, SinkHandle};
-use crate::watch::Observed;
+use crate::sinks::queue::{Closed, QueueTx};
+use crate::sinks::{NotPushed, Pushed, Report, SinkExit, Sinks};
+use crate::store::StoreError;
+use crate::watch::{Observed, WatchError};
 
 /// How long a shutdown waits for the sinks to deliver what they hold.
 const DRAIN: Duration = Duration::from_secs(15);
+/// Observations taken together into one log append.
+const BATCH: usize = 256;
 
-/// Why the main loop ended.
-pub enum Halt {
+/// Why the loop ended.
+enum Halt {
     Shutdown,
     Failed(PipelineError),
 }
@@ -35,48 +41,187 @@ impl From<PipelineError> for Halt {
     }
 }
 
-pub struct Bridge {
-    pub sinks: Vec<SinkHandle>,
+impl From<StoreError> for Halt {
+    fn from(e: StoreError) -> Halt {
+        Halt::Failed(e.into())
+    }
+}
+
+impl From<WatchError> for Halt {
+    fn from(e: WatchError) -> Halt {
+        Halt::Failed(e.into())
+    }
+}
+
+/// An event on its way into the sink queues.
+struct Outgoing {
+    event: Arc<Event>,
+    /// Only this sink (an event a sink had not acknowledged before a restart), or all.
+    only: Option<Arc<str>>,
+    /// The index of the next sink to hand it to.
+    next: usize,
+}
+
+/// The inputs of the bridge, set up by [`super::run`].
+pub struct Parts {
+    pub sinks: Sinks,
     pub reports: mpsc::UnboundedReceiver<Report>,
-    pub upkeep: Interval,
+    pub watches: JoinSet<Result<(), WatchError>>,
+    pub observed: mpsc::Receiver<Observed>,
+    pub durable: Durable,
+    pub classifier: Classifier,
+    pub encoder: Encoder,
+    /// Per sink, what it had not acknowledged before the restart: handed over first.
+    pub pending: Vec<(String, Vec<Arc<Event>>)>,
+}
+
+pub struct Bridge {
+    /// Each sink's name and the sender side of its queue, in config order.
+    queues: Vec<(Arc<str>, QueueTx)>,
+    tasks: JoinSet<SinkExit>,
+    reports: mpsc::UnboundedReceiver<Report>,
+    watches: JoinSet<Result<(), WatchError>>,
+    observed: mpsc::Receiver<Observed>,
+    upkeep: Interval,
     stats: Stats,
     durable: Durable,
     classifier: Classifier,
     encoder: Encoder,
+    outbox: VecDeque<Outgoing>,
 }
 
 impl Bridge {
-    pub fn new(
-        sinks: Vec<SinkHandle>,
-        reports: mpsc::UnboundedReceiver<Report>,
-        durable: Durable,
-        classifier: Classifier,
-        encoder: Encoder,
-    ) -> Bridge {
+    pub fn new(parts: Parts) -> Bridge {
         let mut upkeep = tokio::time::interval(Duration::from_millis(200));
         upkeep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let outbox = parts
+            .pending
+            .into_iter()
+            .flat_map(|(sink, events)| {
+                let sink: Arc<str> = sink.into();
+                events.into_iter().map(move |event| Outgoing {
+                    event,
+                    only: Some(sink.clone()),
+                    next: 0,
+                })
+            })
+            .collect();
         Bridge {
-            stats: Stats::new(&sinks),
-            sinks,
-            reports,
+            stats: Stats::new(parts.sinks.queues.iter().map(|(n, _)| &**n)),
+            queues: parts.sinks.queues,
+            tasks: parts.sinks.tasks,
+            reports: parts.reports,
+            watches: parts.watches,
+            observed: parts.observed,
             upkeep,
-            durable,
-            classifier,
-            encoder,
+            durable: parts.durable,
+            classifier: parts.classifier,
+            encoder: parts.encoder,
+            outbox,
         }
     }
 
-    pub fn on_report(&mut self, r: &Report) {
-        settle(&mut self.stats, &mut self.durable, r);
+    /// Runs until `shutdown` completes (then the sinks drain what they hold) or a fatal
+    /// error: a watch the apiserver refuses, a sink that ended, a state directory that
+    /// cannot be written.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<Stats, PipelineError> {
+        tracing::info!(sinks = self.queues.len(), "kubecast started");
+        tokio::pin!(shutdown);
+        let outcome = loop {
+            let blocked = match self.pump() {
+                Ok(b) => b,
+                Err(h) => break h,
+            };
+            let step = tokio::select! {
+                biased;
+                _ = &mut shutdown => Err(Halt::Shutdown),
+                Some(exit) = self.tasks.join_next() => Err(sink_ended(exit)),
+                Some(report) = self.reports.recv() => {
+                    self.settle(&report);
+                    Ok(())
+                }
+                _ = self.upkeep.tick() => self.durable.maintain(&self.classifier).await.map_err(Halt::from),
+                Some(done) = self.watches.join_next() => match done {
+                    Ok(Err(e)) => Err(e.into()),
+                    _ => Ok(()),
+                },
+                pushed = wait_for_room(&self.queues, &self.outbox, blocked), if blocked.is_some() => {
+                    self.pushed(pushed)
+                }
+                item = self.observed.recv(), if self.outbox.is_empty() => match item {
+                    Some(first) => self.take_batch(first).await,
+                    // Every watch has ended; only an error ends one.
+                    None => match self.first_watch_error().await {
+                        Some(e) => Err(e.into()),
+                        None => Err(Halt::Shutdown),
+                    },
+                },
+            };
+            if let Err(h) = step {
+                break h;
+            }
+        };
+        let outcome = match outcome {
+            Halt::Shutdown => Ok(()),
+            Halt::Failed(e) => Err(e),
+        };
+        self.finish(outcome).await
     }
 
-    /// Interval syncs, cursors, snapshots, compaction.
-    pub fn on_upkeep(&mut self) -> Result<(), PipelineError> {
-        Ok(self.durable.maintain(&self.classifier)?)
+    /// Hands the outbox's events to the sink queues as far as they take them without
+    /// waiting; returns the index of the sink whose full queue holds the next event.
+    fn pump(&mut self) -> Result<Option<usize>, Halt> {
+        while let Some(out) = self.outbox.front_mut() {
+            while let Some((i, (name, queue))) = self.queues.iter().enumerate().nth(out.next) {
+                if out.only.as_ref().is_some_and(|o| o != name) {
+                    out.next += 1;
+                    continue;
+                }
+                match queue.try_push(&out.event) {
+                    Ok(p) => {
+                        count(&mut self.stats, name, &out.event, p);
+                        out.next += 1;
+                    }
+                    Err(NotPushed::Full) => return Ok(Some(i)),
+                    // The sink's own error arrives from its task; this names it meanwhile.
+                    Err(NotPushed::Closed) => {
+                        return Err(Halt::Failed(PipelineError::SinkGone(name.to_string())));
+                    }
+                }
+            }
+            self.outbox.pop_front();
+        }
+        Ok(None)
     }
 
-    /// Classifies and encodes a batch, and logs it durably; returns its events.
-    pub fn process(&mut self, items: Vec<Observed>) -> Result<Vec<Arc<Event>>, PipelineError> {
+    /// The blocked sink took the front event (or is gone).
+    fn pushed(&mut self, pushed: Result<Pushed, Closed>) -> Result<(), Halt> {
+        let Some(out) = self.outbox.front_mut() else {
+            return Ok(());
+        };
+        let Some((name, _)) = self.queues.get(out.next) else {
+            return Ok(());
+        };
+        match pushed {
+            Ok(p) => {
+                count(&mut self.stats, name, &out.event, p);
+                out.next += 1;
+                Ok(())
+            }
+            Err(_) => Err(Halt::Failed(PipelineError::SinkGone(name.to_string()))),
+        }
+    }
+
+    /// Classifies, encodes and logs a batch of what the watches have ready (one log append
+    /// and fsync for all of it); its events go to the outbox.
+    async fn take_batch(&mut self, first: Observed) -> Result<(), Halt> {
+        let mut items = vec![first];
+        while items.len() < BATCH {
+            match self.observed.try_recv() {
+                Ok(i) => items.push(i),
+                Err(_) => break,
+            }
+        }
         let mut events = Vec::new();
         for item in items {
             let from_watch = matches!(item, Observed::Applied { .. } | Observed::Deleted { .. });
@@ -88,7 +233,7 @@ impl Bridge {
             for change in classify(&mut self.classifier, item) {
                 let event = self
                     .durable
-                    .event(encode(&mut self.encoder, &change), from_watch);
+                    .event(encode(&self.encoder, &change), from_watch);
                 self.stats.emitted(&event);
                 events.push(event);
             }
@@ -98,107 +243,120 @@ impl Bridge {
         }
         // Logged before any sink sees it: the resume point never runs ahead of what is
         // stored.
-        self.durable.commit()?;
-        Ok(events)
+        self.durable.commit().await?;
+        self.outbox.extend(events.into_iter().map(|event| Outgoing {
+            event,
+            only: None,
+            next: 0,
+        }));
+        Ok(())
     }
 
-    /// Hands `event` to one sink (`only`) or to all, waiting while a queue is full; reports
-    /// and upkeep go on meanwhile, and a shutdown ends the wait.
-    pub async fn hand_to<F: Future<Output = ()>>(
-        &mut self,
-        only: Option<&str>,
-        event: Arc<Event>,
-        shutdown: &mut Pin<&mut F>,
-    ) -> Result<(), Halt> {
-        let Bridge {
-            sinks,
-            reports,
-            upkeep,
-            stats,
-            durable,
-            classifier,
-            ..
-        } = self;
-        for s in sinks.iter().filter(|s| only.is_none_or(|o| o == &*s.name)) {
-            let send = s.queue.push(event.clone());
-            tokio::pin!(send);
-            loop {
-                // Reports first: what the sinks settled is counted before more is handed
-                // over, so the held counts are exact and cursors move during backpressure.
-                tokio::select! {
-                    biased;
-                    Some(r) = reports.recv() => settle(stats, durable, &r),
-                    _ = upkeep.tick() => durable.maintain(classifier).map_err(|e| Halt::Failed(e.into()))?,
-                    pushed = &mut send => {
-                        match pushed {
-                            Err(_) => {
-                                // The sink's own error is collected when the bridge finishes.
-                                return Err(Halt::Failed(PipelineError::SinkGone(s.name.to_string())));
-                            }
-                            Ok(Pushed::Queued) => stats.handed(&s.name, &event),
-                            Ok(Pushed::Coalesced) => stats.coalesced(&s.name),
-                            Ok(Pushed::Dropped) => {
-                                stats.dropped(&s.name);
-                                tracing::error!(sink = %s.name, id = %event.id, "sink queue full: event dropped (when_full: drop)");
-                            }
-                        }
-                        break;
-                    }
-                    _ = shutdown.as_mut() => return Err(Halt::Shutdown),
-                }
+    /// A sink's report: counted, and its cursor moved.
+    fn settle(&mut self, r: &Report) {
+        self.stats.report(r);
+        let (sink, seq) = r.settles();
+        self.durable.acked(sink, seq);
+    }
+
+    /// The first error among the ended watches.
+    async fn first_watch_error(&mut self) -> Option<WatchError> {
+        while let Some(done) = self.watches.join_next().await {
+            if let Ok(Err(e)) = done {
+                return Some(e);
             }
         }
-        Ok(())
+        None
     }
 
     /// Closes the queues, waits (up to [`DRAIN`]) for the sinks to deliver what they hold,
     /// saves the state, and returns the totals or the first error.
-    pub async fn finish(
-        mut self,
-        outcome: Result<(), PipelineError>,
-    ) -> Result<Stats, PipelineError> {
-        let mut first_error = None;
+    async fn finish(mut self, outcome: Result<(), PipelineError>) -> Result<Stats, PipelineError> {
+        self.watches.abort_all();
+        self.observed.close();
+        let names: Vec<Arc<str>> = self.queues.drain(..).map(|(n, _)| n).collect();
+        let mut first_error = outcome.err();
+        let mut ended = Vec::new();
         let deadline = tokio::time::Instant::now() + DRAIN;
-        for SinkHandle { name, queue, task } in std::mem::take(&mut self.sinks) {
-            drop(queue);
-            let abort = task.abort_handle();
-            match tokio::time::timeout_at(deadline, task).await {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => {
-                    first_error.get_or_insert(PipelineError::Sink(e));
+        loop {
+            match tokio::time::timeout_at(deadline, self.tasks.join_next()).await {
+                Ok(Some(Ok(exit))) => {
+                    ended.push(exit.sink.clone());
+                    if let Err(e) = exit.outcome {
+                        // A failed sink's own error says more than `SinkGone`.
+                        if first_error
+                            .as_ref()
+                            .is_none_or(|f| matches!(f, PipelineError::SinkGone(_)))
+                        {
+                            first_error = Some(e.into());
+                        }
+                    }
                 }
-                Ok(Err(_)) => {
-                    first_error.get_or_insert(PipelineError::SinkGone(name.to_string()));
-                }
+                // Cancelled: only `abort_all` below does that.
+                Ok(Some(Err(_))) => {}
+                Ok(None) => break,
                 Err(_) => {
-                    abort.abort();
-                    tracing::error!(sink = %name, "shutdown: the sink did not deliver everything in time; the rest is sent after the restart");
+                    for name in names.iter().filter(|n| !ended.contains(n)) {
+                        tracing::error!(sink = %name, "shutdown: the sink did not deliver everything in time; the rest is sent after the restart");
+                    }
+                    self.tasks.abort_all();
+                    break;
                 }
             }
         }
         while let Ok(r) = self.reports.try_recv() {
-            self.on_report(&r);
+            self.settle(&r);
         }
         self.stats.log_summary(self.classifier.len());
-        if let Err(e) = self.durable.close(&self.classifier) {
-            tracing::error!(error = %e, "saving the state at shutdown failed");
+        if let Err(e) = self.durable.close(&self.classifier).await {
+            tracing::error!(error = %crate::error_chain(&e), "saving the state at shutdown failed");
             return Err(e.into());
         }
-        // A failed sink's own error says more than `SinkGone`.
-        if let Some(e) = first_error {
-            return Err(e);
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(self.stats),
         }
-        outcome?;
-        Ok(self.stats)
     }
 }
 
-/// A sink's report: counted, and its cursor moved. A free function so that
-/// [`Bridge::hand_to`] can call it while it holds a sink's queue.
-fn settle(stats: &mut Stats, durable: &mut Durable, r: &Report) {
-    stats.report(r);
-    let (sink, seq) = r.settles();
-    durable.acked(sink, seq);
+/// A sink task that ended before the queues were closed: always an error.
+fn sink_ended(exit: Result<SinkExit, tokio::task::JoinError>) -> Halt {
+    let e = match exit {
+        Ok(SinkExit {
+            outcome: Err(e), ..
+        }) => e.into(),
+        Ok(SinkExit {
+            sink,
+            outcome: Ok(()),
+        }) => PipelineError::SinkGone(sink.to_string()),
+        // Sink tasks catch their panics; only an abort (at shutdown) gets here.
+        Err(e) => PipelineError::SinkGone(e.to_string()),
+    };
+    Halt::Failed(e)
+}
+
+/// Waits until the sink at `blocked` takes the outbox's front event.
+async fn wait_for_room(
+    queues: &[(Arc<str>, QueueTx)],
+    outbox: &VecDeque<Outgoing>,
+    blocked: Option<usize>,
+) -> Result<Pushed, Closed> {
+    match (blocked.and_then(|i| queues.get(i)), outbox.front()) {
+        (Some((_, queue)), Some(out)) => queue.push(out.event.clone()).await,
+        _ => std::future::pending().await,
+    }
+}
+
+/// Counts what became of `event` in `sink`'s queue.
+fn count(stats: &mut Stats, sink: &str, event: &Event, pushed: Pushed) {
+    match pushed {
+        Pushed::Queued => stats.handed(sink, event),
+        Pushed::Coalesced => stats.coalesced(sink),
+        Pushed::Dropped => {
+            stats.dropped(sink);
+            tracing::error!(sink, id = %event.id, "sink queue full: event dropped (when_full: drop)");
+        }
+    }
 }
 
 /// What the classifier makes of one observation.
@@ -216,7 +374,7 @@ fn classify(c: &mut Classifier, item: Observed) -> Vec<Change> {
     }
 }
 
-fn encode(encoder: &mut Encoder, change: &Change) -> Event {
+fn encode(encoder: &Encoder, change: &Change) -> Event {
     let (event, error) = encoder.encode(change);
     if let Some(e) = error {
         tracing::warn!(id = %event.id, error = %e, "pod sent as reference data");

@@ -1,18 +1,33 @@
-//! The pipeline's side of the durable state: what a restart resumes from, and logging each
-//! batch (its events and the watch positions they move) before the events go to the sinks.
+//! The pipeline's side of the durable state: what a restart resumes from, each event's place
+//! in the stream, and logging each batch (its events and the watch positions they move)
+//! before the events go to the sinks.
 //!
-//! Entry point: [`Durable::open`]. Without `state.dir` it keeps nothing and every method is
-//! a no-op, so the pipeline reads the same either way.
+//! Entry point: [`Durable::open`]. Without `state.dir` it keeps nothing (events are numbered
+//! by a counter of this process) and the rest is a no-op, so the pipeline reads the same
+//! either way. Disk work (appends, fsyncs, snapshots, compaction) runs on tokio's blocking
+//! pool, never on a runtime worker; the event loop awaits it, so the store is never used by
+//! two at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::classify::{Classifier, Scope};
-use crate::config::Validated;
+use crate::config::{InitialList, StateConfig};
 use crate::event::Event;
 use crate::store::{Record, Snapshot, Store, StoreError, StoreSettings};
 use crate::watch::Observed;
+
+/// What the durable state needs to know of the config.
+#[derive(Debug, Clone)]
+pub struct DurableSettings {
+    pub state: StateConfig,
+    /// One watch per namespace (positions per namespace) rather than one for all.
+    pub per_namespace: bool,
+    pub initial: InitialList,
+    /// The configured sinks' names: each has a cursor.
+    pub sinks: Vec<String>,
+}
 
 /// What the pipeline starts from.
 pub struct Start {
@@ -24,7 +39,10 @@ pub struct Start {
 }
 
 pub struct Durable {
+    /// `None` without a state directory, and while a blocking call has it.
     store: Option<Store>,
+    /// The next sequence number when there is no store.
+    next_seq: u64,
     positions: HashMap<Scope, Option<String>>,
     per_namespace: bool,
     batch: Vec<Record>,
@@ -34,19 +52,24 @@ pub struct Durable {
 impl Durable {
     /// Opens the state directory (if configured) and rebuilds the known state and the
     /// watch positions from its snapshot and the log after it.
-    pub fn open(config: &Validated) -> Result<(Durable, Start), StoreError> {
-        let per_namespace = !config.watch.namespaces.is_empty();
-        let initial = config.watch.initial_list;
-        let Some(dir) = &config.state.dir else {
-            let durable = Durable {
-                store: None,
-                positions: HashMap::new(),
-                per_namespace,
-                batch: Vec::new(),
-                snapshot_due: false,
-            };
+    pub async fn open(settings: DurableSettings) -> Result<(Durable, Start), StoreError> {
+        tokio::task::spawn_blocking(move || Durable::open_blocking(settings))
+            .await
+            .map_err(|e| StoreError::Worker(e.to_string()))?
+    }
+
+    fn open_blocking(s: DurableSettings) -> Result<(Durable, Start), StoreError> {
+        let mut durable = Durable {
+            store: None,
+            next_seq: 1,
+            positions: HashMap::new(),
+            per_namespace: s.per_namespace,
+            batch: Vec::new(),
+            snapshot_due: false,
+        };
+        let Some(dir) = &s.state.dir else {
             let start = Start {
-                classifier: Classifier::new(initial),
+                classifier: Classifier::new(s.initial),
                 resume: HashMap::new(),
                 pending: BTreeMap::new(),
             };
@@ -54,26 +77,19 @@ impl Durable {
         };
         let settings = StoreSettings {
             dir: dir.clone(),
-            fsync: config.state.fsync,
-            fsync_interval: Duration::from_millis(config.state.fsync_interval_ms),
-            segment_bytes: config.state.segment_mib * 1024 * 1024,
-            snapshot_interval: Duration::from_secs(config.state.snapshot_interval_seconds),
+            fsync: s.state.fsync,
+            fsync_interval: Duration::from_millis(s.state.fsync_interval_ms),
+            segment_bytes: s.state.segment_mib * 1024 * 1024,
+            snapshot_interval: Duration::from_secs(s.state.snapshot_interval_seconds),
         };
-        let sinks: Vec<String> = config.sinks.iter().map(|(n, _)| n.clone()).collect();
-        let (store, restored) = Store::open(settings, &sinks)?;
+        let (store, restored) = Store::open(settings, &s.sinks)?;
         let fresh = restored.snapshot.next_seq == 0 && restored.replay.is_empty();
         let mut classifier = if fresh {
-            Classifier::new(initial)
+            Classifier::new(s.initial)
         } else {
-            Classifier::restored(initial, restored.snapshot.known)
+            Classifier::restored(s.initial, restored.snapshot.known)
         };
-        let mut durable = Durable {
-            store: Some(store),
-            positions: HashMap::new(),
-            per_namespace,
-            batch: Vec::new(),
-            snapshot_due: false,
-        };
+        durable.store = Some(store);
         for (scope, rv) in restored.snapshot.positions {
             durable.positions.insert(scope.map(Arc::from), rv);
         }
@@ -113,10 +129,30 @@ impl Durable {
         self.per_namespace.then(|| Arc::from(namespace))
     }
 
-    /// Gives `event` its place in the log (its sequence number) and queues its record;
-    /// `from_watch` events also move their scope's position.
+    /// Runs `f` on the store on the blocking pool; a no-op without a store.
+    async fn blocking(
+        &mut self,
+        f: impl FnOnce(&mut Store) -> Result<(), StoreError> + Send + 'static,
+    ) -> Result<(), StoreError> {
+        let Some(mut store) = self.store.take() else {
+            return Ok(());
+        };
+        let (store, result) = tokio::task::spawn_blocking(move || {
+            let result = f(&mut store);
+            (store, result)
+        })
+        .await
+        .map_err(|e| StoreError::Worker(e.to_string()))?;
+        self.store = Some(store);
+        result
+    }
+
+    /// Gives `event` its place in the stream (its sequence number) and, with a store, queues
+    /// its record; `from_watch` events also move their scope's position.
     pub fn event(&mut self, mut event: Event, from_watch: bool) -> Arc<Event> {
         let Some(store) = self.store.as_mut() else {
+            event.seq = self.next_seq;
+            self.next_seq += 1;
             return Arc::new(event);
         };
         event.seq = store.take_seq();
@@ -159,13 +195,12 @@ impl Durable {
 
     /// Logs the queued records (synced as `state.fsync` says). Call before the batch's
     /// events go to the sinks.
-    pub fn commit(&mut self) -> Result<(), StoreError> {
-        let Some(store) = self.store.as_mut() else {
+    pub async fn commit(&mut self) -> Result<(), StoreError> {
+        if self.batch.is_empty() {
             return Ok(());
-        };
-        let result = store.append(&self.batch);
-        self.batch.clear();
-        result
+        }
+        let batch = std::mem::take(&mut self.batch);
+        self.blocking(move |store| store.append(&batch)).await
     }
 
     /// `sink` settled everything up to `seq`.
@@ -176,24 +211,26 @@ impl Durable {
     }
 
     /// Periodic upkeep: interval syncs, cursors, snapshots, compaction.
-    pub fn maintain(&mut self, classifier: &Classifier) -> Result<(), StoreError> {
-        let force = std::mem::take(&mut self.snapshot_due);
-        let positions = &self.positions;
-        let Some(store) = self.store.as_mut() else {
+    pub async fn maintain(&mut self, classifier: &Classifier) -> Result<(), StoreError> {
+        let Some(store) = self.store.as_ref() else {
             return Ok(());
         };
-        let next_seq = store.next_seq();
-        store.maintain(force, || snapshot(next_seq, classifier, positions))
+        let force = std::mem::take(&mut self.snapshot_due);
+        // The snapshot is taken here, on the loop, where the classifier lives; only the
+        // writing goes to the blocking pool.
+        let snap = store
+            .snapshot_due(force)
+            .then(|| snapshot(store.next_seq(), classifier, &self.positions));
+        self.blocking(move |store| store.maintain(snap)).await
     }
 
     /// Everything to disk, on shutdown.
-    pub fn close(&mut self, classifier: &Classifier) -> Result<(), StoreError> {
-        let positions = &self.positions;
-        let Some(store) = self.store.as_mut() else {
+    pub async fn close(&mut self, classifier: &Classifier) -> Result<(), StoreError> {
+        let Some(store) = self.store.as_ref() else {
             return Ok(());
         };
-        let next_seq = store.next_seq();
-        store.close(|| snapshot(next_seq, classifier, positions))
+        let snap = snapshot(store.next_seq(), classifier, &self.positions);
+        self.blocking(move |store| store.close(snap)).await
     }
 }
 
@@ -211,3 +248,7 @@ fn snapshot(
             .collect(),
     }
 }
+
+#[cfg(test)]
+#[path = "durable_tests.rs"]
+mod tests;

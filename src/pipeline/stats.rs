@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::event::{ChangeKind, Event};
-use crate::sinks::{Report, SinkHandle};
+use crate::sinks::Report;
 
 /// What one sink reported, and what it holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,11 +45,11 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub fn new(sinks: &[SinkHandle]) -> Stats {
+    pub fn new<'a>(sinks: impl IntoIterator<Item = &'a str>) -> Stats {
         Stats {
             sinks: sinks
-                .iter()
-                .map(|s| (s.name.to_string(), SinkStats::default()))
+                .into_iter()
+                .map(|s| (s.to_string(), SinkStats::default()))
                 .collect(),
             ..Stats::default()
         }

@@ -1,28 +1,126 @@
-//! Settings shared by every sink: the sink enum keyed by `type`, TLS files, secrets, topic
-//! templates and the dead-letter destination.
+//! Settings shared by every sink: the sink's config (its kind and the envelope every sink
+//! gets: queue and dead letters), TLS files, secrets and topic templates.
 
 use std::fmt;
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
 
-use super::file::FileConfig;
-use super::kafka::KafkaConfig;
-use super::mqtt::MqttConfig;
-use super::stdout::StdoutConfig;
+use super::SinkKind;
+use super::queue::QueueConfig;
+use crate::config::Issue;
 
-/// One sink, chosen by its `type` field.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
-pub enum SinkConfig {
-    /// Apache Kafka through librdkafka.
-    Kafka(KafkaConfig),
-    /// An MQTT 5 or 3.1.1 broker.
-    Mqtt(MqttConfig),
-    /// JSON lines (structured CloudEvents) on standard output.
-    Stdout(StdoutConfig),
-    /// JSON lines (structured CloudEvents) appended to a file.
-    File(FileConfig),
+/// One sink under `sinks.NAME`: its `type` and that kind's fields, plus the envelope that the
+/// sink contract gives every kind (`queue`, `dead_letter`). Unknown fields are errors.
+#[derive(Debug, Clone)]
+pub struct SinkConfig {
+    /// The kind (`type: kafka`, ...) and its own settings.
+    pub kind: SinkKind,
+    /// The queue and dead-letter settings every sink has.
+    pub common: Common,
+}
+
+/// The envelope of every sink.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Common {
+    /// The sink's queue: its limits and what happens when it is full. Default: 1024 events,
+    /// 64 MiB, `block`.
+    #[serde(default)]
+    pub queue: QueueConfig,
+    /// Where events the sink can never deliver (too large, refused) go. Default: the log only.
+    #[serde(default)]
+    pub dead_letter: Option<DeadLetterConfig>,
+}
+
+/// The envelope's field names, taken out of a sink's map before its kind reads the rest.
+const COMMON_FIELDS: [&str; 2] = ["queue", "dead_letter"];
+
+impl Common {
+    /// The envelope's issues; `at` is the sink's field path, `topic_ok` whether its kind
+    /// takes a `dead_letter.topic`.
+    pub fn check(&self, at: &str, topic_ok: bool) -> Vec<Issue> {
+        let mut issues = Vec::new();
+        Issue::at_least(
+            &mut issues,
+            format!("{at}.queue.events"),
+            self.queue.events as u64,
+            1,
+        );
+        Issue::at_least(
+            &mut issues,
+            format!("{at}.queue.bytes"),
+            self.queue.bytes as u64,
+            1024,
+        );
+        if let Some(d) = &self.dead_letter {
+            if d.topic.is_some() && !topic_ok {
+                issues.push(Issue::new(
+                    format!("{at}.dead_letter.topic"),
+                    "is for Kafka sinks; use dead_letter.file",
+                ));
+            }
+            if d.file.as_ref().is_some_and(|f| f.as_os_str().is_empty()) {
+                issues.push(Issue::new(
+                    format!("{at}.dead_letter.file"),
+                    "is empty; leave it out to log dead letters only",
+                ));
+            }
+        }
+        issues
+    }
+}
+
+impl<'de> Deserialize<'de> for SinkConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut kind = Map::<String, Value>::deserialize(d)?;
+        let mut common = Map::new();
+        for field in COMMON_FIELDS {
+            if let Some(v) = kind.remove(field) {
+                common.insert(field.to_string(), v);
+            }
+        }
+        let common: Common = from_map(common).map_err(D::Error::custom)?;
+        let kind: SinkKind = from_map(kind).map_err(D::Error::custom)?;
+        Ok(SinkConfig { kind, common })
+    }
+}
+
+/// Deserializes `map`; an error names the field path inside it.
+fn from_map<T: serde::de::DeserializeOwned>(map: Map<String, Value>) -> Result<T, String> {
+    serde_path_to_error::deserialize(Value::Object(map)).map_err(|e| {
+        let path = e.path().to_string();
+        if path.is_empty() || path == "." {
+            e.into_inner().to_string()
+        } else {
+            format!("field `{path}`: {}", e.into_inner())
+        }
+    })
+}
+
+impl Serialize for SinkConfig {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        let mut map = match serde_json::to_value(&self.kind).map_err(S::Error::custom)? {
+            Value::Object(m) => m,
+            _ => return Err(S::Error::custom("a sink kind serializes as a map")),
+        };
+        if let Value::Object(common) =
+            serde_json::to_value(&self.common).map_err(S::Error::custom)?
+        {
+            map.extend(common);
+        }
+        map.serialize(s)
+    }
+}
+
+impl SinkConfig {
+    /// Checks this sink's values; `name` is its key under `sinks`.
+    pub fn validate(&self, name: &str, cluster: &str) -> Result<super::ValidSink, Vec<Issue>> {
+        self.kind.validate(name, &self.common, cluster)
+    }
 }
 
 /// Client-side TLS: the CA to trust and, for mutual TLS, a client certificate and key.
@@ -56,11 +154,11 @@ impl fmt::Debug for Secret {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeadLetterConfig {
-    /// Append a JSON line per dead letter to this file.
+    /// Append a JSON line per dead letter to this file. Default: none.
     #[serde(default)]
     pub file: Option<PathBuf>,
     /// Kafka sinks only: produce dead letters to this topic (attributes and reason; the
-    /// data too when it fits).
+    /// data too when it fits). Default: none.
     #[serde(default)]
     pub topic: Option<String>,
 }
@@ -86,8 +184,9 @@ enum Part {
 }
 
 impl Template {
-    /// Parses `text`, accepting only the placeholders in `allowed`.
-    pub fn parse(text: &str, allowed: &[Placeholder]) -> Result<Template, String> {
+    /// Parses `text`, accepting only the placeholders in `allowed`. `{cluster}` is replaced by
+    /// `cluster` here, once: it is the same for every event.
+    pub fn parse(text: &str, allowed: &[Placeholder], cluster: &str) -> Result<Template, String> {
         let mut parts = Vec::new();
         let mut rest = text;
         while let Some(open) = rest.find('{') {
@@ -107,7 +206,10 @@ impl Template {
             if !allowed.contains(&var) {
                 return Err(format!("`{text}`: `{{{name}}}` is not allowed here"));
             }
-            parts.push(Part::Var(var));
+            match var {
+                Placeholder::Cluster => parts.push(Part::Text(cluster.to_string())),
+                _ => parts.push(Part::Var(var)),
+            }
             rest = &rest[open + close + 1..];
         }
         if rest.contains('}') {
@@ -122,7 +224,8 @@ impl Template {
         Ok(Template { parts })
     }
 
-    /// The literal text between placeholders, for character checks.
+    /// The literal text between placeholders (the cluster name included), for character
+    /// checks.
     pub fn literals(&self) -> impl Iterator<Item = &str> {
         self.parts.iter().filter_map(|p| match p {
             Part::Text(t) => Some(t.as_str()),
@@ -130,13 +233,14 @@ impl Template {
         })
     }
 
-    /// Renders the template.
-    pub fn render(&self, cluster: &str, namespace: &str, name: &str) -> String {
+    /// Renders the template for one pod.
+    pub fn render(&self, namespace: &str, name: &str) -> String {
         let mut out = String::with_capacity(64);
         for part in &self.parts {
             match part {
                 Part::Text(t) => out.push_str(t),
-                Part::Var(Placeholder::Cluster) => out.push_str(cluster),
+                // Bound in `parse`; never a `Var`.
+                Part::Var(Placeholder::Cluster) => {}
                 Part::Var(Placeholder::Namespace) => out.push_str(namespace),
                 Part::Var(Placeholder::Name) => out.push_str(name),
             }
@@ -155,24 +259,25 @@ mod tests {
         let t = Template::parse(
             "kubecast/{cluster}/{namespace}/{name}",
             &[Cluster, Namespace, Name],
+            "c",
         );
-        assert_eq!(t.unwrap().render("c", "ns", "p"), "kubecast/c/ns/p");
+        assert_eq!(t.unwrap().render("ns", "p"), "kubecast/c/ns/p");
     }
 
     #[test]
     fn a_template_rejects_unknown_disallowed_and_unbalanced_placeholders() {
         assert!(
-            Template::parse("a.{pod}", &[Cluster])
+            Template::parse("a.{pod}", &[Cluster], "c")
                 .unwrap_err()
                 .contains("unknown")
         );
         assert!(
-            Template::parse("a.{name}", &[Cluster])
+            Template::parse("a.{name}", &[Cluster], "c")
                 .unwrap_err()
                 .contains("not allowed")
         );
-        assert!(Template::parse("a.{cluster", &[Cluster]).is_err());
-        assert!(Template::parse("a.cluster}", &[Cluster]).is_err());
-        assert!(Template::parse("", &[Cluster]).is_err());
+        assert!(Template::parse("a.{cluster", &[Cluster], "c").is_err());
+        assert!(Template::parse("a.cluster}", &[Cluster], "c").is_err());
+        assert!(Template::parse("", &[Cluster], "c").is_err());
     }
 }

@@ -1,22 +1,58 @@
-//! Sinks: where events go. One folder or file per sink type; each sink runs as its own
-//! task, reads events from its bounded queue and reports an event delivered only on the
+//! Sinks: where events go. One folder or file per sink kind; each sink runs as its own task,
+//! takes events from its bounded queue and reports an event delivered only on the
 //! destination's own acknowledgement.
 //!
-//! Entry points: [`SinkConfig`] (the config of one sink), [`start`] (spawns a validated
-//! sink and returns the sender side of its queue).
+//! Entry points: [`SinkConfig`] (the config of one sink: its kind and its envelope),
+//! [`contract`] (what a sink implements and reports), [`start`] (spawns validated sinks).
+//!
+//! Adding a sink kind is a new folder here (its config implementing [`SinkSpec`], its task
+//! implementing [`Sink`]) and one line in `sink_kinds!` below: that line declares its module,
+//! its `type` name in the config, and its place in validation.
 
 mod config;
+pub mod contract;
 mod dead_letter;
-pub mod file;
-pub mod kafka;
-pub mod mqtt;
 pub mod queue;
 mod runner;
-pub mod stdout;
-mod validate;
 
-pub use config::{DeadLetterConfig, Placeholder, Secret, SinkConfig, Template, TlsConfig};
+pub use config::{Common, DeadLetterConfig, Placeholder, Secret, SinkConfig, Template, TlsConfig};
+pub use contract::{Acks, Report, Sink, SinkError, SinkSpec, ValidSink};
 pub use dead_letter::DeadLetter;
-pub use queue::{Pushed, QueueConfig, WhenFull};
-pub use runner::{Report, SinkError, SinkHandle, start};
-pub use validate::ValidSink;
+pub use queue::{NotPushed, Pushed, QueueConfig, WhenFull};
+pub use runner::{Ended, SinkExit, Sinks, start};
+
+/// Declares the sink kinds: each entry's module, its variant of [`SinkKind`] (whose
+/// lower-case name is the `type` in the config) and its config type, which implements
+/// [`SinkSpec`].
+macro_rules! sink_kinds {
+    ($($(#[doc = $doc:literal])* $module:ident => $variant:ident($config:ty),)+) => {
+        $(pub mod $module;)+
+
+        /// The kind of a sink, chosen by its `type` field, with the kind's own settings.
+        #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+        #[serde(tag = "type", rename_all = "lowercase")]
+        pub enum SinkKind {
+            $($(#[doc = $doc])* $variant($config),)+
+        }
+
+        impl SinkKind {
+            /// Validates this sink (`name` is its key under `sinks`) with its envelope.
+            pub fn validate(&self, name: &str, common: &Common, cluster: &str) -> Result<ValidSink, Vec<crate::config::Issue>> {
+                match self {
+                    $(SinkKind::$variant(spec) => ValidSink::validate(name, spec, common, cluster),)+
+                }
+            }
+        }
+    };
+}
+
+sink_kinds! {
+    /// Apache Kafka through librdkafka.
+    kafka => Kafka(kafka::KafkaConfig),
+    /// An MQTT 5 or 3.1.1 broker.
+    mqtt => Mqtt(mqtt::MqttConfig),
+    /// JSON lines (structured CloudEvents) on standard output.
+    stdout => Stdout(stdout::StdoutConfig),
+    /// JSON lines (structured CloudEvents) appended to a file.
+    file => File(file::FileConfig),
+}

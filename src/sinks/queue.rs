@@ -154,52 +154,70 @@ impl std::fmt::Debug for QueueTx {
     }
 }
 
+/// Why [`QueueTx::try_push`] did not take an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotPushed {
+    /// The queue is full and its policy is to wait: try again after [`QueueTx::push`] or
+    /// later.
+    Full,
+    /// The sink side is gone.
+    Closed,
+}
+
 impl QueueTx {
-    /// Queues `event` as the policy says, waiting while the queue is full (except `drop`).
-    pub async fn push(&self, event: Arc<Event>) -> Result<Pushed, Closed> {
+    /// Queues `event` as the policy says, without waiting.
+    pub fn try_push(&self, event: &Arc<Event>) -> Result<Pushed, NotPushed> {
         let c = &self.shared.config;
+        let mut st = self.shared.lock();
+        if st.receiver_gone {
+            return Err(NotPushed::Closed);
+        }
+        if c.when_full == WhenFull::Coalesce
+            && event.kind == ChangeKind::Modified
+            && let Some(pos) = st.modified_at.get(event.uid.as_str()).copied()
+        {
+            let idx = (pos - st.front) as usize;
+            let old = st.items[idx].clone();
+            let mut newer = (**event).clone();
+            newer.seq = old.seq;
+            st.bytes = st.bytes - size(&old) + size(&newer);
+            st.items[idx] = Arc::new(newer);
+            return Ok(Pushed::Coalesced);
+        }
+        let n = size(event);
+        if st.items.len() < c.events && (st.items.is_empty() || st.bytes + n <= c.bytes) {
+            let pos = st.front + st.items.len() as u64;
+            match event.kind {
+                ChangeKind::Modified if c.when_full == WhenFull::Coalesce => {
+                    st.modified_at.insert(event.uid.clone(), pos);
+                }
+                _ => {
+                    st.modified_at.remove(event.uid.as_str());
+                }
+            }
+            st.bytes += n;
+            st.items.push_back(event.clone());
+            self.shared.readable.notify_one();
+            return Ok(Pushed::Queued);
+        }
+        if c.when_full == WhenFull::Drop {
+            return Ok(Pushed::Dropped);
+        }
+        Err(NotPushed::Full)
+    }
+
+    /// Queues `event` as the policy says, waiting while the queue is full (except `drop`).
+    /// Cancel-safe: dropped before it completes, it has queued nothing.
+    pub async fn push(&self, event: Arc<Event>) -> Result<Pushed, Closed> {
         loop {
             let notified = self.shared.writable.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            {
-                let mut st = self.shared.lock();
-                if st.receiver_gone {
-                    return Err(Closed);
-                }
-                if c.when_full == WhenFull::Coalesce
-                    && event.kind == ChangeKind::Modified
-                    && let Some(pos) = st.modified_at.get(event.uid.as_str()).copied()
-                {
-                    let idx = (pos - st.front) as usize;
-                    let old = st.items[idx].clone();
-                    let mut newer = (*event).clone();
-                    newer.seq = old.seq;
-                    st.bytes = st.bytes - size(&old) + size(&newer);
-                    st.items[idx] = Arc::new(newer);
-                    return Ok(Pushed::Coalesced);
-                }
-                let n = size(&event);
-                if st.items.len() < c.events && (st.items.is_empty() || st.bytes + n <= c.bytes) {
-                    let pos = st.front + st.items.len() as u64;
-                    match event.kind {
-                        ChangeKind::Modified if c.when_full == WhenFull::Coalesce => {
-                            st.modified_at.insert(event.uid.clone(), pos);
-                        }
-                        _ => {
-                            st.modified_at.remove(event.uid.as_str());
-                        }
-                    }
-                    st.bytes += n;
-                    st.items.push_back(event);
-                    self.shared.readable.notify_one();
-                    return Ok(Pushed::Queued);
-                }
-                if c.when_full == WhenFull::Drop {
-                    return Ok(Pushed::Dropped);
-                }
+            match self.try_push(&event) {
+                Ok(p) => return Ok(p),
+                Err(NotPushed::Closed) => return Err(Closed),
+                Err(NotPushed::Full) => notified.await,
             }
-            notified.await;
         }
     }
 }

@@ -1,127 +1,66 @@
-//! Running a sink: its bounded queue, its task, and the reports it sends back for every
-//! event (delivered on the destination's ack, or dead-lettered with a reason).
+//! Running the sinks: each validated sink gets its bounded queue and its [`Acks`], and runs
+//! as a task of one [`JoinSet`] that the pipeline's event loop watches, so a sink that ends
+//! is seen at once, also when no event is flowing.
 //!
 //! Entry point: [`start`].
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures::FutureExt;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use tokio::task::JoinSet;
 
-use super::dead_letter::DeadLetter;
-use super::validate::{SinkKind, ValidSink};
-use super::{file, kafka, mqtt, stdout};
-use crate::event::Event;
+use super::contract::{Acks, Report, SinkError, ValidSink};
+use super::queue::{QueueTx, queue};
 
-/// What a sink says about an event, in the order of its acks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Report {
-    /// The destination acknowledged the event.
-    Delivered { sink: Arc<str>, seq: u64 },
-    /// The event can never be delivered to this sink; it went to the dead-letter
-    /// destination (or, without one, was logged as an error) with `reason`.
-    DeadLettered {
-        sink: Arc<str>,
-        seq: u64,
-        reason: String,
-    },
-}
-
-impl Report {
-    /// The sink and the sequence number this report settles (with everything before it).
-    pub fn settles(&self) -> (&str, u64) {
-        match self {
-            Report::Delivered { sink, seq } | Report::DeadLettered { sink, seq, .. } => {
-                (sink, *seq)
-            }
-        }
-    }
-}
-
-/// Why a sink stopped for good.
-#[derive(Debug, thiserror::Error)]
-pub enum SinkError {
-    /// An error retrying cannot fix: rejected credentials, a broken TLS setup, an
-    /// unwritable file.
-    #[error("sink `{sink}` failed: {reason}")]
-    Fatal { sink: Arc<str>, reason: String },
-}
-
-/// What a sink task reports through. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct Acks {
-    pub sink: Arc<str>,
-    reports: mpsc::UnboundedSender<Report>,
-    dead_letter: Arc<DeadLetter>,
-}
-
-impl Acks {
-    /// The destination acknowledged `seq`.
-    pub fn delivered(&self, seq: u64) {
-        // The receiver lives as long as the pipeline; after it is gone nobody counts.
-        let _ = self.reports.send(Report::Delivered {
-            sink: self.sink.clone(),
-            seq,
-        });
-    }
-
-    /// `event` can never be delivered here: write it to the dead-letter file (the Kafka sink
-    /// handles a dead-letter topic itself) and report it.
-    pub async fn dead_letter(&self, event: &Event, reason: String) -> Result<(), SinkError> {
-        self.dead_letter
-            .write(&self.sink, event, &reason)
-            .await
-            .map_err(|e| {
-                self.fatal(format!(
-                    "writing the dead letter of event {}: {e}",
-                    event.id
-                ))
-            })?;
-        self.reported_dead(event.seq, reason);
-        Ok(())
-    }
-
-    /// Reports `seq` as dead-lettered (after the sink stored it somewhere itself).
-    pub fn reported_dead(&self, seq: u64, reason: String) {
-        let _ = self.reports.send(Report::DeadLettered {
-            sink: self.sink.clone(),
-            seq,
-            reason,
-        });
-    }
-
-    /// A fatal error of this sink.
-    pub fn fatal(&self, reason: String) -> SinkError {
-        SinkError::Fatal {
-            sink: self.sink.clone(),
-            reason,
-        }
-    }
-}
-
-/// A running sink: the sender side of its queue and its task.
+/// How a sink task ended.
 #[derive(Debug)]
-pub struct SinkHandle {
-    pub name: Arc<str>,
-    pub queue: super::queue::QueueTx,
-    pub task: JoinHandle<Result<(), SinkError>>,
+pub struct SinkExit {
+    pub sink: Arc<str>,
+    pub outcome: Result<(), Ended>,
 }
 
-/// Spawns the sink `name`. Its queue is bounded as `valid.queue` says; a full queue
-/// makes the pipeline wait (backpressure into the watch).
-pub fn start(name: &str, valid: ValidSink, reports: mpsc::UnboundedSender<Report>) -> SinkHandle {
-    let name: Arc<str> = name.into();
-    let (queue, rx) = super::queue::queue(valid.queue);
-    let acks = Acks {
-        sink: name.clone(),
-        reports,
-        dead_letter: Arc::new(valid.dead_letter_file),
+/// Why a sink task ended before it was asked to.
+#[derive(Debug, thiserror::Error)]
+pub enum Ended {
+    #[error(transparent)]
+    Failed(#[from] SinkError),
+    /// A bug in the sink: it panicked.
+    #[error("sink `{0}` panicked")]
+    Panicked(Arc<str>),
+}
+
+/// The running sinks: the pipeline's side of each queue, and the tasks.
+pub struct Sinks {
+    /// Each sink's name and the sender side of its queue, in config order.
+    pub queues: Vec<(Arc<str>, QueueTx)>,
+    pub tasks: JoinSet<SinkExit>,
+}
+
+/// Spawns every sink; their reports arrive on `reports`.
+pub fn start(sinks: Vec<(String, ValidSink)>, reports: mpsc::UnboundedSender<Report>) -> Sinks {
+    let mut out = Sinks {
+        queues: Vec::with_capacity(sinks.len()),
+        tasks: JoinSet::new(),
     };
-    let task = match valid.kind {
-        SinkKind::Kafka(s) => tokio::spawn(kafka::run(s, rx, acks)),
-        SinkKind::Mqtt(s) => tokio::spawn(mqtt::run(s, rx, acks)),
-        SinkKind::Stdout(s) => tokio::spawn(stdout::run(s, rx, acks)),
-        SinkKind::File(s) => tokio::spawn(file::run(s, rx, acks)),
-    };
-    SinkHandle { name, queue, task }
+    for (name, valid) in sinks {
+        let name: Arc<str> = name.into();
+        let (tx, rx) = queue(valid.queue);
+        let acks = Acks::new(name.clone(), reports.clone(), valid.dead_letter);
+        let run = valid.sink.run(rx, acks);
+        let sink = name.clone();
+        out.tasks.spawn(async move {
+            // A panic is turned into an exit naming the sink instead of an anonymous join
+            // error.
+            let outcome = match AssertUnwindSafe(run).catch_unwind().await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(Ended::Failed(e)),
+                Err(_) => Err(Ended::Panicked(sink.clone())),
+            };
+            SinkExit { sink, outcome }
+        });
+        out.queues.push((name, tx));
+    }
+    out
 }

@@ -52,6 +52,9 @@ pub enum StoreError {
         offset: u64,
         reason: String,
     },
+    /// The blocking-pool task doing the disk work panicked or was cancelled.
+    #[error("state directory: the task writing it failed: {0}")]
+    Worker(String),
 }
 
 /// Maps an I/O error of `op` on `path` into a [`StoreError`] (for `map_err`).
@@ -214,13 +217,15 @@ impl Store {
         self.cursors.values().copied().min().unwrap_or(0)
     }
 
-    /// Periodic upkeep: the interval fsync, saving cursors, and (when due or `force`) a
-    /// snapshot from `state`, after which segments nobody needs are deleted.
-    pub fn maintain(
-        &mut self,
-        force_snapshot: bool,
-        state: impl FnOnce() -> Snapshot,
-    ) -> Result<(), StoreError> {
+    /// Whether [`Store::maintain`] should be given a snapshot now (`force`: regardless of
+    /// the interval).
+    pub fn snapshot_due(&self, force: bool) -> bool {
+        force || self.last_snapshot.elapsed() >= self.settings.snapshot_interval
+    }
+
+    /// Periodic upkeep: the interval fsync, saving cursors, and writing `snapshot` (taken
+    /// when [`Store::snapshot_due`] said so), after which segments nobody needs are deleted.
+    pub fn maintain(&mut self, snapshot: Option<Snapshot>) -> Result<(), StoreError> {
         if self.settings.fsync == FsyncPolicy::Interval
             && self.last_sync.elapsed() >= self.settings.fsync_interval
         {
@@ -230,10 +235,9 @@ impl Store {
             snapshot::write(&self.settings.dir, snapshot::CURSORS, &self.cursors)?;
             self.cursors_dirty = false;
         }
-        if force_snapshot || self.last_snapshot.elapsed() >= self.settings.snapshot_interval {
+        if let Some(snap) = snapshot {
             // Everything the snapshot covers must be on disk before the snapshot says so.
             self.sync()?;
-            let snap = state();
             snapshot::write(&self.settings.dir, snapshot::SNAPSHOT, &snap)?;
             self.snapshot_seq = snap.next_seq;
             self.last_snapshot = Instant::now();
@@ -244,8 +248,8 @@ impl Store {
         Ok(())
     }
 
-    /// Syncs everything and saves the cursors (on shutdown).
-    pub fn close(&mut self, state: impl FnOnce() -> Snapshot) -> Result<(), StoreError> {
-        self.maintain(true, state)
+    /// Syncs everything, saves the cursors and `snapshot` (on shutdown).
+    pub fn close(&mut self, snapshot: Snapshot) -> Result<(), StoreError> {
+        self.maintain(Some(snapshot))
     }
 }

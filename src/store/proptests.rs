@@ -77,7 +77,7 @@ proptest! {
                 }
                 Op::Maintain(snapshot) => {
                     let next = store.next_seq();
-                    store.maintain(snapshot, || Snapshot { next_seq: next, ..Snapshot::default() }).unwrap();
+                    store.maintain(snapshot.then(|| Snapshot { next_seq: next, ..Snapshot::default() })).unwrap();
                     saved = acked.clone();
                 }
                 Op::Crash(garbage) => {

@@ -1,8 +1,8 @@
 //! The Pod watch: list + watch against the kube-apiserver, one stream per scope (all
 //! namespaces, or one per configured namespace), shared by every sink.
 //!
-//! Entry point: [`spawn`] starts the watch of one scope and sends what it sees as
-//! [`Observed`] items into a bounded channel. The channel is the backpressure point: when the
+//! Entry point: [`run`] watches one scope and sends what it sees as [`Observed`] items into
+//! a bounded channel. The channel is the backpressure point: when the
 //! pipeline stops taking items, the watch stops reading the apiserver's stream.
 //!
 //! The objects are carried as the apiserver's JSON bytes; only their metadata is parsed here.
@@ -13,8 +13,14 @@
 mod parse;
 mod request;
 mod source;
+mod stream;
 
-pub use source::{WatchSettings, spawn};
+#[cfg(test)]
+mod proptests;
+
+pub use parse::{ListPage, ParseError, WatchLine, parse_list_page, parse_watch_line};
+pub use source::{WatchSettings, run};
+pub use stream::{LineOutcome, Stream};
 
 use crate::classify::{PodObject, Scope};
 
@@ -39,8 +45,13 @@ pub enum Observed {
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
     /// Retrying cannot help: the apiserver rejected kubecast's credentials or permissions.
-    #[error("watching pods{scope}: {reason}")]
-    Fatal { scope: String, reason: String },
+    #[error("watching pods{scope}: {what}")]
+    Rejected {
+        scope: String,
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 /// `" in namespace NS"` or `" in all namespaces"`, for messages.

@@ -21,6 +21,12 @@ pub enum ParseError {
     },
     #[error("unknown watch event type `{0}`")]
     UnknownType(String),
+    #[error("the apiserver sent a {what} that is not UTF-8")]
+    Utf8 {
+        what: &'static str,
+        #[source]
+        source: std::str::Utf8Error,
+    },
 }
 
 /// The identity fields of an object's metadata. `Cow` because a JSON string with escapes
@@ -103,9 +109,9 @@ struct Line<'a> {
 
 /// Parses one watch line (the bytes of one JSON object).
 pub fn parse_watch_line(line: Bytes) -> Result<WatchLine, ParseError> {
-    let text = std::str::from_utf8(&line).map_err(|_| ParseError::Missing {
+    let text = std::str::from_utf8(&line).map_err(|source| ParseError::Utf8 {
         what: "watch line",
-        field: "valid UTF-8",
+        source,
     })?;
     let l: Line<'_> = serde_json::from_str(text)?;
     Ok(match l.kind {
@@ -171,9 +177,9 @@ struct List<'a> {
 
 /// Parses a list page. A pod that lacks its identity is reported and skipped, not fatal.
 pub fn parse_list_page(body: Bytes) -> Result<(ListPage, Vec<ParseError>), ParseError> {
-    let text = std::str::from_utf8(&body).map_err(|_| ParseError::Missing {
-        what: "list",
-        field: "valid UTF-8",
+    let text = std::str::from_utf8(&body).map_err(|source| ParseError::Utf8 {
+        what: "list page",
+        source,
     })?;
     let list: List<'_> = serde_json::from_str(text)?;
     let mut pods = Vec::with_capacity(list.items.len());

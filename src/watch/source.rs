@@ -1,4 +1,4 @@
-//! The list-then-watch loop of one scope. Entry point: [`spawn`].
+//! The list-then-watch loop of one scope. Entry point: [`run`].
 //!
 //! The loop keeps one thing: the resourceVersion to resume from. Without one it lists
 //! (a streaming list where the apiserver offers it, else paginated pages); with one it
@@ -12,10 +12,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::AsyncBufReadExt;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
-use super::parse::{WatchLine, parse_list_page, parse_watch_line};
+use super::parse::parse_list_page;
 use super::request::{ListRequest, WatchRequest};
+use super::stream::{LineOutcome, Stream};
 use super::{Observed, WatchError, describe};
 use crate::backoff::Backoff;
 use crate::classify::Scope;
@@ -44,37 +44,36 @@ enum Next {
 
 /// Why an attempt failed.
 enum Failure {
-    Fatal(String),
-    /// Worth another try after a backoff; `relist` when the position was lost too.
-    Retry {
-        reason: String,
-        relist: bool,
+    /// The apiserver refuses kubecast (`what` says how).
+    Fatal {
+        what: &'static str,
+        source: kube::Error,
     },
+    /// Worth another try after a backoff; `relist` when the position was lost too.
+    Retry { reason: String, relist: bool },
     /// The apiserver refused `sendInitialEvents`: use paginated lists from now on.
     NoStreaming(String),
 }
 
 type Attempt = Result<Next, Failure>;
 
-/// Starts watching `scope`, from `resume` if given (else with a list). The task ends with
-/// `Ok` when `out` is closed, and with an error only when retrying cannot help.
-pub fn spawn(
+/// Watches `scope`, from `resume` if given (else with a list). Ends with `Ok` when `out` is
+/// closed, and with an error only when retrying cannot help.
+pub async fn run(
     client: kube::Client,
     scope: Scope,
     settings: Arc<WatchSettings>,
     resume: Option<String>,
     out: mpsc::Sender<Observed>,
-) -> JoinHandle<Result<(), WatchError>> {
-    tokio::spawn(async move {
-        let mut w = Watch {
-            client,
-            scope,
-            settings,
-            out,
-            position: resume,
-        };
-        w.run().await
-    })
+) -> Result<(), WatchError> {
+    let mut w = Watch {
+        client,
+        scope,
+        settings,
+        out,
+        position: resume,
+    };
+    w.run().await
 }
 
 struct Watch {
@@ -107,11 +106,12 @@ impl Watch {
                     tracing::info!(namespace = %ns, "resourceVersion expired (410 Gone); listing again");
                     self.position = None;
                 }
-                Err(Failure::Fatal(reason)) => {
-                    tracing::error!(namespace = %ns, %reason, "watch stopped: the apiserver refuses kubecast");
-                    return Err(WatchError::Fatal {
+                Err(Failure::Fatal { what, source }) => {
+                    tracing::error!(namespace = %ns, reason = what, error = %source, "watch stopped: the apiserver refuses kubecast");
+                    return Err(WatchError::Rejected {
                         scope: describe(&scope),
-                        reason,
+                        what,
+                        source,
                     });
                 }
                 Err(Failure::NoStreaming(reason)) => {
@@ -229,8 +229,7 @@ impl Watch {
         {
             return Ok(Next::Closed);
         }
-        let mut in_initial = initial;
-        let mut count = 0usize;
+        let mut stream = Stream::new(self.scope.clone(), &mut self.position, initial);
         // No line for longer than the request's own timeout means a dead connection: the
         // apiserver sends bookmarks and ends the request on time.
         let idle = Duration::from_secs(u64::from(s.timeout_seconds) + 30);
@@ -241,20 +240,20 @@ impl Watch {
                 Err(_) => {
                     return Err(Failure::Retry {
                         reason: format!("no data for {}s", idle.as_secs()),
-                        relist: in_initial,
+                        relist: stream.in_initial(),
                     });
                 }
                 Ok(Err(e)) => {
                     return Err(Failure::Retry {
                         reason: format!("reading the watch stream: {e}"),
-                        relist: in_initial,
+                        relist: stream.in_initial(),
                     });
                 }
                 Ok(Ok(n)) => n,
             };
             if n == 0 || buf.last() != Some(&b'\n') {
                 // The apiserver ended the request (its timeout) or the connection closed.
-                return if in_initial {
+                return if stream.in_initial() {
                     Err(Failure::Retry {
                         reason: "the streaming list ended early".into(),
                         relist: true,
@@ -263,64 +262,22 @@ impl Watch {
                     Ok(Next::Resume)
                 };
             }
-            let line = Bytes::copy_from_slice(&buf[..n - 1]);
-            let parsed = match parse_watch_line(line) {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::error!(error = %e, "skipping a watch event kubecast cannot read");
+            let item = match stream.on_line(Bytes::copy_from_slice(&buf[..n - 1])) {
+                LineOutcome::Emit(item) => item,
+                LineOutcome::Nothing => continue,
+                LineOutcome::Skipped(e) => {
+                    tracing::error!(error = %crate::error_chain(&e), "skipping a watch event kubecast cannot read");
                     continue;
                 }
-            };
-            let item = match parsed {
-                WatchLine::Added(pod) if in_initial => {
-                    count += 1;
-                    Observed::Listed {
-                        scope: self.scope.clone(),
-                        pod,
-                    }
-                }
-                WatchLine::Added(pod) | WatchLine::Modified(pod) => {
-                    self.position = Some(pod.rv.clone());
-                    Observed::Applied {
-                        scope: self.scope.clone(),
-                        pod,
-                    }
-                }
-                WatchLine::Deleted(pod) => {
-                    self.position = Some(pod.rv.clone());
-                    Observed::Deleted {
-                        scope: self.scope.clone(),
-                        pod,
-                    }
-                }
-                WatchLine::Bookmark { rv, initial_end } if in_initial && initial_end => {
-                    in_initial = false;
-                    self.position = Some(rv.clone());
-                    tracing::info!(namespace = self.scope.as_deref().unwrap_or("*"), pods = count, resource_version = %rv, "list complete (streamed)");
-                    Observed::ListDone {
-                        scope: self.scope.clone(),
-                        rv,
-                    }
-                }
-                WatchLine::Bookmark { rv, .. } => {
-                    if in_initial {
-                        continue;
-                    }
-                    self.position = Some(rv.clone());
-                    Observed::Bookmark {
-                        scope: self.scope.clone(),
-                        rv,
-                    }
-                }
-                WatchLine::Error { code: 410, .. } => return Ok(Next::Relist),
-                WatchLine::Error { code, message } => {
+                LineOutcome::Gone => return Ok(Next::Relist),
+                LineOutcome::Failed { code, message } => {
                     return Err(Failure::Retry {
                         reason: format!("the apiserver ended the watch: {code} {message}"),
-                        relist: in_initial,
+                        relist: stream.in_initial(),
                     });
                 }
             };
-            if !self.send(item).await {
+            if self.out.send(item).await.is_err() {
                 return Ok(Next::Closed);
             }
         }
@@ -340,14 +297,14 @@ fn classify(e: kube::Error) -> Attempt {
             tracing::warn!(reason = %s.message, "the saved resourceVersion is ahead of this apiserver; listing again");
             Ok(Next::Relist)
         }
-        kube::Error::Api(s) if s.code == 401 => Err(Failure::Fatal(format!(
-            "the apiserver rejected kubecast's credentials (401 Unauthorized): {}",
-            s.message
-        ))),
-        kube::Error::Api(s) if s.code == 403 => Err(Failure::Fatal(format!(
-            "kubecast may not list and watch pods (403 Forbidden): {}; grant `list` and `watch` on `pods`",
-            s.message
-        ))),
+        kube::Error::Api(ref s) if s.code == 401 => Err(Failure::Fatal {
+            what: "the apiserver rejected kubecast's credentials (401 Unauthorized)",
+            source: e,
+        }),
+        kube::Error::Api(ref s) if s.code == 403 => Err(Failure::Fatal {
+            what: "kubecast may not list and watch pods (403 Forbidden); grant `list` and `watch` on `pods`",
+            source: e,
+        }),
         kube::Error::Api(s) => Err(Failure::Retry {
             reason: format!("{} {}: {}", s.code, s.reason, s.message),
             relist: false,
@@ -386,11 +343,11 @@ mod tests {
         ));
         assert!(matches!(
             classify(api(401, "Unauthorized")),
-            Err(Failure::Fatal(_))
+            Err(Failure::Fatal { .. })
         ));
         assert!(matches!(
             classify(api(403, "forbidden")),
-            Err(Failure::Fatal(_))
+            Err(Failure::Fatal { .. })
         ));
         assert!(matches!(
             classify(api(500, "etcd down")),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Issue;
-use crate::sinks::{DeadLetterConfig, Placeholder, Secret, Template, TlsConfig};
+use crate::sinks::{Common, Placeholder, Secret, Sink, SinkSpec, Template, TlsConfig};
 
 /// `type: kafka`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -41,12 +41,6 @@ pub struct KafkaConfig {
     /// Records sent but not yet acknowledged, at most. Default: 10000.
     #[serde(default = "default_in_flight")]
     pub in_flight: usize,
-    /// The sink's queue: its limits and what happens when it is full.
-    #[serde(default)]
-    pub queue: crate::sinks::QueueConfig,
-    /// Where undeliverable events go. Default: the log only.
-    #[serde(default)]
-    pub dead_letter: Option<DeadLetterConfig>,
     /// Extra librdkafka producer properties (`linger.ms: "5"`). Those kubecast's guarantees
     /// rest on (`enable.idempotence`, `acks`, ...) cannot be overridden.
     #[serde(default)]
@@ -120,10 +114,18 @@ const PROTECTED: &[&str] = &[
     "bootstrap.servers",
 ];
 
+impl SinkSpec for KafkaConfig {
+    const DEAD_LETTER_TOPIC: bool = true;
+
+    fn validate(&self, at: &str, common: &Common, cluster: &str) -> Result<Box<dyn Sink>, Vec<Issue>> {
+        Ok(Box::new(self.settings(at, common, cluster)?))
+    }
+}
+
 impl KafkaConfig {
     /// Checks the values and derives the producer properties; `at` is the field path of this
     /// sink (`sinks.NAME`).
-    pub fn validate(&self, at: &str, cluster: &str) -> Result<KafkaSettings, Vec<Issue>> {
+    pub fn settings(&self, at: &str, common: &Common, cluster: &str) -> Result<KafkaSettings, Vec<Issue>> {
         let mut issues = Vec::new();
         if self.brokers.trim().is_empty() {
             issues.push(Issue::new(
@@ -134,9 +136,10 @@ impl KafkaConfig {
         let topic = match Template::parse(
             &self.topic,
             &[Placeholder::Cluster, Placeholder::Namespace],
+            cluster,
         ) {
             Ok(t) => {
-                let sample = t.render(cluster, "ns", "");
+                let sample = t.render("ns", "");
                 if !valid_topic(&sample) {
                     issues.push(Issue::new(format!("{at}.topic"), format!(
                         "`{}` gives topic `{sample}`: Kafka topics are at most 249 of [a-zA-Z0-9._-]", self.topic)));
@@ -160,7 +163,7 @@ impl KafkaConfig {
             self.in_flight as u64,
             1,
         );
-        // The queue is checked for every sink in `SinkConfig::validate`.
+        // The envelope (queue, dead_letter.file) is checked by the sink contract.
         for key in self.librdkafka.keys() {
             if PROTECTED.contains(&key.as_str()) {
                 issues.push(Issue::new(format!("{at}.librdkafka.{key}"),
@@ -229,7 +232,7 @@ impl KafkaConfig {
         for (k, v) in &self.librdkafka {
             props.push((k.clone(), Secret(v.clone())));
         }
-        let dead_letter_topic = self.dead_letter.as_ref().and_then(|d| d.topic.clone());
+        let dead_letter_topic = common.dead_letter.as_ref().and_then(|d| d.topic.clone());
         if let Some(t) = &dead_letter_topic
             && !valid_topic(t)
         {
@@ -272,7 +275,7 @@ mod tests {
     #[test]
     fn the_producer_is_idempotent_with_acks_all_and_keeps_user_properties() {
         let s = config("brokers: 127.0.0.1:9092\nlibrdkafka:\n  linger.ms: '5'\n")
-            .validate("sinks.k", "c")
+            .settings("sinks.k", &Common::default(), "c")
             .unwrap();
         let get = |k: &str| {
             s.properties
@@ -289,7 +292,7 @@ mod tests {
     #[test]
     fn guarantees_cannot_be_overridden_and_bad_topics_are_named() {
         let issues = config("brokers: b:1\ntopic: 'pods/{name}'\nlibrdkafka:\n  acks: '1'\n")
-            .validate("sinks.k", "c")
+            .settings("sinks.k", &Common::default(), "c")
             .unwrap_err();
         let fields: Vec<&str> = issues.iter().map(|i| i.field.as_str()).collect();
         assert!(fields.contains(&"sinks.k.topic"), "{issues:?}");
@@ -299,7 +302,7 @@ mod tests {
     #[test]
     fn sasl_over_tls_selects_sasl_ssl_and_never_prints_the_password() {
         let s = config("brokers: b:1\ntls: {ca_file: /ca.pem}\nsasl: {mechanism: scram-sha-512, username: u, password: hunter2}\n")
-            .validate("sinks.k", "c")
+            .settings("sinks.k", &Common::default(), "c")
             .unwrap();
         assert!(
             s.properties

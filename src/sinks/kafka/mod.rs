@@ -1,8 +1,10 @@
 //! The Kafka sink: CloudEvents Kafka protocol binding over an idempotent librdkafka
-//! producer with `acks=all`. Entry point: [`run`].
+//! producer with `acks=all`. Entry point: [`KafkaConfig`], whose validated form
+//! [`KafkaSettings`] is the running sink.
 
 mod config;
+mod inflight;
 mod sink;
 
 pub use config::{Compression, KafkaConfig, KafkaSettings, Mode, SaslConfig};
-pub use sink::{headers_of, run};
+pub use sink::{KafkaSinkError, headers_of};

@@ -1,14 +1,15 @@
-//! Producing events and turning delivery reports into acks.
+//! Producing events and turning delivery reports into acks. Entry point: [`run`], the
+//! [`Sink`] of a validated [`KafkaSettings`].
 //!
 //! Records are keyed by the pod uid, so one pod's events share a partition; the idempotent
 //! producer with an unlimited delivery timeout keeps their order through broker outages. An
 //! event is reported delivered only when its delivery report arrives, and reports are
-//! awaited in send order.
+//! settled in send order ([`InFlight`]).
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -16,10 +17,34 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tokio::sync::Notify;
 
+use super::inflight::InFlight;
 use super::{KafkaSettings, Mode};
 use crate::event::{Event, STRUCTURED_CONTENT_TYPE};
-use crate::sinks::DeadLetter;
-use crate::sinks::runner::{Acks, SinkError};
+use crate::sinks::queue::QueueRx;
+use crate::sinks::{Acks, DeadLetter, Sink, SinkError};
+
+/// Why the Kafka sink stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaSinkError {
+    #[error("creating the Kafka producer")]
+    Create(#[source] KafkaError),
+    /// Fatal: rejected credentials or authorization, or the idempotent producer's own fatal
+    /// error (it can no longer guarantee order).
+    #[error("Kafka rejected kubecast: {reason}")]
+    Rejected {
+        reason: String,
+        #[source]
+        source: KafkaError,
+    },
+    #[error("the Kafka producer stopped before reporting a delivery")]
+    ProducerGone,
+}
+
+impl Sink for KafkaSettings {
+    fn run(self: Box<Self>, rx: QueueRx, acks: Acks) -> BoxFuture<'static, Result<(), SinkError>> {
+        Box::pin(run(*self, rx, acks))
+    }
+}
 
 /// Receives librdkafka's global errors: logs the retriable ones, keeps the first fatal one
 /// where the sink's loop sees it (rdkafka's future producer does not give its context back).
@@ -31,8 +56,17 @@ struct Context {
 /// The first fatal error, and a wake-up for the sink's loop.
 #[derive(Default)]
 struct Fatal {
-    reason: Mutex<Option<String>>,
+    error: Mutex<Option<(KafkaError, String)>>,
     wake: Notify,
+}
+
+impl Fatal {
+    /// The fatal error reported so far, if any.
+    fn take(&self) -> Option<KafkaSinkError> {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        slot.take()
+            .map(|(source, reason)| KafkaSinkError::Rejected { reason, source })
+    }
 }
 
 impl ClientContext for Context {
@@ -50,9 +84,8 @@ impl ClientContext for Context {
         );
         if fatal {
             tracing::error!(sink = %self.sink, error = %error, reason, "Kafka rejected kubecast");
-            if let Ok(mut slot) = self.shared.reason.lock() {
-                slot.get_or_insert_with(|| format!("{error}: {reason}"));
-            }
+            let mut slot = self.shared.error.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| (error.clone(), reason.to_string()));
             self.shared.wake.notify_one();
         } else {
             // Brokers down, connection refused: librdkafka reconnects with backoff itself.
@@ -78,23 +111,20 @@ pub fn headers_of(event: &Event) -> OwnedHeaders {
     headers
 }
 
-/// An event on its way to Kafka, or its dead letter on its way to the dead-letter topic.
+/// An event on its way to Kafka, or (with the reason) its dead letter on its way to the
+/// dead-letter topic.
 struct Pending {
     event: Arc<Event>,
-    /// The dead-letter reason, when this record is the event's dead letter.
     dead: Option<String>,
-    delivery: DeliveryFuture,
 }
 
+type Outstanding = InFlight<Pending, DeliveryFuture>;
+
 /// Runs the sink until its queue closes, then waits for the outstanding reports.
-pub async fn run(
-    settings: KafkaSettings,
-    mut rx: crate::sinks::queue::QueueRx,
-    acks: Acks,
-) -> Result<(), SinkError> {
+pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result<(), SinkError> {
     let fatal = Arc::new(Fatal::default());
     let context = Context {
-        sink: acks.sink.clone(),
+        sink: acks.sink().clone(),
         shared: fatal.clone(),
     };
     let mut config = ClientConfig::new();
@@ -103,20 +133,18 @@ pub async fn run(
     }
     let producer: FutureProducer<Context> = config
         .create_with_context(context)
-        .map_err(|e| acks.fatal(format!("creating the Kafka producer: {e}")))?;
-    let mut inflight: VecDeque<Pending> = VecDeque::new();
+        .map_err(|e| acks.failed(KafkaSinkError::Create(e)))?;
+    let mut inflight: Outstanding = InFlight::new();
     let mut open = true;
     while open || !inflight.is_empty() {
-        if let Some(reason) = fatal.reason.lock().ok().and_then(|s| s.clone()) {
-            return Err(acks.fatal(reason));
+        if let Some(e) = fatal.take() {
+            return Err(acks.failed(e));
         }
         let room = inflight.len() < settings.in_flight;
         tokio::select! {
             biased;
             _ = fatal.wake.notified() => continue,
-            done = async { (&mut inflight.front_mut().expect("guarded: not empty").delivery).await }, if !inflight.is_empty() => {
-                // The branch guard ensures there is a front element.
-                let Pending { event, dead, .. } = inflight.pop_front().expect("guarded: not empty");
+            (Pending { event, dead }, done) = inflight.next() => {
                 settle(&producer, &settings, &acks, event, dead, done, &mut inflight).await?;
             }
             next = rx.recv(), if open && room => match next {
@@ -125,8 +153,9 @@ pub async fn run(
             },
         }
     }
-    // Everything was reported; nothing is left in librdkafka's queue.
-    let _ = producer.flush(Duration::from_secs(5));
+    // Everything was reported, so librdkafka's queue is empty; its flush still blocks its
+    // caller, so it runs off the runtime's workers.
+    let _ = tokio::task::spawn_blocking(move || producer.flush(Duration::from_secs(5))).await;
     Ok(())
 }
 
@@ -137,15 +166,11 @@ async fn submit(
     settings: &KafkaSettings,
     acks: &Acks,
     event: Arc<Event>,
-    inflight: &mut VecDeque<Pending>,
+    inflight: &mut Outstanding,
 ) -> Result<(), SinkError> {
-    match enqueue(producer, settings, &acks.sink, &event, None).await {
+    match enqueue(producer, settings, acks.sink(), &event, None).await {
         Ok(delivery) => {
-            inflight.push_back(Pending {
-                event,
-                dead: None,
-                delivery,
-            });
+            inflight.push(Pending { event, dead: None }, delivery);
             Ok(())
         }
         Err(reason) => dead_letter(producer, settings, acks, event, reason, inflight).await,
@@ -163,9 +188,7 @@ async fn enqueue(
 ) -> Result<DeliveryFuture, String> {
     let (topic, payload, headers) = match dead {
         None => {
-            let topic = settings
-                .topic
-                .render(event.cluster(), &event.namespace, &event.name);
+            let topic = settings.topic.render(&event.namespace, &event.name);
             match settings.mode {
                 Mode::Binary => (topic, event.data.to_vec(), headers_of(event)),
                 Mode::Structured => (
@@ -229,18 +252,20 @@ async fn dead_letter(
     acks: &Acks,
     event: Arc<Event>,
     reason: String,
-    inflight: &mut VecDeque<Pending>,
+    inflight: &mut Outstanding,
 ) -> Result<(), SinkError> {
     if settings.dead_letter_topic.is_none() {
         return acks.dead_letter(&event, reason).await;
     }
-    match enqueue(producer, settings, &acks.sink, &event, Some(&reason)).await {
+    match enqueue(producer, settings, acks.sink(), &event, Some(&reason)).await {
         Ok(delivery) => {
-            inflight.push_back(Pending {
-                event,
-                dead: Some(reason),
+            inflight.push(
+                Pending {
+                    event,
+                    dead: Some(reason),
+                },
                 delivery,
-            });
+            );
             Ok(())
         }
         Err(e) => {
@@ -261,7 +286,7 @@ async fn settle(
     event: Arc<Event>,
     dead: Option<String>,
     done: <DeliveryFuture as std::future::Future>::Output,
-    inflight: &mut VecDeque<Pending>,
+    inflight: &mut Outstanding,
 ) -> Result<(), SinkError> {
     match (done, dead) {
         (Ok(Ok(_)), None) => {
@@ -269,7 +294,7 @@ async fn settle(
             Ok(())
         }
         (Ok(Ok(_)), Some(reason)) => {
-            tracing::error!(sink = %acks.sink, id = %event.id, reason, "event dead-lettered to Kafka");
+            tracing::error!(sink = %acks.sink(), id = %event.id, reason, "event dead-lettered to Kafka");
             acks.reported_dead(event.seq, reason);
             Ok(())
         }
@@ -284,8 +309,6 @@ async fn settle(
             )
             .await
         }
-        (Err(_canceled), _) => {
-            Err(acks.fatal("the Kafka producer stopped before reporting a delivery".to_string()))
-        }
+        (Err(_canceled), _) => Err(acks.failed(KafkaSinkError::ProducerGone)),
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Issue;
-use crate::sinks::{DeadLetterConfig, Placeholder, Secret, Template, TlsConfig};
+use crate::sinks::{Common, Placeholder, Secret, Sink, SinkSpec, Template, TlsConfig};
 
 /// `type: mqtt`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,12 +49,6 @@ pub struct MqttConfig {
     /// Default: 100.
     #[serde(default = "default_in_flight")]
     pub in_flight: u16,
-    /// The sink's queue: its limits and what happens when it is full.
-    #[serde(default)]
-    pub queue: crate::sinks::QueueConfig,
-    /// Where undeliverable events go (`file` only). Default: the log only.
-    #[serde(default)]
-    pub dead_letter: Option<DeadLetterConfig>,
 }
 
 fn default_topic() -> String {
@@ -102,9 +96,15 @@ pub struct TlsFiles {
     pub client: Option<(PathBuf, PathBuf)>,
 }
 
+impl SinkSpec for MqttConfig {
+    fn validate(&self, at: &str, _: &Common, cluster: &str) -> Result<Box<dyn Sink>, Vec<Issue>> {
+        Ok(Box::new(self.settings(at, cluster)?))
+    }
+}
+
 impl MqttConfig {
     /// Checks the values; `at` is this sink's field path (`sinks.NAME`).
-    pub fn validate(&self, at: &str, cluster: &str) -> Result<MqttSettings, Vec<Issue>> {
+    pub fn settings(&self, at: &str, cluster: &str) -> Result<MqttSettings, Vec<Issue>> {
         let mut issues = Vec::new();
         let (tls, rest) = if let Some(r) = self.url.strip_prefix("mqtts://") {
             (true, r)
@@ -153,6 +153,7 @@ impl MqttConfig {
                 Placeholder::Namespace,
                 Placeholder::Name,
             ],
+            cluster,
         )
         .map_err(|e| issues.push(Issue::new(format!("{at}.topic"), e)))
         .ok();
@@ -182,13 +183,7 @@ impl MqttConfig {
             self.in_flight as u64,
             1,
         );
-        // The queue is checked for every sink in `SinkConfig::validate`.
-        if self.dead_letter.as_ref().is_some_and(|d| d.topic.is_some()) {
-            issues.push(Issue::new(
-                format!("{at}.dead_letter.topic"),
-                "is for Kafka sinks; use dead_letter.file",
-            ));
-        }
+        // The envelope (queue, dead_letter) is checked by the sink contract.
         match (topic, port) {
             (Some(topic), Some(port)) if issues.is_empty() => Ok(MqttSettings {
                 host,
@@ -225,7 +220,7 @@ mod tests {
     fn validate(yaml: &str) -> Result<MqttSettings, Vec<Issue>> {
         serde_saphyr::from_str::<MqttConfig>(yaml)
             .unwrap()
-            .validate("sinks.m", "local")
+            .settings("sinks.m", "local")
     }
 
     #[test]
@@ -236,7 +231,7 @@ mod tests {
             ("127.0.0.1", 11883, true)
         );
         assert_eq!(s.client_id, "kubecast-local");
-        assert_eq!(s.topic.render("local", "ns", "p"), "kubecast/local/ns/p");
+        assert_eq!(s.topic.render("ns", "p"), "kubecast/local/ns/p");
     }
 
     #[test]

@@ -36,11 +36,38 @@ pub enum Note {
     Other,
 }
 
-/// Why the connection failed. `fatal` errors are not retried.
-#[derive(Debug)]
-pub struct ConnError {
-    pub fatal: bool,
-    pub message: String,
+/// Why a connection failed, classified where it arises: [`ConnError::is_fatal`] errors are
+/// not retried.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    /// The broker refused the login; `fatal` when retrying cannot help (bad user name or
+    /// password, not authorized, banned).
+    #[error("the broker refused the connection: {code}")]
+    Refused { code: String, fatal: bool },
+    /// The network or the broker failed: retried with backoff.
+    #[error("MQTT connection failed")]
+    V5(#[source] rumqttc::v5::ConnectionError),
+    /// The network or the broker failed: retried with backoff.
+    #[error("MQTT connection failed")]
+    V311(#[source] rumqttc::ConnectionError),
+    /// A TLS file could not be read.
+    #[error("reading {}", path.display())]
+    TlsFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ConnError {
+    /// Whether retrying cannot help.
+    pub fn is_fatal(&self) -> bool {
+        match self {
+            ConnError::Refused { fatal, .. } => *fatal,
+            ConnError::TlsFile { .. } => true,
+            ConnError::V5(_) | ConnError::V311(_) => false,
+        }
+    }
 }
 
 /// The publishing side of one connection.
@@ -57,11 +84,11 @@ pub enum Loop {
 
 /// Builds a client and its loop; the loop connects on its first [`Loop::poll`]. Reads the
 /// TLS files.
-pub fn connect(s: &MqttSettings) -> Result<(Client, Loop), String> {
+pub async fn connect(s: &MqttSettings) -> Result<(Client, Loop), ConnError> {
     {
         let transport = match &s.tls {
             None => None,
-            Some(files) => Some(Transport::tls_with_config(tls_config(files)?)),
+            Some(files) => Some(Transport::tls_with_config(tls_config(files).await?)),
         };
         // The channel must hold every publish kubecast has in flight plus the acks
         // rumqttc queues itself, so that `try_publish` fails only when it should.
@@ -165,7 +192,7 @@ impl Loop {
                     }
                     Ok(Event::Outgoing(rumqttc::Outgoing::Publish(pkid))) => Ok(Note::Sent(pkid)),
                     Ok(_) => Ok(Note::Other),
-                    Err(E::ConnectionRefused(code)) => Err(ConnError {
+                    Err(E::ConnectionRefused(code)) => Err(ConnError::Refused {
                         fatal: matches!(
                             code,
                             C::BadUserNamePassword
@@ -173,12 +200,9 @@ impl Loop {
                                 | C::Banned
                                 | C::BadAuthenticationMethod
                         ),
-                        message: format!("the broker refused the connection: {code:?}"),
+                        code: format!("{code:?}"),
                     }),
-                    Err(e) => Err(ConnError {
-                        fatal: false,
-                        message: e.to_string(),
-                    }),
+                    Err(e) => Err(ConnError::V5(e)),
                 }
             }
             Loop::V311(lp) => {
@@ -188,29 +212,30 @@ impl Loop {
                     Ok(Event::Incoming(Incoming::PubAck(ack))) => Ok(Note::Acked(ack.pkid, None)),
                     Ok(Event::Outgoing(rumqttc::Outgoing::Publish(pkid))) => Ok(Note::Sent(pkid)),
                     Ok(_) => Ok(Note::Other),
-                    Err(E::ConnectionRefused(code)) => Err(ConnError {
+                    Err(E::ConnectionRefused(code)) => Err(ConnError::Refused {
                         fatal: matches!(code, C::BadUserNamePassword | C::NotAuthorized),
-                        message: format!("the broker refused the connection: {code:?}"),
+                        code: format!("{code:?}"),
                     }),
-                    Err(e) => Err(ConnError {
-                        fatal: false,
-                        message: e.to_string(),
-                    }),
+                    Err(e) => Err(ConnError::V311(e)),
                 }
             }
         }
     }
 }
 
-fn tls_config(files: &super::config::TlsFiles) -> Result<TlsConfiguration, String> {
+async fn tls_config(files: &super::config::TlsFiles) -> Result<TlsConfiguration, ConnError> {
     let Some(ca_file) = &files.ca_file else {
         return Ok(TlsConfiguration::default());
     };
-    let read =
-        |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display()));
-    let ca = read(ca_file)?;
+    async fn read(path: &std::path::Path) -> Result<Vec<u8>, ConnError> {
+        tokio::fs::read(path).await.map_err(|source| ConnError::TlsFile {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+    let ca = read(ca_file).await?;
     let client_auth = match &files.client {
-        Some((cert, key)) => Some((read(cert)?, read(key)?)),
+        Some((cert, key)) => Some((read(cert).await?, read(key).await?)),
         None => None,
     };
     Ok(TlsConfiguration::Simple {

@@ -1,45 +1,35 @@
-//! Publishing events at QoS 1 and turning PUBACKs into acks.
+//! Publishing events at QoS 1 and turning PUBACKs into acks. Entry point: [`run`], the
+//! [`Sink`] of a validated [`MqttSettings`].
 //!
-//! Every publish kubecast hands to rumqttc stays in its own window until the broker's
-//! PUBACK for that publish's packet id arrives. rumqttc reports packet ids in the order it
-//! sends the publishes (`Outgoing::Publish(pkid)`), which is the order kubecast queued them,
-//! so the n-th id reported belongs to the n-th unassigned publish. After a connection
-//! error nothing unacknowledged is trusted: a new connection is made (clean start) and the
-//! whole window is published again, in order. Receivers may see a message twice, with the
-//! same event id; they never miss one.
+//! Every publish stays in the [`Window`] until the broker's PUBACK for its packet id
+//! arrives. After a connection error nothing unacknowledged is trusted: a new connection is
+//! made (clean start) and the whole window is published again, in order. Receivers may see a
+//! message twice, with the same event id; they never miss one.
 
-use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::conn::{self, Client, ConnError, Message, Note};
+use super::window::{Settled, Window};
 use super::{MqttSettings, Protocol};
 use crate::backoff::Backoff;
 use crate::event::{ChangeKind, Event};
-use crate::sinks::runner::{Acks, SinkError};
+use crate::sinks::queue::QueueRx;
+use crate::sinks::{Acks, Sink, SinkError};
 
-/// One publish in the window.
-struct Entry {
-    event: Arc<Event>,
-    message: Message,
-    /// Whether this is the event's last publish (a delete with `retain` has two).
-    last: bool,
-    /// Handed to rumqttc on the current connection.
-    queued: bool,
-    /// The packet id rumqttc gave it on the current connection.
-    pkid: Option<u16>,
-    acked: bool,
+impl Sink for MqttSettings {
+    fn run(self: Box<Self>, rx: QueueRx, acks: Acks) -> BoxFuture<'static, Result<(), SinkError>> {
+        Box::pin(run(*self, rx, acks))
+    }
 }
 
 /// The messages of one event.
 fn messages(s: &MqttSettings, event: &Event) -> Vec<Message> {
-    let topic = s
-        .topic
-        .render(event.cluster(), &event.namespace, &event.name);
+    let topic = s.topic.render(&event.namespace, &event.name);
     let main = match s.protocol {
         Protocol::V5 => {
             let mut properties = Vec::with_capacity(16);
@@ -108,13 +98,9 @@ struct Link {
 }
 
 /// Runs the sink until its queue closes and every queued event was acknowledged.
-pub async fn run(
-    s: MqttSettings,
-    mut rx: crate::sinks::queue::QueueRx,
-    acks: Acks,
-) -> Result<(), SinkError> {
+pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), SinkError> {
     let (notes_tx, mut notes) = mpsc::channel::<(u64, Result<Note, ConnError>)>(256);
-    let mut window: VecDeque<Entry> = VecDeque::new();
+    let mut window = Window::default();
     let mut link: Option<Link> = None;
     let mut epoch = 0u64;
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
@@ -128,59 +114,40 @@ pub async fn run(
             }
             return Ok(());
         }
-        let connected = link.as_ref().is_some_and(|l| l.connected);
         let room = window.len() < limit;
         tokio::select! {
             _ = sleep_until(reconnect_at), if reconnect_at.is_some() => {
                 reconnect_at = None;
                 epoch += 1;
-                let (client, lp) = conn::connect(&s).map_err(|e| acks.fatal(e))?;
-                let tx = notes_tx.clone();
-                let this = epoch;
-                tokio::spawn(drive(lp, this, tx));
+                let (client, lp) = conn::connect(&s).await.map_err(|e| acks.failed(e))?;
+                tokio::spawn(drive(lp, epoch, notes_tx.clone()));
                 link = Some(Link { client, epoch, connected: false });
             }
             Some((from, note)) = notes.recv() => {
                 let Some(l) = link.as_mut().filter(|l| l.epoch == from) else { continue };
                 match note {
                     Ok(Note::Connected) => {
-                        tracing::info!(sink = %acks.sink, host = %s.host, port = s.port, unacked = window.len(), "MQTT connected");
+                        tracing::info!(sink = %acks.sink(), host = %s.host, port = s.port, unacked = window.len(), "MQTT connected");
                         backoff.reset();
                         l.connected = true;
-                        queue_window(l, &mut window);
+                        window.queue_with(|m| l.client.try_publish(m));
                     }
-                    Ok(Note::Sent(pkid)) => {
-                        if let Some(e) = window.iter_mut().find(|e| e.queued && e.pkid.is_none()) {
-                            e.pkid = Some(pkid);
-                        }
-                    }
+                    Ok(Note::Sent(pkid)) => window.sent(pkid),
                     Ok(Note::Acked(pkid, refused)) => {
-                        if let Some(e) = window.iter_mut().find(|e| e.pkid == Some(pkid) && !e.acked) {
-                            e.acked = true;
-                            if let Some(reason) = refused {
-                                // The broker will never take it: dead-letter the event.
-                                let event = e.event.clone();
-                                window.retain(|x| x.event.seq != event.seq);
-                                acks.dead_letter(&event, reason).await?;
-                            }
-                        }
-                        settle(&mut window, &acks);
-                        if let Some(l) = link.as_mut().filter(|l| l.connected) {
-                            queue_window(l, &mut window);
+                        window.acked(pkid, refused);
+                        report(&acks, window.settle()).await?;
+                        if l.connected {
+                            window.queue_with(|m| l.client.try_publish(m));
                         }
                     }
                     Ok(Note::Other) => {}
-                    Err(e) if e.fatal => return Err(acks.fatal(e.message)),
+                    Err(e) if e.is_fatal() => return Err(acks.failed(e)),
                     Err(e) => {
                         let wait = backoff.next_delay();
-                        tracing::warn!(sink = %acks.sink, host = %s.host, port = s.port, error = %e.message,
+                        tracing::warn!(sink = %acks.sink(), host = %s.host, port = s.port, error = %crate::error_chain(&e),
                             retry_in_ms = wait.as_millis() as u64, unacked = window.len(), "MQTT connection failed; will publish the unacknowledged again");
                         link = None;
-                        for e in window.iter_mut() {
-                            e.queued = false;
-                            e.pkid = None;
-                            e.acked = false;
-                        }
+                        window.reset();
                         reconnect_at = Some(Instant::now() + wait);
                     }
                 }
@@ -190,16 +157,14 @@ pub async fn run(
                 Some(event) => {
                     let msgs = messages(&s, &event);
                     if let Some(big) = msgs.iter().map(packet_size).max().filter(|n| *n > s.max_packet_bytes) {
-                        let reason = format!("MQTT packet of about {big} bytes exceeds max_packet_bytes {}", s.max_packet_bytes);
-                        acks.dead_letter(&event, reason).await?;
+                        // Dead-lettered in its place in the sequence, after what is before it.
+                        window.push_refused(event, format!("MQTT packet of about {big} bytes exceeds max_packet_bytes {}", s.max_packet_bytes));
+                        report(&acks, window.settle()).await?;
                         continue;
                     }
-                    let n = msgs.len();
-                    for (i, message) in msgs.into_iter().enumerate() {
-                        window.push_back(Entry { event: event.clone(), message, last: i + 1 == n, queued: false, pkid: None, acked: false });
-                    }
-                    if let Some(l) = link.as_mut().filter(|_| connected) {
-                        queue_window(l, &mut window);
+                    window.push(event, msgs);
+                    if let Some(l) = link.as_mut().filter(|l| l.connected) {
+                        window.queue_with(|m| l.client.try_publish(m));
                     }
                 }
             },
@@ -207,27 +172,15 @@ pub async fn run(
     }
 }
 
-/// Hands every not-yet-queued entry to rumqttc, in order, while its channel has room.
-fn queue_window(link: &mut Link, window: &mut VecDeque<Entry>) {
-    for e in window.iter_mut().filter(|e| !e.queued) {
-        if !link.client.try_publish(&e.message) {
-            // rumqttc's channel is sized above the window; if it is full anyway, the rest
-            // stays unqueued and goes with the next call.
-            break;
-        }
-        e.queued = true;
-    }
-}
-
-/// Pops acknowledged entries from the front and reports their events, in order.
-fn settle(window: &mut VecDeque<Entry>, acks: &Acks) {
-    while window.front().is_some_and(|e| e.acked) {
-        if let Some(e) = window.pop_front()
-            && e.last
-        {
-            acks.delivered(e.event.seq);
+/// Reports settled events, in order; a refused one is dead-lettered.
+async fn report(acks: &Acks, settled: Vec<Settled>) -> Result<(), SinkError> {
+    for s in settled {
+        match s {
+            Settled::Delivered(event) => acks.delivered(event.seq),
+            Settled::Refused(event, reason) => acks.dead_letter(&event, reason).await?,
         }
     }
+    Ok(())
 }
 
 /// Forwards one connection's notifications until its first error.

@@ -1,0 +1,169 @@
+//! Restoring the pipeline's state from the state directory: the known state, the watch
+//! positions and each sink's unacknowledged events, after a crash (no `close`).
+
+use super::*;
+use crate::event::ChangeKind;
+use crate::store::FsyncPolicy;
+use crate::store::record_tests_event as event;
+
+fn settings(dir: Option<std::path::PathBuf>, sinks: &[&str]) -> DurableSettings {
+    DurableSettings {
+        state: StateConfig {
+            dir,
+            fsync: FsyncPolicy::Always,
+            ..StateConfig::default()
+        },
+        per_namespace: true,
+        initial: InitialList::Emit,
+        sinks: sinks.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn temp_dir(label: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "kubecast-durable-{label}-{}-{}",
+        std::process::id(),
+        jiff::Timestamp::now().as_nanosecond()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn ns() -> Scope {
+    Some(Arc::from("ns"))
+}
+
+/// Logs `events` as seen on the watch, mirroring them into `classifier` as the bridge does.
+async fn log_watched(d: &mut Durable, c: &mut Classifier, events: Vec<Event>) -> Vec<Arc<Event>> {
+    let mut out = Vec::new();
+    for e in events {
+        let e = d.event(e, true);
+        c.replay(&e);
+        out.push(e);
+    }
+    d.commit().await.unwrap();
+    out
+}
+
+#[tokio::test]
+async fn a_crash_restores_known_pods_the_watch_position_and_each_sinks_unacknowledged_events() {
+    let dir = temp_dir("crash");
+    let (mut d, start) = Durable::open(settings(Some(dir.clone()), &["a", "b"]))
+        .await
+        .unwrap();
+    assert!(start.pending.values().all(Vec::is_empty));
+    let mut c = start.classifier;
+    let logged = log_watched(
+        &mut d,
+        &mut c,
+        vec![
+            event(0, "u1", "10", ChangeKind::Added),
+            event(0, "u2", "11", ChangeKind::Added),
+            event(0, "u1", "12", ChangeKind::Modified),
+            event(0, "u2", "13", ChangeKind::Deleted),
+        ],
+    )
+    .await;
+    d.acked("a", logged[1].seq);
+    d.maintain(&c).await.unwrap();
+    drop(d); // a crash: nothing closed
+
+    let (_, start) = Durable::open(settings(Some(dir.clone()), &["a", "b"]))
+        .await
+        .unwrap();
+    assert_eq!(start.classifier.known_rv("u1"), Some("12"));
+    assert_eq!(start.classifier.known_rv("u2"), None, "deleted");
+    assert_eq!(start.resume.get(&ns()), Some(&Some("13".to_string())));
+    let ids =
+        |sink: &str| -> Vec<String> { start.pending[sink].iter().map(|e| e.id.clone()).collect() };
+    assert_eq!(ids("a"), vec!["u1:12:modified", "u2:deleted"]);
+    assert_eq!(ids("b").len(), 4, "b acknowledged nothing");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_list_under_way_at_the_crash_means_listing_again() {
+    let dir = temp_dir("list");
+    let (mut d, start) = Durable::open(settings(Some(dir.clone()), &["a"]))
+        .await
+        .unwrap();
+    let mut c = start.classifier;
+    d.observed(&Observed::ListStart { scope: ns() });
+    let e = d.event(event(0, "u1", "20", ChangeKind::Added), false);
+    c.replay(&e);
+    d.commit().await.unwrap();
+    drop(d);
+    let (_, start) = Durable::open(settings(Some(dir.clone()), &["a"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        start.resume.get(&ns()),
+        Some(&None),
+        "no resume point: list again"
+    );
+    assert_eq!(
+        start.classifier.known_rv("u1"),
+        Some("20"),
+        "what was listed is known"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_snapshot_and_the_log_after_it_restore_the_same_state_as_the_log() {
+    let dir = temp_dir("snap");
+    let (mut d, start) = Durable::open(settings(Some(dir.clone()), &["a"]))
+        .await
+        .unwrap();
+    let mut c = start.classifier;
+    log_watched(
+        &mut d,
+        &mut c,
+        vec![event(0, "u1", "30", ChangeKind::Added)],
+    )
+    .await;
+    // A finished list forces a snapshot at the next upkeep.
+    d.observed(&Observed::ListDone {
+        scope: ns(),
+        rv: "31".into(),
+    });
+    d.commit().await.unwrap();
+    d.maintain(&c).await.unwrap();
+    let after = log_watched(
+        &mut d,
+        &mut c,
+        vec![event(0, "u2", "32", ChangeKind::Added)],
+    )
+    .await;
+    d.acked("a", after[0].seq);
+    d.maintain(&c).await.unwrap();
+    drop(d);
+    let (_, start) = Durable::open(settings(Some(dir.clone()), &["a"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        start.classifier.known_rv("u1"),
+        Some("30"),
+        "from the snapshot"
+    );
+    assert_eq!(
+        start.classifier.known_rv("u2"),
+        Some("32"),
+        "from the log after it"
+    );
+    assert_eq!(start.resume.get(&ns()), Some(&Some("32".to_string())));
+    assert!(start.pending["a"].is_empty());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn without_a_state_directory_events_are_numbered_from_one_and_nothing_is_kept() {
+    let (mut d, start) = Durable::open(settings(None, &["a"])).await.unwrap();
+    assert!(start.resume.is_empty() && start.pending.is_empty());
+    let a = d.event(event(0, "u1", "1", ChangeKind::Added), true);
+    let b = d.event(event(0, "u2", "2", ChangeKind::Added), true);
+    assert_eq!((a.seq, b.seq), (1, 2));
+    d.commit().await.unwrap();
+    d.maintain(&start.classifier).await.unwrap();
+    d.close(&start.classifier).await.unwrap();
+}

@@ -1,0 +1,208 @@
+//! The one contract between the pipeline and a sink.
+//!
+//! A sink kind is a config type that implements [`SinkSpec`] (pure validation into a runnable
+//! sink) and a validated sink that implements [`Sink`] (run until the queue closes). What the
+//! pipeline gives a running sink: its bounded queue ([`QueueRx`]) and its [`Acks`]. What the
+//! sink gives back: one [`Report`] per event in sequence order — delivered on the
+//! destination's own acknowledgement, or dead-lettered with a reason — and, if it cannot go
+//! on, a [`SinkError`] with its cause, which stops kubecast (exit 1).
+//!
+//! Every sink gets the same envelope from the contract: its `queue` limits and its
+//! `dead_letter` destination ([`Common`]); a sink's own config holds only its own fields.
+//! To add a sink: a folder under `src/sinks/` with its config (implementing [`SinkSpec`]) and
+//! its task (implementing [`Sink`]), and one line in `sink_kinds!` in `src/sinks/mod.rs`.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+
+use super::config::Common;
+use super::dead_letter::DeadLetter;
+use super::queue::{QueueConfig, QueueRx};
+use crate::config::Issue;
+use crate::event::Event;
+
+/// A sink kind's config (the fields under `sinks.NAME` besides `type`, `queue` and
+/// `dead_letter`).
+pub trait SinkSpec: Serialize + DeserializeOwned + Debug + Clone + Send + 'static {
+    /// Whether this sink writes dead letters to a `dead_letter.topic` of its own (Kafka).
+    /// Every sink can write them to `dead_letter.file`.
+    const DEAD_LETTER_TOPIC: bool = false;
+
+    /// Checks the values without any I/O and builds the sink that will run. `at` is the
+    /// field path of this sink (`sinks.NAME`), for the issues it reports; `common` is its
+    /// envelope; `cluster` the configured cluster name (for topic templates).
+    fn validate(
+        &self,
+        at: &str,
+        common: &Common,
+        cluster: &str,
+    ) -> Result<Box<dyn Sink>, Vec<Issue>>;
+}
+
+/// A validated sink, ready to run.
+pub trait Sink: Debug + Send + 'static {
+    /// Takes events from `queue` until it is closed and empty, and returns once every event
+    /// it took has been reported through `acks`, in sequence order. An error means the sink
+    /// cannot work (rejected credentials, an unwritable file): kubecast stops on it. Errors a
+    /// retry can fix (a broker down) are retried inside, never returned.
+    fn run(
+        self: Box<Self>,
+        queue: QueueRx,
+        acks: Acks,
+    ) -> BoxFuture<'static, Result<(), SinkError>>;
+}
+
+/// What a sink says about an event, in the order of its acks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Report {
+    /// The destination acknowledged the event.
+    Delivered { sink: Arc<str>, seq: u64 },
+    /// The event can never be delivered to this sink; it went to the dead-letter
+    /// destination (or, without one, was logged as an error) with `reason`.
+    DeadLettered {
+        sink: Arc<str>,
+        seq: u64,
+        reason: String,
+    },
+}
+
+impl Report {
+    /// The sink and the sequence number this report settles (with everything before it).
+    pub fn settles(&self) -> (&str, u64) {
+        match self {
+            Report::Delivered { sink, seq } | Report::DeadLettered { sink, seq, .. } => {
+                (sink, *seq)
+            }
+        }
+    }
+}
+
+/// Why a sink stopped for good: which sink, and the cause (its own module's error).
+#[derive(Debug, thiserror::Error)]
+#[error("sink `{sink}` failed")]
+pub struct SinkError {
+    pub sink: Arc<str>,
+    #[source]
+    pub cause: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// What a sink task reports through. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Acks {
+    sink: Arc<str>,
+    reports: mpsc::UnboundedSender<Report>,
+    dead_letter: Arc<DeadLetter>,
+}
+
+/// The dead-letter file refused a write: the event would be lost, so the sink stops.
+#[derive(Debug, thiserror::Error)]
+#[error("writing the dead letter of event {id}")]
+pub struct DeadLetterError {
+    id: String,
+    #[source]
+    source: std::io::Error,
+}
+
+impl Acks {
+    /// The acks of sink `sink`, reported into `reports`.
+    pub fn new(
+        sink: Arc<str>,
+        reports: mpsc::UnboundedSender<Report>,
+        dead_letter: DeadLetter,
+    ) -> Acks {
+        Acks {
+            sink,
+            reports,
+            dead_letter: Arc::new(dead_letter),
+        }
+    }
+
+    /// The sink's name, for logs.
+    pub fn sink(&self) -> &Arc<str> {
+        &self.sink
+    }
+
+    /// The destination acknowledged `seq` (and, since acks come in order, all before it).
+    pub fn delivered(&self, seq: u64) {
+        // The receiver lives as long as the pipeline; after it is gone nobody counts.
+        let _ = self.reports.send(Report::Delivered {
+            sink: self.sink.clone(),
+            seq,
+        });
+    }
+
+    /// `event` can never be delivered here: write it to the dead-letter file (a sink with a
+    /// dead-letter destination of its own writes there and calls [`Acks::reported_dead`])
+    /// and report it.
+    pub async fn dead_letter(&self, event: &Event, reason: String) -> Result<(), SinkError> {
+        self.dead_letter
+            .write(&self.sink, event, &reason)
+            .await
+            .map_err(|source| {
+                self.failed(DeadLetterError {
+                    id: event.id.clone(),
+                    source,
+                })
+            })?;
+        self.reported_dead(event.seq, reason);
+        Ok(())
+    }
+
+    /// Reports `seq` as dead-lettered (after the sink stored it somewhere itself).
+    pub fn reported_dead(&self, seq: u64, reason: String) {
+        let _ = self.reports.send(Report::DeadLettered {
+            sink: self.sink.clone(),
+            seq,
+            reason,
+        });
+    }
+
+    /// This sink's fatal error, caused by `cause`.
+    pub fn failed(&self, cause: impl std::error::Error + Send + Sync + 'static) -> SinkError {
+        SinkError {
+            sink: self.sink.clone(),
+            cause: Box::new(cause),
+        }
+    }
+}
+
+/// A sink that passed validation, with its envelope.
+#[derive(Debug)]
+pub struct ValidSink {
+    pub queue: QueueConfig,
+    pub dead_letter: DeadLetter,
+    pub sink: Box<dyn Sink>,
+}
+
+impl ValidSink {
+    /// Validates the envelope and then `spec` (`name` is the sink's key under `sinks`),
+    /// reporting every issue of both.
+    pub fn validate<S: SinkSpec>(
+        name: &str,
+        spec: &S,
+        common: &Common,
+        cluster: &str,
+    ) -> Result<ValidSink, Vec<Issue>> {
+        let at = format!("sinks.{name}");
+        let mut issues = common.check(&at, S::DEAD_LETTER_TOPIC);
+        match spec.validate(&at, common, cluster) {
+            Ok(sink) if issues.is_empty() => Ok(ValidSink {
+                queue: common.queue.clone(),
+                dead_letter: DeadLetter::new(
+                    common.dead_letter.as_ref().and_then(|d| d.file.clone()),
+                ),
+                sink,
+            }),
+            Ok(_) => Err(issues),
+            Err(more) => {
+                issues.extend(more);
+                Err(issues)
+            }
+        }
+    }
+}
