@@ -39,9 +39,10 @@ fn an_unknown_field_is_refused_with_exit_code_2_naming_the_field_and_line() {
             err.contains("colour"),
             "{args:?} names the unknown field: {err}"
         );
-        // A sink is read as a whole (its `type` picks the shape), so the line is the sink's.
+        // A sink is read as a whole (its `type` picks the shape, the envelope is taken out),
+        // so the line is where the sink's fields begin.
         assert!(
-            err.contains("sinks.out") && err.contains("line 3"),
+            err.contains("sinks.out") && err.contains("line 4"),
             "{args:?} names the path and line: {err}"
         );
     }

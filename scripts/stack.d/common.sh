@@ -22,6 +22,12 @@ APISERVER_PORT=${KUBECAST_STACK_APISERVER_PORT:-16443}
 KAFKA_PORT=${KUBECAST_STACK_KAFKA_PORT:-19092}
 KAFKA_CONTROLLER_PORT=${KUBECAST_STACK_KAFKA_CONTROLLER_PORT:-19093}
 MQTT_PORT=${KUBECAST_STACK_MQTT_PORT:-11883}
+# Listeners that require a login, for tests of rejected credentials: Kafka SASL_PLAINTEXT
+# (PLAIN) and Mosquitto with a password file. One account, for loopback tests only.
+KAFKA_SASL_PORT=${KUBECAST_STACK_KAFKA_SASL_PORT:-19094}
+MQTT_AUTH_PORT=${KUBECAST_STACK_MQTT_AUTH_PORT:-11884}
+STACK_USER=kubecast
+STACK_PASSWORD=kubecast-stack-password
 # How often kube-apiserver compacts etcd (its --etcd-compaction-interval). Upstream's default
 # is 5m; a test that needs `410 Gone` sooner sets a few seconds, or runs `scripts/stack compact`.
 COMPACTION_INTERVAL=${KUBECAST_STACK_COMPACTION_INTERVAL:-5m}
@@ -41,8 +47,8 @@ component_ports() {
     case $1 in
     etcd) echo "$ETCD_PORT $ETCD_PEER_PORT" ;;
     kube-apiserver) echo "$APISERVER_PORT" ;;
-    kafka) echo "$KAFKA_PORT $KAFKA_CONTROLLER_PORT" ;;
-    mosquitto) echo "$MQTT_PORT" ;;
+    kafka) echo "$KAFKA_PORT $KAFKA_CONTROLLER_PORT $KAFKA_SASL_PORT" ;;
+    mosquitto) echo "$MQTT_PORT $MQTT_AUTH_PORT" ;;
     esac
 }
 

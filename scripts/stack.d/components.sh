@@ -137,11 +137,13 @@ start_kafka() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=$HOST:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT
+listeners=PLAINTEXT://$HOST:$KAFKA_PORT,SASL://$HOST:$KAFKA_SASL_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT,SASL://$HOST:$KAFKA_SASL_PORT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT
+sasl.enabled.mechanisms=PLAIN
+listener.name.sasl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$STACK_USER="$STACK_PASSWORD";
 log.dirs=$dir/data
 num.partitions=4
 auto.create.topics.enable=true
@@ -189,11 +191,19 @@ version_kafka() { sed -n 's/.*Kafka version: \([^ ]*\).*/\1/p' "$(log_file kafka
 start_mosquitto() {
     local dir=$STATE/mosquitto
     mkdir -p "$dir/data"
-    # MQTT 3.1.1 and 5 on one loopback listener, persistence on. The queue limits are raised
-    # so that a persistent subscriber that is away during a test gets every QoS 1 message.
+    # MQTT 3.1.1 and 5 on a loopback listener, persistence on, and a second listener that
+    # requires the stack's account. The queue limits are raised so that a persistent
+    # subscriber that is away during a test gets every QoS 1 message.
+    rm -f "$dir/passwd"
+    mosquitto_passwd -c -b "$dir/passwd" "$STACK_USER" "$STACK_PASSWORD" >/dev/null
+    chmod 600 "$dir/passwd"
     cat >"$dir/mosquitto.conf" <<EOF
+per_listener_settings true
 listener $MQTT_PORT $HOST
 allow_anonymous true
+listener $MQTT_AUTH_PORT $HOST
+allow_anonymous false
+password_file $dir/passwd
 persistence true
 persistence_location $dir/data/
 autosave_interval 5

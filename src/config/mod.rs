@@ -8,6 +8,9 @@
 mod load;
 mod validate;
 
+#[cfg(test)]
+mod proptests;
+
 pub use load::{ConfigError, load, load_str};
 pub use validate::{Issue, Validated, ValidationError};
 

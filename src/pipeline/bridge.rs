@@ -171,15 +171,28 @@ impl Bridge {
     /// Hands the outbox's events to the sink queues as far as they take them without
     /// waiting; returns the index of the sink whose full queue holds the next event.
     fn pump(&mut self) -> Result<Option<usize>, Halt> {
-        while let Some(out) = self.outbox.front_mut() {
-            while let Some((i, (name, queue))) = self.queues.iter().enumerate().nth(out.next) {
+        let Bridge {
+            queues,
+            reports,
+            stats,
+            durable,
+            outbox,
+            ..
+        } = self;
+        while let Some(out) = outbox.front_mut() {
+            while let Some((i, (name, queue))) = queues.iter().enumerate().nth(out.next) {
                 if out.only.as_ref().is_some_and(|o| o != name) {
                     out.next += 1;
                     continue;
                 }
+                // What the sinks settled is counted before more is handed over, so the
+                // held counts are exact (a sink reports an event before it takes the next).
+                while let Ok(r) = reports.try_recv() {
+                    settle(stats, durable, &r);
+                }
                 match queue.try_push(&out.event) {
                     Ok(p) => {
-                        count(&mut self.stats, name, &out.event, p);
+                        count(stats, name, &out.event, p);
                         out.next += 1;
                     }
                     Err(NotPushed::Full) => return Ok(Some(i)),
@@ -189,13 +202,17 @@ impl Bridge {
                     }
                 }
             }
-            self.outbox.pop_front();
+            outbox.pop_front();
         }
         Ok(None)
     }
 
     /// The blocked sink took the front event (or is gone).
     fn pushed(&mut self, pushed: Result<Pushed, Closed>) -> Result<(), Halt> {
+        // Settled before counted, as in `pump`.
+        while let Ok(r) = self.reports.try_recv() {
+            settle(&mut self.stats, &mut self.durable, &r);
+        }
         let Some(out) = self.outbox.front_mut() else {
             return Ok(());
         };
@@ -252,11 +269,8 @@ impl Bridge {
         Ok(())
     }
 
-    /// A sink's report: counted, and its cursor moved.
     fn settle(&mut self, r: &Report) {
-        self.stats.report(r);
-        let (sink, seq) = r.settles();
-        self.durable.acked(sink, seq);
+        settle(&mut self.stats, &mut self.durable, r);
     }
 
     /// The first error among the ended watches.
@@ -317,6 +331,13 @@ impl Bridge {
             None => Ok(self.stats),
         }
     }
+}
+
+/// A sink's report: counted, and its cursor moved.
+fn settle(stats: &mut Stats, durable: &mut Durable, r: &Report) {
+    stats.report(r);
+    let (sink, seq) = r.settles();
+    durable.acked(sink, seq);
 }
 
 /// A sink task that ended before the queues were closed: always an error.

@@ -129,6 +129,22 @@ impl Kubecast {
         self.log()
     }
 
+    /// Waits for kubecast to exit on its own; returns the exit code and the log, or fails
+    /// with the log if it is still running after `limit`.
+    pub async fn exited(mut self, limit: Duration) -> (Option<i32>, String) {
+        let status = match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(s) => s.expect("waiting for kubecast"),
+            Err(_) => panic!(
+                "kubecast was still running {limit:?} after it started; its log:\n{}",
+                self.log()
+            ),
+        };
+        if let Some(reader) = self.reader.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+        }
+        (status.code(), self.log())
+    }
+
     /// SIGTERM, then waits for the exit; returns the exit code and the log.
     pub async fn stop(mut self, limit: Duration) -> (Option<i32>, String) {
         self.signal("TERM");

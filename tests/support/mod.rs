@@ -30,6 +30,13 @@ pub struct Stack {
     pub kafka_bootstrap: String,
     pub mqtt_host: String,
     pub mqtt_port: u16,
+    /// Kafka's SASL_PLAINTEXT (PLAIN) listener, which takes only the stack's account.
+    pub kafka_sasl_bootstrap: String,
+    /// Mosquitto's listener that takes only the stack's account.
+    pub mqtt_auth_port: u16,
+    /// The stack's account on those listeners.
+    pub user: String,
+    pub password: String,
 }
 
 impl Stack {
@@ -62,12 +69,23 @@ impl Stack {
             .unwrap_or_else(|| {
                 panic!("KUBECAST_STACK_MQTT_URL is not mqtt://HOST:PORT: {mqtt_url}")
             });
+        let auth_url = get("KUBECAST_STACK_MQTT_AUTH_URL");
+        let mqtt_auth_port = auth_url
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or_else(|| {
+                panic!("KUBECAST_STACK_MQTT_AUTH_URL is not mqtt://HOST:PORT: {auth_url}")
+            });
         Stack {
             dir: dir.clone(),
             kubeconfig: PathBuf::from(get("KUBECONFIG")),
             kafka_bootstrap: get("KUBECAST_STACK_KAFKA_BOOTSTRAP"),
             mqtt_host,
             mqtt_port,
+            kafka_sasl_bootstrap: get("KUBECAST_STACK_KAFKA_SASL_BOOTSTRAP"),
+            mqtt_auth_port,
+            user: get("KUBECAST_STACK_USER"),
+            password: get("KUBECAST_STACK_PASSWORD"),
         }
     }
 
