@@ -122,6 +122,12 @@ fn apply_overrides(config: Config, overrides: &[Override]) -> Result<Config, Con
         message: format!("internal: the config does not serialize: {e}"),
     })?;
     for o in overrides {
+        if o.path.iter().any(String::is_empty) {
+            return Err(ConfigError::Env {
+                var: o.var.clone(),
+                message: "an empty field name (`__` at the start or end, or `___`): use `__` only between field names".to_string(),
+            });
+        }
         let value = scalar_or_yaml(&o.value);
         set_path(&mut tree, &o.path, value).map_err(|message| ConfigError::Env {
             var: o.var.clone(),
@@ -143,9 +149,14 @@ fn apply_overrides(config: Config, overrides: &[Override]) -> Result<Config, Con
                     return Ok(config);
                 }
             }
-            let var = culprit
-                .map(|o| o.var.clone())
-                .unwrap_or_else(|| format!("{ENV_PREFIX}... (field `{path}`)"));
+            // Not one variable's own field: name every override, since together they made it.
+            let var = culprit.map(|o| o.var.clone()).unwrap_or_else(|| {
+                overrides
+                    .iter()
+                    .map(|o| o.var.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            });
             Err(ConfigError::Env {
                 var,
                 message: format!("field `{path}`: {}", e.into_inner()),
@@ -231,6 +242,19 @@ mod tests {
             c.cluster, "1234",
             "a number for a string field stays a string"
         );
+    }
+
+    #[test]
+    fn an_override_with_an_empty_field_name_names_the_variable() {
+        for var in [
+            "KUBECAST___",
+            "KUBECAST_WATCH____PAGE_SIZE",
+            "KUBECAST_LOG__",
+        ] {
+            let vars = vec![(var.to_string(), "1".to_string())];
+            let e = load_str("t.yaml", MINIMAL, vars).unwrap_err().to_string();
+            assert!(e.contains(var) && e.contains("empty field name"), "{e}");
+        }
     }
 
     #[test]

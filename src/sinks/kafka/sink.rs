@@ -40,6 +40,15 @@ pub enum KafkaSinkError {
     ProducerGone,
 }
 
+/// Why one record can never be sent: the event is dead-lettered with this as the reason.
+#[derive(Debug, thiserror::Error)]
+enum Unsendable {
+    #[error("record of {size} bytes exceeds max_message_bytes {max}")]
+    TooLarge { size: usize, max: usize },
+    #[error("Kafka refused the record: {0}")]
+    Refused(#[source] KafkaError),
+}
+
 impl Sink for KafkaSettings {
     fn run(self: Box<Self>, rx: QueueRx, acks: Acks) -> BoxFuture<'static, Result<(), SinkError>> {
         Box::pin(run(*self, rx, acks))
@@ -173,7 +182,7 @@ async fn submit(
             inflight.push(Pending { event, dead: None }, delivery);
             Ok(())
         }
-        Err(reason) => dead_letter(producer, settings, acks, event, reason, inflight).await,
+        Err(why) => dead_letter(producer, settings, acks, event, why.to_string(), inflight).await,
     }
 }
 
@@ -185,7 +194,7 @@ async fn enqueue(
     sink: &str,
     event: &Event,
     dead: Option<&str>,
-) -> Result<DeliveryFuture, String> {
+) -> Result<DeliveryFuture, Unsendable> {
     let (topic, payload, headers) = match dead {
         None => {
             let topic = settings.topic.render(&event.namespace, &event.name);
@@ -219,11 +228,10 @@ async fn enqueue(
         }
     };
     if payload.len() > settings.max_message_bytes {
-        return Err(format!(
-            "record of {} bytes exceeds max_message_bytes {}",
-            payload.len(),
-            settings.max_message_bytes
-        ));
+        return Err(Unsendable::TooLarge {
+            size: payload.len(),
+            max: settings.max_message_bytes,
+        });
     }
     let mut record = FutureRecord::to(&topic)
         .key(event.uid.as_str())
@@ -240,7 +248,7 @@ async fn enqueue(
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_millis(100));
             }
-            Err((e, _)) => return Err(format!("Kafka refused the record: {e}")),
+            Err((e, _)) => return Err(Unsendable::Refused(e)),
         }
     }
 }
