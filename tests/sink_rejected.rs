@@ -70,20 +70,15 @@ async fn a_kafka_sink_with_the_right_sasl_password_delivers() {
     let topic = unique_name("sasl-ok");
     let reader = KafkaTopic::create(&scene.stack, &topic).await;
     let sink = kafka_sasl_sink(&scene, "audit", &topic, &scene.stack.password);
-    let kubecast = Kubecast::start(&scene.stack, &scene.dir, &scene.config("", &[sink]));
-    let pod = scene.pods.create("p").await;
-    let uid = pod["metadata"]["uid"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let records = reader
-        .wait_until("the pod's added event", LIMIT, |r| {
-            r.iter().any(|x| x.ce("k8suid") == uid)
-        })
-        .await;
-    kubecast.check(records);
-    let (code, log) = kubecast.stop(LIMIT).await;
-    assert_eq!(code, Some(0), "{log}");
+    delivers(&scene, sink, |uid| async move {
+        reader
+            .wait_until("the pod's added event", LIMIT, |r| {
+                r.iter().any(|x| x.ce("k8suid") == uid)
+            })
+            .await
+            .map(drop)
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -99,18 +94,31 @@ async fn an_mqtt_sink_with_the_right_password_delivers() {
     let topic = unique_name("kc");
     let subscriber = MqttSubscriber::subscribe(&scene.stack, &format!("{topic}/#")).await;
     let sink = mqtt_auth_sink(&scene, "edge", &topic, &scene.stack.password);
+    delivers(&scene, sink, |uid| async move {
+        subscriber
+            .wait_until("the pod's added event", LIMIT, |m| {
+                m.iter().any(|x| x.prop("k8suid") == uid)
+            })
+            .await
+            .map(drop)
+    })
+    .await;
+}
+
+/// Runs kubecast with `sink`, creates a pod, waits until `arrived(uid)` finds its event at
+/// the destination, and stops kubecast cleanly.
+async fn delivers<F: std::future::Future<Output = Result<(), String>>>(
+    scene: &Scene,
+    sink: String,
+    arrived: impl FnOnce(String) -> F,
+) {
     let kubecast = Kubecast::start(&scene.stack, &scene.dir, &scene.config("", &[sink]));
     let pod = scene.pods.create("p").await;
     let uid = pod["metadata"]["uid"]
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let messages = subscriber
-        .wait_until("the pod's added event", LIMIT, |m| {
-            m.iter().any(|x| x.prop("k8suid") == uid)
-        })
-        .await;
-    kubecast.check(messages);
+    kubecast.check(arrived(uid).await);
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
 }

@@ -131,27 +131,21 @@ impl Kubecast {
 
     /// Waits for kubecast to exit on its own; returns the exit code and the log, or fails
     /// with the log if it is still running after `limit`.
-    pub async fn exited(mut self, limit: Duration) -> (Option<i32>, String) {
-        let status = match tokio::time::timeout(limit, self.child.wait()).await {
-            Ok(s) => s.expect("waiting for kubecast"),
-            Err(_) => panic!(
-                "kubecast was still running {limit:?} after it started; its log:\n{}",
-                self.log()
-            ),
-        };
-        if let Some(reader) = self.reader.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
-        }
-        (status.code(), self.log())
+    pub async fn exited(self, limit: Duration) -> (Option<i32>, String) {
+        self.wait_exit(limit, "it started").await
     }
 
     /// SIGTERM, then waits for the exit; returns the exit code and the log.
-    pub async fn stop(mut self, limit: Duration) -> (Option<i32>, String) {
+    pub async fn stop(self, limit: Duration) -> (Option<i32>, String) {
         self.signal("TERM");
+        self.wait_exit(limit, "SIGTERM").await
+    }
+
+    async fn wait_exit(mut self, limit: Duration, since: &str) -> (Option<i32>, String) {
         let status = match tokio::time::timeout(limit, self.child.wait()).await {
             Ok(s) => s.expect("waiting for kubecast"),
             Err(_) => panic!(
-                "kubecast did not exit within {limit:?} of SIGTERM; its log:\n{}",
+                "kubecast was still running {limit:?} after {since}; its log:\n{}",
                 self.log()
             ),
         };
