@@ -54,6 +54,9 @@ struct RunArgs {
     /// Log filter such as `info` or `kubecast=debug`; overrides `log.level`.
     #[arg(long)]
     log_level: Option<String>,
+    /// Serve /metrics, /healthz and /readyz on HOST:PORT; overrides `metrics.address`.
+    #[arg(long)]
+    metrics_address: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -111,6 +114,9 @@ fn run(args: RunArgs) -> ExitCode {
         }
         if let Some(level) = args.log_level.clone() {
             c.log.level = level;
+        }
+        if let Some(address) = args.metrics_address.clone() {
+            c.metrics.address = Some(address);
         }
     }) {
         Ok(v) => v,

@@ -47,6 +47,45 @@ pub struct Config {
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
+    /// The operations endpoint: `/metrics`, `/healthz`, `/readyz`.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    /// Stopping on SIGINT or SIGTERM.
+    #[serde(default)]
+    pub shutdown: ShutdownConfig,
+}
+
+/// Where `/metrics` (Prometheus text format), `/healthz` and `/readyz` are served.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `HOST:PORT` to listen on, e.g. `127.0.0.1:9464` (or `0.0.0.0:9464` in a Pod). Default:
+    /// none, meaning no endpoint. The flag `--metrics-address` overrides it.
+    #[serde(default)]
+    pub address: Option<String>,
+}
+
+/// How kubecast stops.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShutdownConfig {
+    /// Seconds the sinks get, after SIGTERM, to deliver what they hold; what they could not
+    /// deliver stays in the state directory and goes after the restart. Keep it below the
+    /// Pod's `terminationGracePeriodSeconds`. Default: 20.
+    #[serde(default = "default_grace")]
+    pub grace_seconds: u64,
+}
+
+fn default_grace() -> u64 {
+    20
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        ShutdownConfig {
+            grace_seconds: default_grace(),
+        }
+    }
 }
 
 /// Where and how kubecast keeps what must survive a crash.

@@ -3,7 +3,9 @@
 
 use std::fmt;
 
-use super::{Config, EncodingConfig, KubernetesConfig, LogConfig, StateConfig, WatchConfig};
+use super::{
+    Config, EncodingConfig, KubernetesConfig, LogConfig, ShutdownConfig, StateConfig, WatchConfig,
+};
 use crate::sinks::ValidSink;
 
 /// One problem: the field path and what is wrong with it.
@@ -55,6 +57,9 @@ pub struct Validated {
     pub sinks: Vec<(String, ValidSink)>,
     pub state: StateConfig,
     pub log: LogConfig,
+    /// Where the operations endpoint listens, if anywhere.
+    pub metrics_address: Option<std::net::SocketAddr>,
+    pub shutdown: ShutdownConfig,
 }
 
 impl Config {
@@ -157,6 +162,26 @@ impl Config {
                 ),
             ));
         }
+        let metrics_address = match self.metrics.address.as_deref().map(str::parse) {
+            None => None,
+            Some(Ok(a)) => Some(a),
+            Some(Err(_)) => {
+                issues.push(Issue::new(
+                    "metrics.address",
+                    format!(
+                        "`{}` is not HOST:PORT with an IP address (e.g. 127.0.0.1:9464)",
+                        self.metrics.address.as_deref().unwrap_or_default()
+                    ),
+                ));
+                None
+            }
+        };
+        Issue::at_least(
+            &mut issues,
+            "shutdown.grace_seconds",
+            self.shutdown.grace_seconds,
+            1,
+        );
         if !issues.is_empty() {
             return Err(ValidationError { issues });
         }
@@ -168,6 +193,8 @@ impl Config {
             sinks,
             state: self.state,
             log: self.log,
+            metrics_address,
+            shutdown: self.shutdown,
         })
     }
 }

@@ -19,13 +19,12 @@ use super::durable::Durable;
 use super::{PipelineError, Stats};
 use crate::classify::{Change, Classifier};
 use crate::event::{Encoder, Event};
+use crate::ops::Ops;
 use crate::sinks::queue::{Closed, QueueTx};
 use crate::sinks::{NotPushed, Pushed, Report, SinkExit, Sinks};
 use crate::store::StoreError;
 use crate::watch::{Observed, WatchError};
 
-/// How long a shutdown waits for the sinks to deliver what they hold.
-const DRAIN: Duration = Duration::from_secs(15);
 /// Observations taken together into one log append.
 const BATCH: usize = 256;
 
@@ -73,6 +72,9 @@ pub struct Parts {
     pub encoder: Encoder,
     /// Per sink, what it had not acknowledged before the restart: handed over first.
     pub pending: Vec<(String, Vec<Arc<Event>>)>,
+    pub ops: Arc<Ops>,
+    /// How long a shutdown waits for the sinks to deliver what they hold.
+    pub grace: Duration,
 }
 
 pub struct Bridge {
@@ -88,6 +90,8 @@ pub struct Bridge {
     classifier: Classifier,
     encoder: Encoder,
     outbox: VecDeque<Outgoing>,
+    ops: Arc<Ops>,
+    grace: Duration,
 }
 
 impl Bridge {
@@ -107,7 +111,10 @@ impl Bridge {
             })
             .collect();
         Bridge {
-            stats: Stats::new(parts.sinks.queues.iter().map(|(n, _)| &**n)),
+            stats: Stats::new(
+                parts.sinks.queues.iter().map(|(n, _)| &**n),
+                parts.ops.clone(),
+            ),
             queues: parts.sinks.queues,
             tasks: parts.sinks.tasks,
             reports: parts.reports,
@@ -118,6 +125,8 @@ impl Bridge {
             classifier: parts.classifier,
             encoder: parts.encoder,
             outbox,
+            ops: parts.ops,
+            grace: parts.grace,
         }
     }
 
@@ -140,7 +149,10 @@ impl Bridge {
                     self.settle(&report);
                     Ok(())
                 }
-                _ = self.upkeep.tick() => self.durable.maintain(&self.classifier).await.map_err(Halt::from),
+                _ = self.upkeep.tick() => {
+                    self.ops.metrics.known_pods(self.classifier.len());
+                    self.durable.maintain(&self.classifier).await.map_err(Halt::from)
+                }
                 Some(done) = self.watches.join_next() => match done {
                     Ok(Err(e)) => Err(e.into()),
                     _ => Ok(()),
@@ -177,6 +189,7 @@ impl Bridge {
             stats,
             durable,
             outbox,
+            ops,
             ..
         } = self;
         while let Some(out) = outbox.front_mut() {
@@ -193,6 +206,10 @@ impl Bridge {
                 match queue.try_push(&out.event) {
                     Ok(p) => {
                         count(stats, name, &out.event, p);
+                        if out.only.is_some() {
+                            // Sent before the restart, not acknowledged: sent again.
+                            ops.metrics.retried(name, 1);
+                        }
                         out.next += 1;
                     }
                     Err(NotPushed::Full) => return Ok(Some(i)),
@@ -283,7 +300,7 @@ impl Bridge {
         None
     }
 
-    /// Closes the queues, waits (up to [`DRAIN`]) for the sinks to deliver what they hold,
+    /// Closes the queues, waits (up to the grace period) for the sinks to deliver what they hold,
     /// saves the state, and returns the totals or the first error.
     async fn finish(mut self, outcome: Result<(), PipelineError>) -> Result<Stats, PipelineError> {
         self.watches.abort_all();
@@ -291,7 +308,7 @@ impl Bridge {
         let names: Vec<Arc<str>> = self.queues.drain(..).map(|(n, _)| n).collect();
         let mut first_error = outcome.err();
         let mut ended = Vec::new();
-        let deadline = tokio::time::Instant::now() + DRAIN;
+        let deadline = tokio::time::Instant::now() + self.grace;
         loop {
             match tokio::time::timeout_at(deadline, self.tasks.join_next()).await {
                 Ok(Some(Ok(exit))) => {

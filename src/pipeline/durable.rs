@@ -15,6 +15,7 @@ use std::time::Duration;
 use crate::classify::{Classifier, Scope};
 use crate::config::{InitialList, StateConfig};
 use crate::event::Event;
+use crate::ops::Ops;
 use crate::store::{Record, Snapshot, Store, StoreError, StoreSettings};
 use crate::watch::Observed;
 
@@ -27,6 +28,8 @@ pub struct DurableSettings {
     pub initial: InitialList,
     /// The configured sinks' names: each has a cursor.
     pub sinks: Vec<String>,
+    /// Where the buffer's size and fsync times are recorded.
+    pub ops: Arc<Ops>,
 }
 
 /// What the pipeline starts from.
@@ -47,6 +50,7 @@ pub struct Durable {
     per_namespace: bool,
     batch: Vec<Record>,
     snapshot_due: bool,
+    ops: Arc<Ops>,
 }
 
 impl Durable {
@@ -66,6 +70,7 @@ impl Durable {
             per_namespace: s.per_namespace,
             batch: Vec::new(),
             snapshot_due: false,
+            ops: s.ops.clone(),
         };
         let Some(dir) = &s.state.dir else {
             let start = Start {
@@ -143,7 +148,11 @@ impl Durable {
         })
         .await
         .map_err(|e| StoreError::Worker(e.to_string()))?;
-        self.store = Some(store);
+        let (ops, store) = (&self.ops.metrics, self.store.insert(store));
+        for t in store.take_fsync_times() {
+            ops.fsync(t);
+        }
+        ops.buffer_bytes(store.disk_bytes());
         result
     }
 

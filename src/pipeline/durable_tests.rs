@@ -16,6 +16,7 @@ fn settings(dir: Option<std::path::PathBuf>, sinks: &[&str]) -> DurableSettings 
         per_namespace: true,
         initial: InitialList::Emit,
         sinks: sinks.iter().map(|s| s.to_string()).collect(),
+        ops: Arc::default(),
     }
 }
 

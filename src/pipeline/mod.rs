@@ -21,6 +21,7 @@ use tokio::task::JoinSet;
 
 use crate::config::Validated;
 use crate::event::Encoder;
+use crate::ops::{self, Health, Metrics, Ops};
 use crate::sinks::{self, SinkError};
 use crate::store::StoreError;
 use crate::watch::{self, Observed, WatchError, WatchSettings};
@@ -43,6 +44,8 @@ pub enum PipelineError {
     SinkPanicked(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Metrics(#[from] ops::BindError),
 }
 
 impl From<sinks::Ended> for PipelineError {
@@ -55,31 +58,12 @@ impl From<sinks::Ended> for PipelineError {
 }
 
 /// Runs the bridge until `shutdown` completes (then drains the sinks) or a fatal error.
+/// With `metrics_address`, serves `/metrics`, `/healthz` and `/readyz` meanwhile.
 pub async fn run(
     config: Validated,
     client: kube::Client,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Stats, PipelineError> {
-    let settings = Arc::new(WatchSettings {
-        label_selector: config.watch.label_selector.clone(),
-        field_selector: config.watch.field_selector.clone(),
-        page_size: config.watch.page_size,
-        timeout_seconds: config.watch.timeout_seconds,
-        max_backoff: Duration::from_secs(u64::from(config.watch.max_backoff_seconds)),
-        streaming: config.watch.streaming_list,
-    });
-    let (durable, start) = Durable::open(DurableSettings {
-        state: config.state.clone(),
-        per_namespace: !config.watch.namespaces.is_empty(),
-        initial: config.watch.initial_list,
-        sinks: config.sinks.iter().map(|(n, _)| n.clone()).collect(),
-    })
-    .await?;
-    let (reports_tx, reports) = mpsc::unbounded_channel();
-    let sinks = sinks::start(config.sinks, reports_tx);
-
-    // One watch per scope, shared by every sink.
-    let (observed_tx, observed) = mpsc::channel::<Observed>(256);
     let scopes: Vec<_> = if config.watch.namespaces.is_empty() {
         vec![None]
     } else {
@@ -90,6 +74,56 @@ pub async fn run(
             .map(|ns| Some(Arc::<str>::from(ns.as_str())))
             .collect()
     };
+    let ops = Arc::new(Ops {
+        metrics: Metrics::new(),
+        health: Health::new(
+            scopes
+                .iter()
+                .map(|s| s.as_deref().unwrap_or("*").to_string()),
+            config.sinks.iter().map(|(n, _)| n.clone()),
+        ),
+    });
+    let server = match config.metrics_address {
+        Some(address) => Some(ops::serve(address, ops.clone()).await?),
+        None => None,
+    };
+    let outcome = bridge(config, client, shutdown, ops, scopes).await;
+    if let Some(s) = server {
+        s.abort();
+    }
+    outcome
+}
+
+async fn bridge(
+    config: Validated,
+    client: kube::Client,
+    shutdown: impl Future<Output = ()>,
+    ops: Arc<Ops>,
+    scopes: Vec<crate::classify::Scope>,
+) -> Result<Stats, PipelineError> {
+    let settings = Arc::new(WatchSettings {
+        label_selector: config.watch.label_selector.clone(),
+        field_selector: config.watch.field_selector.clone(),
+        page_size: config.watch.page_size,
+        timeout_seconds: config.watch.timeout_seconds,
+        max_backoff: Duration::from_secs(u64::from(config.watch.max_backoff_seconds)),
+        streaming: config.watch.streaming_list,
+        ops: ops.clone(),
+    });
+    let (durable, start) = Durable::open(DurableSettings {
+        state: config.state.clone(),
+        per_namespace: !config.watch.namespaces.is_empty(),
+        initial: config.watch.initial_list,
+        sinks: config.sinks.iter().map(|(n, _)| n.clone()).collect(),
+        ops: ops.clone(),
+    })
+    .await?;
+    ops.health.restored();
+    let (reports_tx, reports) = mpsc::unbounded_channel();
+    let sinks = sinks::start(config.sinks, reports_tx, ops.clone());
+
+    // One watch per scope, shared by every sink.
+    let (observed_tx, observed) = mpsc::channel::<Observed>(256);
     let mut watches: JoinSet<Result<(), WatchError>> = JoinSet::new();
     for scope in scopes {
         let resume = start.resume.get(&scope).cloned().flatten();
@@ -118,6 +152,8 @@ pub async fn run(
         classifier: start.classifier,
         encoder,
         pending: start.pending.into_iter().collect(),
+        ops,
+        grace: Duration::from_secs(config.shutdown.grace_seconds),
     })
     .run(shutdown)
     .await

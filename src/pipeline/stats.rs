@@ -1,9 +1,12 @@
-//! Counters of the running bridge: events emitted per type, and per sink what was delivered
-//! and what was dead-lettered. Logged at shutdown; the metrics endpoint will read them too.
+//! Counters of the running bridge: events emitted per type, and per sink what was delivered,
+//! dead-lettered, coalesced or dropped and what it holds. Logged at shutdown, and recorded
+//! as they change into the metrics ([`crate::ops`]), with each event's delivery delay.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use crate::event::{ChangeKind, Event};
+use crate::ops::{Ops, Outcome};
 use crate::sinks::Report;
 
 /// What one sink reported, and what it holds.
@@ -15,8 +18,9 @@ pub struct SinkStats {
     pub coalesced: u64,
     /// Dropped because the queue was full (`when_full: drop`).
     pub dropped: u64,
-    /// Handed to the sink and not yet settled: (seq, data bytes), oldest first.
-    outstanding: VecDeque<(u64, usize)>,
+    /// Handed to the sink and not yet settled: (seq, data bytes, when the change was
+    /// observed), oldest first.
+    outstanding: VecDeque<(u64, usize, Option<jiff::Timestamp>)>,
     outstanding_bytes: usize,
     /// The most events and data bytes the sink held at once.
     pub peak_events: usize,
@@ -24,38 +28,49 @@ pub struct SinkStats {
 }
 
 impl SinkStats {
-    fn settle(&mut self, seq: u64) {
-        // A sink settles in order, so everything up to `seq` is settled.
-        while self.outstanding.front().is_some_and(|(s, _)| *s <= seq) {
-            if let Some((_, bytes)) = self.outstanding.pop_front() {
+    /// Settles everything up to `seq` (a sink settles in order); returns each settled
+    /// event's delay since it was observed, in seconds.
+    fn settle(&mut self, seq: u64) -> Vec<f64> {
+        let now = jiff::Timestamp::now();
+        let mut delays = Vec::new();
+        while self.outstanding.front().is_some_and(|(s, _, _)| *s <= seq) {
+            if let Some((_, bytes, observed)) = self.outstanding.pop_front() {
                 self.outstanding_bytes -= bytes;
+                if let Some(t) = observed {
+                    delays.push(now.duration_since(t).as_secs_f64().max(0.0));
+                }
             }
         }
+        delays
     }
 }
 
 /// Counters since the start.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Stats {
     pub added: u64,
     pub modified: u64,
     pub deleted: u64,
     pub inferred_deletes: u64,
     pub sinks: BTreeMap<String, SinkStats>,
+    /// Where the counts are recorded as metrics.
+    ops: Arc<Ops>,
 }
 
 impl Stats {
-    pub fn new<'a>(sinks: impl IntoIterator<Item = &'a str>) -> Stats {
+    pub fn new<'a>(sinks: impl IntoIterator<Item = &'a str>, ops: Arc<Ops>) -> Stats {
         Stats {
             sinks: sinks
                 .into_iter()
                 .map(|s| (s.to_string(), SinkStats::default()))
                 .collect(),
+            ops,
             ..Stats::default()
         }
     }
 
     pub fn emitted(&mut self, e: &Event) {
+        self.ops.metrics.observed(e.kind, e.inferred);
         match e.kind {
             ChangeKind::Added => self.added += 1,
             ChangeKind::Modified => self.modified += 1,
@@ -68,29 +83,46 @@ impl Stats {
 
     pub fn coalesced(&mut self, sink: &str) {
         self.sinks.entry(sink.to_string()).or_default().coalesced += 1;
+        self.ops.metrics.sink_event(sink, Outcome::coalesced);
     }
 
     pub fn dropped(&mut self, sink: &str) {
         self.sinks.entry(sink.to_string()).or_default().dropped += 1;
+        self.ops.metrics.sink_event(sink, Outcome::dropped);
     }
 
     /// `e` went into `sink`'s queue.
     pub fn handed(&mut self, sink: &str, e: &Event) {
         let s = self.sinks.entry(sink.to_string()).or_default();
-        s.outstanding.push_back((e.seq, e.data.len()));
+        s.outstanding
+            .push_back((e.seq, e.data.len(), e.time.parse().ok()));
         s.outstanding_bytes += e.data.len();
         s.peak_events = s.peak_events.max(s.outstanding.len());
         s.peak_bytes = s.peak_bytes.max(s.outstanding_bytes);
+        self.ops
+            .metrics
+            .held(sink, s.outstanding.len(), s.outstanding_bytes);
     }
 
     pub fn report(&mut self, r: &Report) {
         let (sink, seq) = r.settles();
         let s = self.sinks.entry(sink.to_string()).or_default();
-        match r {
-            Report::Delivered { .. } => s.delivered += 1,
-            Report::DeadLettered { .. } => s.dead_lettered += 1,
+        let outcome = match r {
+            Report::Delivered { .. } => {
+                s.delivered += 1;
+                Outcome::delivered
+            }
+            Report::DeadLettered { .. } => {
+                s.dead_lettered += 1;
+                Outcome::dead_lettered
+            }
+        };
+        let m = &self.ops.metrics;
+        m.sink_event(sink, outcome);
+        for d in s.settle(seq) {
+            m.delay(sink, d);
         }
-        s.settle(seq);
+        m.held(sink, s.outstanding.len(), s.outstanding_bytes);
     }
 
     pub fn log_summary(&self, known_pods: usize) {

@@ -25,6 +25,7 @@ use super::dead_letter::DeadLetter;
 use super::queue::{QueueConfig, QueueRx};
 use crate::config::Issue;
 use crate::event::Event;
+use crate::ops::Ops;
 
 /// A sink kind's config (the fields under `sinks.NAME` besides `type`, `queue` and
 /// `dead_letter`).
@@ -97,6 +98,7 @@ pub struct Acks {
     sink: Arc<str>,
     reports: mpsc::UnboundedSender<Report>,
     dead_letter: Arc<DeadLetter>,
+    ops: Arc<Ops>,
 }
 
 /// The dead-letter file refused a write: the event would be lost, so the sink stops.
@@ -114,12 +116,25 @@ impl Acks {
         sink: Arc<str>,
         reports: mpsc::UnboundedSender<Report>,
         dead_letter: DeadLetter,
+        ops: Arc<Ops>,
     ) -> Acks {
         Acks {
             sink,
             reports,
             dead_letter: Arc::new(dead_letter),
+            ops,
         }
+    }
+
+    /// The sink is connected to its destination (`true`) or lost it: readiness and the
+    /// `kubecast_sink_connected` gauge follow.
+    pub fn connected(&self, up: bool) {
+        self.ops.sink_connected(&self.sink, up);
+    }
+
+    /// `n` events are sent again (after a reconnect).
+    pub fn retried(&self, n: u64) {
+        self.ops.metrics.retried(&self.sink, n);
     }
 
     /// The sink's name, for logs.

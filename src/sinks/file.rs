@@ -61,6 +61,7 @@ impl Sink for FileSink {
                 .open(&c.path)
                 .await
                 .map_err(io("opening"))?;
+            acks.connected(true);
             let mut batch = Vec::with_capacity(64);
             while rx.recv_many(&mut batch, 256).await > 0 {
                 let mut buf = Vec::new();

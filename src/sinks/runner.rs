@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 
 use super::contract::{Acks, Report, SinkError, ValidSink};
 use super::queue::{QueueTx, queue};
+use crate::ops::Ops;
 
 /// How a sink task ended.
 #[derive(Debug)]
@@ -39,7 +40,11 @@ pub struct Sinks {
 }
 
 /// Spawns every sink; their reports arrive on `reports`.
-pub fn start(sinks: Vec<(String, ValidSink)>, reports: mpsc::UnboundedSender<Report>) -> Sinks {
+pub fn start(
+    sinks: Vec<(String, ValidSink)>,
+    reports: mpsc::UnboundedSender<Report>,
+    ops: Arc<Ops>,
+) -> Sinks {
     let mut out = Sinks {
         queues: Vec::with_capacity(sinks.len()),
         tasks: JoinSet::new(),
@@ -47,7 +52,12 @@ pub fn start(sinks: Vec<(String, ValidSink)>, reports: mpsc::UnboundedSender<Rep
     for (name, valid) in sinks {
         let name: Arc<str> = name.into();
         let (tx, rx) = queue(valid.queue);
-        let acks = Acks::new(name.clone(), reports.clone(), valid.dead_letter);
+        let acks = Acks::new(
+            name.clone(),
+            reports.clone(),
+            valid.dead_letter,
+            ops.clone(),
+        );
         let run = valid.sink.run(rx, acks);
         let sink = name.clone();
         out.tasks.spawn(async move {

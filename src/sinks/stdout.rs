@@ -34,6 +34,7 @@ impl Sink for Stdout {
     fn run(self: Box<Self>, mut rx: QueueRx, acks: Acks) -> BoxFuture<'static, Result<(), SinkError>> {
         Box::pin(async move {
             let mut out = tokio::io::stdout();
+            acks.connected(true);
             while let Some(event) = rx.recv().await {
                 let mut line = event.structured_json();
                 line.push(b'\n');

@@ -20,6 +20,8 @@ const FRAME: usize = 8;
 struct Segment {
     first_seq: u64,
     path: PathBuf,
+    /// Its size once closed (the active segment's is `Log::active_len`).
+    len: u64,
 }
 
 /// The open log. Entry points: [`Log::open`], [`Log::append`], [`Log::sync`],
@@ -76,12 +78,14 @@ impl Log {
             segments.push(Segment {
                 first_seq: *first,
                 path,
+                len: good_len,
             });
         }
         if segments.is_empty() {
             segments.push(Segment {
                 first_seq: next_seq,
                 path: segment_path(dir, next_seq),
+                len: 0,
             });
         }
         let active_path = &segments[segments.len() - 1].path;
@@ -151,6 +155,15 @@ impl Log {
         Ok(())
     }
 
+    /// Bytes of the log on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        let closed: u64 = self.segments[..self.segments.len() - 1]
+            .iter()
+            .map(|s| s.len)
+            .sum();
+        closed + self.active_len
+    }
+
     /// Makes everything appended so far durable (fdatasync).
     pub fn sync(&mut self) -> Result<(), StoreError> {
         let path = &self.segments[self.segments.len() - 1].path;
@@ -165,8 +178,15 @@ impl Log {
             .append(true)
             .open(&path)
             .map_err(io("creating", &path))?;
+        if let Some(last) = self.segments.last_mut() {
+            last.len = self.active_len;
+        }
         self.active_len = 0;
-        self.segments.push(Segment { first_seq, path });
+        self.segments.push(Segment {
+            first_seq,
+            path,
+            len: 0,
+        });
         sync_dir(&self.dir)
     }
 

@@ -114,6 +114,8 @@ pub struct Store {
     last_sync: Instant,
     last_snapshot: Instant,
     snapshot_seq: u64,
+    /// Durations of the fsyncs since the last [`Store::take_fsync_times`], in seconds.
+    fsync_times: Vec<f64>,
 }
 
 impl Store {
@@ -162,6 +164,7 @@ impl Store {
             unsynced: false,
             last_sync: Instant::now(),
             last_snapshot: Instant::now(),
+            fsync_times: Vec::new(),
         };
         Ok((
             store,
@@ -195,7 +198,9 @@ impl Store {
 
     fn sync(&mut self) -> Result<(), StoreError> {
         if self.unsynced {
+            let started = Instant::now();
             self.log.sync()?;
+            self.fsync_times.push(started.elapsed().as_secs_f64());
             self.unsynced = false;
         }
         self.last_sync = Instant::now();
@@ -210,6 +215,16 @@ impl Store {
             *c = seq;
             self.cursors_dirty = true;
         }
+    }
+
+    /// The fsync durations (seconds) since the last call, for the metrics.
+    pub fn take_fsync_times(&mut self) -> Vec<f64> {
+        std::mem::take(&mut self.fsync_times)
+    }
+
+    /// Bytes of the log on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.log.disk_bytes()
     }
 
     /// The lowest acknowledged sequence number over all sinks.

@@ -20,6 +20,7 @@ use super::{Observed, WatchError, describe};
 use crate::backoff::Backoff;
 use crate::classify::Scope;
 use crate::config::StreamingList;
+use crate::ops::Ops;
 
 /// How the watches run; shared by every scope.
 #[derive(Debug, Clone)]
@@ -30,6 +31,9 @@ pub struct WatchSettings {
     pub timeout_seconds: u32,
     pub max_backoff: Duration,
     pub streaming: StreamingList,
+    /// Where requests, lists and 410s are counted, and readiness is told when a scope has
+    /// synced.
+    pub ops: Arc<Ops>,
 }
 
 /// What one attempt ended with.
@@ -103,6 +107,7 @@ impl Watch {
                 Ok(Next::Closed) => return Ok(()),
                 Ok(Next::Resume) => backoff.reset(),
                 Ok(Next::Relist) => {
+                    self.settings.ops.metrics.gone(&ns);
                     tracing::info!(namespace = %ns, "resourceVersion expired (410 Gone); listing again");
                     self.position = None;
                 }
@@ -131,6 +136,11 @@ impl Watch {
         }
     }
 
+    /// The scope's label in metrics and readiness: the namespace, or `*`.
+    fn label(&self) -> &str {
+        self.scope.as_deref().unwrap_or("*")
+    }
+
     async fn send(&self, item: Observed) -> bool {
         self.out.send(item).await.is_ok()
     }
@@ -138,6 +148,7 @@ impl Watch {
     /// A paginated list, then `ListDone` with the list's resourceVersion.
     async fn list(&mut self) -> Attempt {
         let s = self.settings.clone();
+        s.ops.metrics.list(self.label());
         if !self
             .send(Observed::ListStart {
                 scope: self.scope.clone(),
@@ -199,6 +210,7 @@ impl Watch {
             return Ok(Next::Closed);
         }
         self.position = Some(rv);
+        s.ops.health.synced(self.label());
         Ok(Next::Resume)
     }
 
@@ -213,6 +225,10 @@ impl Watch {
             timeout_seconds: s.timeout_seconds,
         }
         .to_http(&self.scope);
+        s.ops.metrics.watch_request(self.label());
+        if initial {
+            s.ops.metrics.list(self.label());
+        }
         let mut reader = match self.client.request_stream(req).await {
             Ok(r) => Box::pin(r),
             Err(kube::Error::Api(status)) if initial && matches!(status.code, 400 | 422) => {
@@ -229,6 +245,11 @@ impl Watch {
         {
             return Ok(Next::Closed);
         }
+        if !initial {
+            // A resumed watch is open: the known state from before is current from here on.
+            s.ops.health.synced(self.label());
+        }
+        let label = self.label().to_string();
         let mut stream = Stream::new(self.scope.clone(), &mut self.position, initial);
         // No line for longer than the request's own timeout means a dead connection: the
         // apiserver sends bookmarks and ends the request on time.
@@ -263,7 +284,12 @@ impl Watch {
                 };
             }
             let item = match stream.on_line(Bytes::copy_from_slice(&buf[..n - 1])) {
-                LineOutcome::Emit(item) => item,
+                LineOutcome::Emit(item) => {
+                    if matches!(item, Observed::ListDone { .. }) {
+                        s.ops.health.synced(&label);
+                    }
+                    item
+                }
                 LineOutcome::Nothing => continue,
                 LineOutcome::Skipped(e) => {
                     tracing::error!(error = %crate::error_chain(&e), "skipping a watch event kubecast cannot read");

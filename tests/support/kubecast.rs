@@ -32,6 +32,11 @@ impl Kubecast {
     /// Writes `config` (YAML) into `dir` and starts `kubecast run` with it, as the stack's
     /// admin.
     pub fn start(stack: &Stack, dir: &Path, config: &str) -> Kubecast {
+        Kubecast::start_with(stack, dir, config, &[])
+    }
+
+    /// [`Kubecast::start`] with more arguments to `kubecast run`.
+    pub fn start_with(stack: &Stack, dir: &Path, config: &str, args: &[&str]) -> Kubecast {
         let config_path = dir.join("kubecast.yaml");
         std::fs::write(&config_path, config)
             .unwrap_or_else(|e| panic!("writing {}: {e}", config_path.display()));
@@ -39,6 +44,7 @@ impl Kubecast {
             .arg("run")
             .arg("--config")
             .arg(&config_path)
+            .args(args)
             .env("KUBECONFIG", &stack.kubeconfig)
             .env("RUST_LOG", "kubecast=debug,info")
             .stdin(Stdio::null())

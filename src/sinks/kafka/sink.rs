@@ -143,10 +143,12 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
     let producer: FutureProducer<Context> = config
         .create_with_context(context)
         .map_err(|e| acks.failed(KafkaSinkError::Create(e)))?;
+    let probe = tokio::spawn(probe(producer.clone(), acks.clone()));
     let mut inflight: Outstanding = InFlight::new();
     let mut open = true;
     while open || !inflight.is_empty() {
         if let Some(e) = fatal.take() {
+            probe.abort();
             return Err(acks.failed(e));
         }
         let room = inflight.len() < settings.in_flight;
@@ -162,10 +164,31 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
             },
         }
     }
+    probe.abort();
     // Everything was reported, so librdkafka's queue is empty; its flush still blocks its
     // caller, so it runs off the runtime's workers.
     let _ = tokio::task::spawn_blocking(move || producer.flush(Duration::from_secs(5))).await;
     Ok(())
+}
+
+/// Whether the brokers answer, for readiness: librdkafka connects and reconnects by itself
+/// and says nothing when it succeeds, so a metadata request is made every few seconds (on
+/// the blocking pool: it blocks its caller).
+async fn probe(producer: FutureProducer<Context>, acks: Acks) {
+    let mut up = None;
+    loop {
+        let p = producer.clone();
+        let answered = tokio::task::spawn_blocking(move || {
+            p.client().fetch_metadata(None, Duration::from_secs(3)).is_ok()
+        })
+        .await
+        .unwrap_or(false);
+        if up != Some(answered) {
+            acks.connected(answered);
+            up = Some(answered);
+        }
+        tokio::time::sleep(Duration::from_secs(if answered { 5 } else { 1 })).await;
+    }
 }
 
 /// Sends `event` (or its dead letter, when `dead` holds the reason), dead-lettering it if

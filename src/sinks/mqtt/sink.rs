@@ -106,6 +106,8 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
     let mut reconnect_at = Some(Instant::now());
     let mut open = true;
+    // A connection failed since the last one was up: what the window holds goes again.
+    let mut lost = false;
     let limit = usize::from(s.in_flight);
     loop {
         if !open && window.is_empty() {
@@ -130,6 +132,10 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                         tracing::info!(sink = %acks.sink(), host = %s.host, port = s.port, unacked = window.len(), "MQTT connected");
                         backoff.reset();
                         l.connected = true;
+                        acks.connected(true);
+                        if std::mem::take(&mut lost) && !window.is_empty() {
+                            acks.retried(window.len() as u64);
+                        }
                         window.queue_with(|m| l.client.try_publish(m));
                     }
                     Ok(Note::Sent(pkid)) => window.sent(pkid),
@@ -147,6 +153,8 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                         tracing::warn!(sink = %acks.sink(), host = %s.host, port = s.port, error = %crate::error_chain(&e),
                             retry_in_ms = wait.as_millis() as u64, unacked = window.len(), "MQTT connection failed; will publish the unacknowledged again");
                         link = None;
+                        lost = true;
+                        acks.connected(false);
                         window.reset();
                         reconnect_at = Some(Instant::now() + wait);
                     }

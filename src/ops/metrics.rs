@@ -1,0 +1,323 @@
+//! kubecast's Prometheus metrics: the families, their labels, and the text exposition.
+//!
+//! Entry point: [`Metrics`], shared (`Arc`) by the pipeline, the watches, the sinks' acks and
+//! the durable log; every handle is atomic, so recording never waits. The names and labels are
+//! the README's metrics table.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::event::ChangeKind;
+
+/// The label of a change type.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // The values are the label values.
+pub enum Kind {
+    added,
+    modified,
+    deleted,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TypeLabel {
+    r#type: Kind,
+}
+
+/// What became of an event at a sink.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Outcome {
+    /// The destination acknowledged it.
+    delivered,
+    /// It can never be delivered; it went to the dead-letter destination.
+    dead_lettered,
+    /// The sink's queue was full (`when_full: drop`).
+    dropped,
+    /// A newer `modified` of the same pod replaced it in the queue (`when_full: coalesce`).
+    coalesced,
+    /// Sent again: after a reconnect (MQTT), or after a restart from the state directory.
+    retried,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SinkOutcome {
+    sink: String,
+    outcome: Outcome,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SinkLabel {
+    sink: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScopeLabel {
+    /// A namespace, or `*` for all namespaces.
+    scope: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: String,
+}
+
+fn delay_histogram() -> Histogram {
+    // 1 ms to ~65 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+fn fsync_histogram() -> Histogram {
+    // 50 µs to ~1.6 s.
+    Histogram::new(exponential_buckets(0.00005, 2.0, 16))
+}
+
+/// Every metric kubecast exports.
+pub struct Metrics {
+    registry: Registry,
+    observed: Family<TypeLabel, Counter>,
+    inferred_deletes: Counter,
+    known_pods: Gauge,
+    sink_events: Family<SinkOutcome, Counter>,
+    held_events: Family<SinkLabel, Gauge>,
+    held_bytes: Family<SinkLabel, Gauge>,
+    connected: Family<SinkLabel, Gauge>,
+    delay: Family<SinkLabel, Histogram, fn() -> Histogram>,
+    watch_requests: Family<ScopeLabel, Counter>,
+    lists: Family<ScopeLabel, Counter>,
+    gone: Family<ScopeLabel, Counter>,
+    buffer_bytes: Gauge,
+    fsync: Histogram,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut m = Metrics {
+            registry: Registry::with_prefix("kubecast"),
+            observed: Family::default(),
+            inferred_deletes: Counter::default(),
+            known_pods: Gauge::default(),
+            sink_events: Family::default(),
+            held_events: Family::default(),
+            held_bytes: Family::default(),
+            connected: Family::default(),
+            delay: Family::new_with_constructor(delay_histogram),
+            watch_requests: Family::default(),
+            lists: Family::default(),
+            gone: Family::default(),
+            buffer_bytes: Gauge::default(),
+            fsync: fsync_histogram(),
+        };
+        let r = &mut m.registry;
+        let build: Family<VersionLabel, Gauge> = Family::default();
+        build
+            .get_or_create(&VersionLabel {
+                version: crate::VERSION.to_string(),
+            })
+            .set(1);
+        r.register(
+            "build_info",
+            "The running kubecast's version (always 1)",
+            build,
+        );
+        r.register(
+            "events_observed",
+            "Changes of pods turned into events, by type",
+            m.observed.clone(),
+        );
+        r.register(
+            "inferred_deletes",
+            "Deletes inferred from a re-list (the pod vanished while the watch was away)",
+            m.inferred_deletes.clone(),
+        );
+        r.register(
+            "known_pods",
+            "Pods in the known state (uid -> resourceVersion)",
+            m.known_pods.clone(),
+        );
+        r.register(
+            "sink_events",
+            "Events per sink and outcome: delivered, dead_lettered, dropped, coalesced, retried",
+            m.sink_events.clone(),
+        );
+        r.register(
+            "sink_held_events",
+            "Events handed to the sink (queued or in flight) and not yet acknowledged",
+            m.held_events.clone(),
+        );
+        r.register(
+            "sink_held_bytes",
+            "Data bytes of the events the sink holds",
+            m.held_bytes.clone(),
+        );
+        r.register(
+            "sink_connected",
+            "1 while the sink is connected to its destination",
+            m.connected.clone(),
+        );
+        r.register(
+            "delivery_delay_seconds",
+            "From kubecast observing a change (the event's time) to the sink's acknowledgement",
+            m.delay.clone(),
+        );
+        r.register(
+            "watch_requests",
+            "Watch requests opened (each restart of the watch counts)",
+            m.watch_requests.clone(),
+        );
+        r.register(
+            "watch_lists",
+            "Lists of pods (initial and re-lists)",
+            m.lists.clone(),
+        );
+        r.register(
+            "watch_gone",
+            "410 Gone answers: the resume point was too old, a re-list followed",
+            m.gone.clone(),
+        );
+        r.register(
+            "buffer_bytes",
+            "Bytes of the durable buffer's log on disk",
+            m.buffer_bytes.clone(),
+        );
+        r.register(
+            "buffer_fsync_seconds",
+            "Time of each fsync of the durable buffer",
+            m.fsync.clone(),
+        );
+        m
+    }
+
+    /// The metrics in the Prometheus text format (version 0.0.4).
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(8 * 1024);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
+        out
+    }
+
+    pub fn observed(&self, kind: ChangeKind, inferred: bool) {
+        let kind = match kind {
+            ChangeKind::Added => Kind::added,
+            ChangeKind::Modified => Kind::modified,
+            ChangeKind::Deleted => Kind::deleted,
+        };
+        self.observed
+            .get_or_create(&TypeLabel { r#type: kind })
+            .inc();
+        if inferred {
+            self.inferred_deletes.inc();
+        }
+    }
+
+    pub fn known_pods(&self, n: usize) {
+        self.known_pods.set(n as i64);
+    }
+
+    pub fn sink_event(&self, sink: &str, outcome: Outcome) {
+        self.sink_events
+            .get_or_create(&SinkOutcome {
+                sink: sink.to_string(),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// `n` events of `sink` sent again.
+    pub fn retried(&self, sink: &str, n: u64) {
+        self.sink_events
+            .get_or_create(&SinkOutcome {
+                sink: sink.to_string(),
+                outcome: Outcome::retried,
+            })
+            .inc_by(n);
+    }
+
+    pub fn held(&self, sink: &str, events: usize, bytes: usize) {
+        let l = SinkLabel {
+            sink: sink.to_string(),
+        };
+        self.held_events.get_or_create(&l).set(events as i64);
+        self.held_bytes.get_or_create(&l).set(bytes as i64);
+    }
+
+    pub fn connected(&self, sink: &str, up: bool) {
+        self.connected
+            .get_or_create(&SinkLabel {
+                sink: sink.to_string(),
+            })
+            .set(i64::from(up));
+    }
+
+    pub fn delay(&self, sink: &str, seconds: f64) {
+        self.delay
+            .get_or_create(&SinkLabel {
+                sink: sink.to_string(),
+            })
+            .observe(seconds);
+    }
+
+    pub fn watch_request(&self, scope: &str) {
+        self.watch_requests.get_or_create(&scope_label(scope)).inc();
+    }
+
+    pub fn list(&self, scope: &str) {
+        self.lists.get_or_create(&scope_label(scope)).inc();
+    }
+
+    pub fn gone(&self, scope: &str) {
+        self.gone.get_or_create(&scope_label(scope)).inc();
+    }
+
+    pub fn buffer_bytes(&self, bytes: u64) {
+        self.buffer_bytes.set(bytes as i64);
+    }
+
+    pub fn fsync(&self, seconds: f64) {
+        self.fsync.observe(seconds);
+    }
+}
+
+fn scope_label(scope: &str) -> ScopeLabel {
+    ScopeLabel {
+        scope: scope.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_format_names_every_family_with_its_labels() {
+        let m = Metrics::new();
+        m.observed(ChangeKind::Deleted, true);
+        m.sink_event("kafka", Outcome::delivered);
+        m.delay("kafka", 0.004);
+        let text = m.encode();
+        for needle in [
+            "kubecast_build_info{version=",
+            "kubecast_events_observed_total{type=\"deleted\"} 1",
+            "kubecast_inferred_deletes_total 1",
+            "kubecast_sink_events_total{sink=\"kafka\",outcome=\"delivered\"} 1",
+            "kubecast_delivery_delay_seconds_bucket{sink=\"kafka\",le=\"0.008\"} 1",
+        ] {
+            assert!(text.contains(needle), "{needle} missing in:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! Operating kubecast: Prometheus metrics, liveness and readiness, and the HTTP endpoint that
+//! serves them (`metrics.address`, `--metrics-address`).
+//!
+//! Entry point: [`Ops`], one shared handle (`Arc<Ops>`) through which the pipeline, the
+//! watches, the sinks and the durable log record what they do; [`serve`] exposes it.
+
+mod health;
+mod metrics;
+mod server;
+
+pub use health::Health;
+pub use metrics::{Metrics, Outcome};
+pub use server::{BindError, serve};
+
+/// Metrics and readiness, shared.
+#[derive(Debug, Default)]
+pub struct Ops {
+    pub metrics: Metrics,
+    pub health: Health,
+}
+
+impl Ops {
+    /// `sink` connected to (or lost) its destination.
+    pub fn sink_connected(&self, sink: &str, up: bool) {
+        self.metrics.connected(sink, up);
+        self.health.sink_connected(sink, up);
+    }
+}
