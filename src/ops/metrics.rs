@@ -1,8 +1,9 @@
 //! kubecast's Prometheus metrics: the families, their labels, and the text exposition.
 //!
 //! Entry point: [`Metrics`], shared (`Arc`) by the pipeline, the watches, the sinks' acks and
-//! the durable log; every handle is atomic, so recording never waits. The names and labels are
-//! the README's metrics table.
+//! the durable log; every handle is atomic, so recording never waits. What is recorded per
+//! event goes through handles resolved once ([`SinkMetrics`], the change types), not through
+//! a label lookup per event. The names and labels are the README's metrics table.
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -75,10 +76,48 @@ fn fsync_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.00005, 2.0, 16))
 }
 
+/// One sink's per-event metrics, resolved once (each handle shares its value with the
+/// registry's family).
+#[derive(Debug, Clone)]
+pub struct SinkMetrics {
+    delivered: Counter,
+    dead_lettered: Counter,
+    dropped: Counter,
+    coalesced: Counter,
+    held_events: Gauge,
+    held_bytes: Gauge,
+    delay: Histogram,
+}
+
+impl SinkMetrics {
+    pub fn event(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::delivered => &self.delivered,
+            Outcome::dead_lettered => &self.dead_lettered,
+            Outcome::dropped => &self.dropped,
+            Outcome::coalesced => &self.coalesced,
+            // Counted by `Metrics::retried`, off the per-event path.
+            Outcome::retried => return,
+        }
+        .inc();
+    }
+
+    pub fn held(&self, events: usize, bytes: usize) {
+        self.held_events.set(events as i64);
+        self.held_bytes.set(bytes as i64);
+    }
+
+    pub fn delay(&self, seconds: f64) {
+        self.delay.observe(seconds);
+    }
+}
+
 /// Every metric kubecast exports.
 pub struct Metrics {
     registry: Registry,
     observed: Family<TypeLabel, Counter>,
+    /// `observed`'s counters for added, modified and deleted.
+    by_kind: [Counter; 3],
     inferred_deletes: Counter,
     known_pods: Gauge,
     sink_events: Family<SinkOutcome, Counter>,
@@ -110,6 +149,7 @@ impl Metrics {
         let mut m = Metrics {
             registry: Registry::with_prefix("kubecast"),
             observed: Family::default(),
+            by_kind: Default::default(),
             inferred_deletes: Counter::default(),
             known_pods: Gauge::default(),
             sink_events: Family::default(),
@@ -123,6 +163,8 @@ impl Metrics {
             buffer_bytes: Gauge::default(),
             fsync: fsync_histogram(),
         };
+        m.by_kind = [Kind::added, Kind::modified, Kind::deleted]
+            .map(|k| m.observed.get_or_create(&TypeLabel { r#type: k }).clone());
         let r = &mut m.registry;
         let build: Family<VersionLabel, Gauge> = Family::default();
         build
@@ -212,14 +254,12 @@ impl Metrics {
     }
 
     pub fn observed(&self, kind: ChangeKind, inferred: bool) {
-        let kind = match kind {
-            ChangeKind::Added => Kind::added,
-            ChangeKind::Modified => Kind::modified,
-            ChangeKind::Deleted => Kind::deleted,
+        let i = match kind {
+            ChangeKind::Added => 0,
+            ChangeKind::Modified => 1,
+            ChangeKind::Deleted => 2,
         };
-        self.observed
-            .get_or_create(&TypeLabel { r#type: kind })
-            .inc();
+        self.by_kind[i].inc();
         if inferred {
             self.inferred_deletes.inc();
         }
@@ -229,13 +269,28 @@ impl Metrics {
         self.known_pods.set(n as i64);
     }
 
-    pub fn sink_event(&self, sink: &str, outcome: Outcome) {
-        self.sink_events
-            .get_or_create(&SinkOutcome {
-                sink: sink.to_string(),
-                outcome,
-            })
-            .inc();
+    /// The per-event handles of `sink`.
+    pub fn sink(&self, sink: &str) -> SinkMetrics {
+        let outcome = |outcome| {
+            self.sink_events
+                .get_or_create(&SinkOutcome {
+                    sink: sink.to_string(),
+                    outcome,
+                })
+                .clone()
+        };
+        let label = SinkLabel {
+            sink: sink.to_string(),
+        };
+        SinkMetrics {
+            delivered: outcome(Outcome::delivered),
+            dead_lettered: outcome(Outcome::dead_lettered),
+            dropped: outcome(Outcome::dropped),
+            coalesced: outcome(Outcome::coalesced),
+            held_events: self.held_events.get_or_create(&label).clone(),
+            held_bytes: self.held_bytes.get_or_create(&label).clone(),
+            delay: self.delay.get_or_create(&label).clone(),
+        }
     }
 
     /// `n` events of `sink` sent again.
@@ -248,28 +303,12 @@ impl Metrics {
             .inc_by(n);
     }
 
-    pub fn held(&self, sink: &str, events: usize, bytes: usize) {
-        let l = SinkLabel {
-            sink: sink.to_string(),
-        };
-        self.held_events.get_or_create(&l).set(events as i64);
-        self.held_bytes.get_or_create(&l).set(bytes as i64);
-    }
-
     pub fn connected(&self, sink: &str, up: bool) {
         self.connected
             .get_or_create(&SinkLabel {
                 sink: sink.to_string(),
             })
             .set(i64::from(up));
-    }
-
-    pub fn delay(&self, sink: &str, seconds: f64) {
-        self.delay
-            .get_or_create(&SinkLabel {
-                sink: sink.to_string(),
-            })
-            .observe(seconds);
     }
 
     pub fn watch_request(&self, scope: &str) {
@@ -307,8 +346,9 @@ mod tests {
     fn the_text_format_names_every_family_with_its_labels() {
         let m = Metrics::new();
         m.observed(ChangeKind::Deleted, true);
-        m.sink_event("kafka", Outcome::delivered);
-        m.delay("kafka", 0.004);
+        let kafka = m.sink("kafka");
+        kafka.event(Outcome::delivered);
+        kafka.delay(0.004);
         let text = m.encode();
         for needle in [
             "kubecast_build_info{version=",

@@ -9,7 +9,7 @@ mod metrics;
 mod server;
 
 pub use health::Health;
-pub use metrics::{Metrics, Outcome};
+pub use metrics::{Metrics, Outcome, SinkMetrics};
 pub use server::{BindError, serve};
 
 /// Metrics and readiness, shared.

@@ -59,6 +59,19 @@ struct Outgoing {
     only: Option<Arc<str>>,
     /// The index of the next sink to hand it to.
     next: usize,
+    /// When the change was observed (the event's `time`), parsed once for all sinks.
+    observed: Option<jiff::Timestamp>,
+}
+
+impl Outgoing {
+    fn new(event: Arc<Event>, only: Option<Arc<str>>) -> Outgoing {
+        Outgoing {
+            observed: event.time.parse().ok(),
+            event,
+            only,
+            next: 0,
+        }
+    }
 }
 
 /// The inputs of the bridge, set up by [`super::run`].
@@ -103,11 +116,9 @@ impl Bridge {
             .into_iter()
             .flat_map(|(sink, events)| {
                 let sink: Arc<str> = sink.into();
-                events.into_iter().map(move |event| Outgoing {
-                    event,
-                    only: Some(sink.clone()),
-                    next: 0,
-                })
+                events
+                    .into_iter()
+                    .map(move |event| Outgoing::new(event, Some(sink.clone())))
             })
             .collect();
         Bridge {
@@ -146,7 +157,7 @@ impl Bridge {
                 _ = &mut shutdown => Err(Halt::Shutdown),
                 Some(exit) = self.tasks.join_next() => Err(sink_ended(exit)),
                 Some(report) = self.reports.recv() => {
-                    self.settle(&report);
+                    settle(&mut self.stats, &mut self.durable, &report);
                     Ok(())
                 }
                 _ = self.upkeep.tick() => {
@@ -193,26 +204,17 @@ impl Bridge {
             ..
         } = self;
         while let Some(out) = outbox.front_mut() {
-            while let Some((i, (name, queue))) = queues.iter().enumerate().nth(out.next) {
+            while let Some((name, queue)) = queues.get(out.next) {
                 if out.only.as_ref().is_some_and(|o| o != name) {
                     out.next += 1;
                     continue;
                 }
                 // What the sinks settled is counted before more is handed over, so the
                 // held counts are exact (a sink reports an event before it takes the next).
-                while let Ok(r) = reports.try_recv() {
-                    settle(stats, durable, &r);
-                }
+                drain(reports, stats, durable);
                 match queue.try_push(&out.event) {
-                    Ok(p) => {
-                        count(stats, name, &out.event, p);
-                        if out.only.is_some() {
-                            // Sent before the restart, not acknowledged: sent again.
-                            ops.metrics.retried(name, 1);
-                        }
-                        out.next += 1;
-                    }
-                    Err(NotPushed::Full) => return Ok(Some(i)),
+                    Ok(p) => hand_over(stats, ops, name, out, p),
+                    Err(NotPushed::Full) => return Ok(Some(out.next)),
                     // The sink's own error arrives from its task; this names it meanwhile.
                     Err(NotPushed::Closed) => {
                         return Err(Halt::Failed(PipelineError::SinkGone(name.to_string())));
@@ -227,9 +229,7 @@ impl Bridge {
     /// The blocked sink took the front event (or is gone).
     fn pushed(&mut self, pushed: Result<Pushed, Closed>) -> Result<(), Halt> {
         // Settled before counted, as in `pump`.
-        while let Ok(r) = self.reports.try_recv() {
-            settle(&mut self.stats, &mut self.durable, &r);
-        }
+        drain(&mut self.reports, &mut self.stats, &mut self.durable);
         let Some(out) = self.outbox.front_mut() else {
             return Ok(());
         };
@@ -238,8 +238,7 @@ impl Bridge {
         };
         match pushed {
             Ok(p) => {
-                count(&mut self.stats, name, &out.event, p);
-                out.next += 1;
+                hand_over(&mut self.stats, &self.ops, name, out, p);
                 Ok(())
             }
             Err(_) => Err(Halt::Failed(PipelineError::SinkGone(name.to_string()))),
@@ -278,16 +277,9 @@ impl Bridge {
         // Logged before any sink sees it: the resume point never runs ahead of what is
         // stored.
         self.durable.commit().await?;
-        self.outbox.extend(events.into_iter().map(|event| Outgoing {
-            event,
-            only: None,
-            next: 0,
-        }));
+        self.outbox
+            .extend(events.into_iter().map(|event| Outgoing::new(event, None)));
         Ok(())
-    }
-
-    fn settle(&mut self, r: &Report) {
-        settle(&mut self.stats, &mut self.durable, r);
     }
 
     /// The first error among the ended watches.
@@ -335,9 +327,7 @@ impl Bridge {
                 }
             }
         }
-        while let Ok(r) = self.reports.try_recv() {
-            self.settle(&r);
-        }
+        drain(&mut self.reports, &mut self.stats, &mut self.durable);
         self.stats.log_summary(self.classifier.len());
         if let Err(e) = self.durable.close(&self.classifier).await {
             tracing::error!(error = %crate::error_chain(&e), "saving the state at shutdown failed");
@@ -385,15 +375,28 @@ async fn wait_for_room(
     }
 }
 
-/// Counts what became of `event` in `sink`'s queue.
-fn count(stats: &mut Stats, sink: &str, event: &Event, pushed: Pushed) {
+/// `sink`'s queue took `out`'s event: counts what became of it and moves `out` on to the
+/// next sink.
+fn hand_over(stats: &mut Stats, ops: &Ops, sink: &str, out: &mut Outgoing, pushed: Pushed) {
     match pushed {
-        Pushed::Queued => stats.handed(sink, event),
+        Pushed::Queued => stats.handed(sink, &out.event, out.observed),
         Pushed::Coalesced => stats.coalesced(sink),
         Pushed::Dropped => {
             stats.dropped(sink);
-            tracing::error!(sink, id = %event.id, "sink queue full: event dropped (when_full: drop)");
+            tracing::error!(sink, id = %out.event.id, "sink queue full: event dropped (when_full: drop)");
         }
+    }
+    if out.only.is_some() {
+        // Sent before the restart, not acknowledged: sent again.
+        ops.metrics.retried(sink, 1);
+    }
+    out.next += 1;
+}
+
+/// Takes every report already waiting.
+fn drain(reports: &mut mpsc::UnboundedReceiver<Report>, stats: &mut Stats, durable: &mut Durable) {
+    while let Ok(r) = reports.try_recv() {
+        settle(stats, durable, &r);
     }
 }
 

@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use crate::event::{ChangeKind, Event};
-use crate::ops::{Ops, Outcome};
+use crate::ops::{Ops, Outcome, SinkMetrics};
 use crate::sinks::Report;
 
 /// What one sink reported, and what it holds.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct SinkStats {
     pub delivered: u64,
     pub dead_lettered: u64,
@@ -25,9 +25,23 @@ pub struct SinkStats {
     /// The most events and data bytes the sink held at once.
     pub peak_events: usize,
     pub peak_bytes: usize,
+    /// Where its counts are recorded.
+    metrics: Option<SinkMetrics>,
 }
 
 impl SinkStats {
+    fn record(&self, outcome: Outcome) {
+        if let Some(m) = &self.metrics {
+            m.event(outcome);
+        }
+    }
+
+    fn record_held(&self) {
+        if let Some(m) = &self.metrics {
+            m.held(self.outstanding.len(), self.outstanding_bytes);
+        }
+    }
+
     /// Settles everything up to `seq` (a sink settles in order); returns each settled
     /// event's delay since it was observed, in seconds.
     fn settle(&mut self, seq: u64) -> Vec<f64> {
@@ -59,14 +73,27 @@ pub struct Stats {
 
 impl Stats {
     pub fn new<'a>(sinks: impl IntoIterator<Item = &'a str>, ops: Arc<Ops>) -> Stats {
-        Stats {
-            sinks: sinks
-                .into_iter()
-                .map(|s| (s.to_string(), SinkStats::default()))
-                .collect(),
+        let mut stats = Stats {
             ops,
             ..Stats::default()
+        };
+        for s in sinks {
+            stats.sink(s);
         }
+        stats
+    }
+
+    /// The counts of `name` (known from the start: no allocation on the per-event path).
+    fn sink(&mut self, name: &str) -> &mut SinkStats {
+        if !self.sinks.contains_key(name) {
+            let s = SinkStats {
+                metrics: Some(self.ops.metrics.sink(name)),
+                ..SinkStats::default()
+            };
+            self.sinks.insert(name.to_string(), s);
+        }
+        // Inserted just above when missing.
+        self.sinks.get_mut(name).expect("the sink's stats exist")
     }
 
     pub fn emitted(&mut self, e: &Event) {
@@ -82,31 +109,30 @@ impl Stats {
     }
 
     pub fn coalesced(&mut self, sink: &str) {
-        self.sinks.entry(sink.to_string()).or_default().coalesced += 1;
-        self.ops.metrics.sink_event(sink, Outcome::coalesced);
+        let s = self.sink(sink);
+        s.coalesced += 1;
+        s.record(Outcome::coalesced);
     }
 
     pub fn dropped(&mut self, sink: &str) {
-        self.sinks.entry(sink.to_string()).or_default().dropped += 1;
-        self.ops.metrics.sink_event(sink, Outcome::dropped);
+        let s = self.sink(sink);
+        s.dropped += 1;
+        s.record(Outcome::dropped);
     }
 
-    /// `e` went into `sink`'s queue.
-    pub fn handed(&mut self, sink: &str, e: &Event) {
-        let s = self.sinks.entry(sink.to_string()).or_default();
-        s.outstanding
-            .push_back((e.seq, e.data.len(), e.time.parse().ok()));
+    /// `e`, observed at `observed`, went into `sink`'s queue.
+    pub fn handed(&mut self, sink: &str, e: &Event, observed: Option<jiff::Timestamp>) {
+        let s = self.sink(sink);
+        s.outstanding.push_back((e.seq, e.data.len(), observed));
         s.outstanding_bytes += e.data.len();
         s.peak_events = s.peak_events.max(s.outstanding.len());
         s.peak_bytes = s.peak_bytes.max(s.outstanding_bytes);
-        self.ops
-            .metrics
-            .held(sink, s.outstanding.len(), s.outstanding_bytes);
+        s.record_held();
     }
 
     pub fn report(&mut self, r: &Report) {
         let (sink, seq) = r.settles();
-        let s = self.sinks.entry(sink.to_string()).or_default();
+        let s = self.sink(sink);
         let outcome = match r {
             Report::Delivered { .. } => {
                 s.delivered += 1;
@@ -117,12 +143,14 @@ impl Stats {
                 Outcome::dead_lettered
             }
         };
-        let m = &self.ops.metrics;
-        m.sink_event(sink, outcome);
-        for d in s.settle(seq) {
-            m.delay(sink, d);
+        s.record(outcome);
+        let delays = s.settle(seq);
+        if let Some(m) = &s.metrics {
+            for d in delays {
+                m.delay(d);
+            }
         }
-        m.held(sink, s.outstanding.len(), s.outstanding_bytes);
+        s.record_held();
     }
 
     pub fn log_summary(&self, known_pods: usize) {
