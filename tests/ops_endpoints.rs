@@ -69,15 +69,19 @@ async fn metrics_pass_promtool_and_count_exactly_the_events_written() {
     }
     scene.pods.label("a", "tier", "web").await;
     scene.pods.delete("b").await;
-    // Settled: every event written to the file is counted as delivered, nothing held.
+    // Settled: the last change (b's removal) is written, every event written to the file is
+    // counted as delivered, nothing held; no pod changes after this, so the file is final.
     let (_, text) = wait_for(
         port,
         "/metrics",
         LIMIT,
         "every event delivered",
         |_, body| {
-            let lines = file_events(&out).len() as f64;
-            lines >= 5.0
+            let events = file_events(&out);
+            let lines = events.len() as f64;
+            events
+                .iter()
+                .any(|e| e["type"] == "io.k8s.core.v1.pod.deleted")
                 && sample(
                     body,
                     "kubecast_sink_events_total{sink=\"out\",outcome=\"delivered\"}",
