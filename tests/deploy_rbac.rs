@@ -1,121 +1,31 @@
-//! `deploy/` against the real kube-apiserver: every manifest of the kustomize base is accepted
-//! (server-side apply, dry run), and kubecast running with a token of deploy/'s ServiceAccount,
-//! bound to deploy/'s ClusterRole, bridges pods, while the same identity is refused reading
-//! Secrets, writing Pods and watching other resources (403).
+//! `deploy/` against the real kube-apiserver: kubecast running with a token of deploy/'s
+//! ServiceAccount, bound to deploy/'s ClusterRole (the objects `kustomize build deploy/base`
+//! renders, applied), bridges pods, while the same identity is refused reading Secrets,
+//! writing Pods and watching other resources (403).
 
 mod support;
 
-use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::{Discovery, Scope};
+use kube::api::{ListParams, PostParams, WatchParams};
 use kube::{Api, Client};
-use serde_json::Value;
+use support::deploy;
 use support::kubecast::Kubecast;
 use support::scene::{Scene, file_events, file_sink};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// The base's manifests (every `*.yaml` but kustomization.yaml), parsed.
-fn manifests() -> Vec<(String, Value)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base");
-    let mut out = Vec::new();
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.extension().is_some_and(|x| x == "yaml") && !p.ends_with("kustomization.yaml")
-        })
-        .collect();
-    paths.sort();
-    for p in paths {
-        let text =
-            std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
-        let v: Value =
-            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        out.push((p.display().to_string(), v));
-    }
-    out
-}
-
-/// Server-side applies `obj` (`dry_run`: validated and admitted, not stored).
-async fn apply(
-    client: &Client,
-    discovery: &Discovery,
-    obj: &Value,
-    dry_run: bool,
-) -> Result<(), String> {
-    let (group, version) = match obj["apiVersion"]
-        .as_str()
-        .unwrap_or_default()
-        .split_once('/')
-    {
-        Some((g, v)) => (g.to_string(), v.to_string()),
-        None => (
-            String::new(),
-            obj["apiVersion"].as_str().unwrap_or_default().to_string(),
-        ),
-    };
-    let gvk = GroupVersionKind::gvk(&group, &version, obj["kind"].as_str().unwrap_or_default());
-    let (ar, caps) = discovery
-        .resolve_gvk(&gvk)
-        .ok_or_else(|| format!("the apiserver does not serve {gvk:?}"))?;
-    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    let api: Api<DynamicObject> = match caps.scope {
-        Scope::Namespaced => Api::namespaced_with(
-            client.clone(),
-            obj["metadata"]["namespace"].as_str().unwrap_or("default"),
-            &ar,
-        ),
-        Scope::Cluster => Api::all_with(client.clone(), &ar),
-    };
-    let mut params = PatchParams::apply("kubecast-test").force();
-    if dry_run {
-        params = params.dry_run();
-    }
-    api.patch(name, &params, &Patch::Apply(obj))
-        .await
-        .map(drop)
-        .map_err(|e| format!("{} {name}: {e}", gvk.kind))
-}
-
-fn manifest(kind: &str) -> Value {
-    manifests()
-        .into_iter()
-        .map(|(_, v)| v)
-        .find(|v| v["kind"] == kind)
-        .unwrap_or_else(|| panic!("deploy/base has no {kind}"))
-}
-
 #[tokio::test]
-async fn the_base_is_accepted_and_its_identity_bridges_pods_and_nothing_else() {
+async fn the_base_identity_bridges_pods_and_nothing_else() {
     let scene = Scene::new("deploy").await;
     let client = &scene.client;
-    let discovery = Discovery::new(client.clone())
-        .run()
+    // The base's objects: its identity for real, all of them as a dry run.
+    let objects = deploy::kustomize_base(&scene.stack);
+    deploy::apply_all(client, &objects)
         .await
-        .expect("API discovery");
-    // The namespace and the identity for real (the rest needs the namespace to exist)...
-    for kind in [
-        "Namespace",
-        "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
-    ] {
-        apply(client, &discovery, &manifest(kind), false)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
-    // ...and every manifest of the base, dry run.
-    for (path, obj) in manifests() {
-        apply(client, &discovery, &obj, true)
-            .await
-            .unwrap_or_else(|e| panic!("{path}: {e}"));
-    }
+        .unwrap_or_else(|e| panic!("applying deploy/base: {e}"));
 
     // A token of deploy/'s ServiceAccount, in a kubeconfig of its own.
     let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), "kubecast");

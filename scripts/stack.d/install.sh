@@ -96,15 +96,38 @@ etcd_binary() {
     build_go_binary etcd "$ROOT/scripts/go/etcd" go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "-s -w"
 }
 
-kube_apiserver_binary() {
-    local v=${K8S_VERSION#v} pkgs="k8s.io/component-base/version k8s.io/client-go/pkg/version" flags="-s -w" p
-    # What the upstream release build stamps into the binary, so /version reports the release.
-    for p in $pkgs; do
+# The -X flags upstream's release build stamps into Kubernetes commands, so that /version and
+# `kubectl version` report the release rather than v0.0.0.
+k8s_version_ldflags() {
+    local v=${K8S_VERSION#v} p flags="-s -w"
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         flags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=${v%%.*} -X $p.gitMinor=$(cut -d. -f2 <<<"$v")"
         flags+=" -X $p.gitTreeState=clean"
     done
+    echo "$flags"
+}
+
+kube_apiserver_binary() {
     build_go_binary kube-apiserver "$ROOT/scripts/go/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver \
-        "$K8S_VERSION" "$flags"
+        "$K8S_VERSION" "$(k8s_version_ldflags)"
+}
+
+# kubectl from the same Kubernetes release as the apiserver: `scripts/stack env` puts it on
+# PATH, so a newcomer can change pods by hand.
+kubectl_binary() {
+    build_go_binary kubectl "$ROOT/scripts/go/kubectl" k8s.io/kubernetes/cmd/kubectl \
+        "$K8S_VERSION" "$(k8s_version_ldflags)"
+}
+
+# Helm and kustomize render deploy/ in tests/deploy_manifests.rs; only scripts/test needs them.
+helm_binary() {
+    build_go_binary helm "$ROOT/scripts/go/helm" helm.sh/helm/v4/cmd/helm "$HELM_VERSION" \
+        "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
+}
+
+kustomize_binary() {
+    build_go_binary kustomize "$ROOT/scripts/go/kustomize" sigs.k8s.io/kustomize/kustomize/v5 \
+        "$KUSTOMIZE_VERSION" "-s -w"
 }
 
 ensure_java() {

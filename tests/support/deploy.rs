@@ -1,0 +1,148 @@
+//! `deploy/` rendered by the real tools and applied to the real apiserver: the kustomize base
+//! (`kustomize build`), the Helm chart (`helm template`), both built by `scripts/stack tool`,
+//! and server-side apply of any rendered object.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{Discovery, Scope};
+use kube::{Api, Client};
+use serde_json::Value;
+
+use super::Stack;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The cached binary of `kubectl`, `helm` or `kustomize` (built on first use).
+pub fn tool(stack: &Stack, name: &str) -> PathBuf {
+    PathBuf::from(stack.script(&["tool", name]).trim())
+}
+
+/// Runs a tool and parses the YAML stream it prints into objects (empty documents dropped).
+fn render(program: &Path, args: &[&str]) -> Vec<Value> {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", program.display()));
+    let what = format!("{} {}", program.display(), args.join(" "));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap_or_else(|e| panic!("{what}: not UTF-8: {e}"));
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{what}: {e}\n{text}"));
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+/// `kustomize build deploy/base`.
+pub fn kustomize_base(stack: &Stack) -> Vec<Value> {
+    render(&tool(stack, "kustomize"), &["build", "deploy/base"])
+}
+
+/// `helm template RELEASE deploy/helm/kubecast --namespace NAMESPACE EXTRA...`.
+pub fn helm_template(stack: &Stack, release: &str, namespace: &str, extra: &[&str]) -> Vec<Value> {
+    let mut args = vec![
+        "template",
+        release,
+        "deploy/helm/kubecast",
+        "--namespace",
+        namespace,
+    ];
+    args.extend_from_slice(extra);
+    render(&tool(stack, "helm"), &args)
+}
+
+/// `Kind/namespace/name` of a rendered object.
+pub fn key(obj: &Value) -> String {
+    format!(
+        "{}/{}/{}",
+        obj["kind"].as_str().unwrap_or("?"),
+        obj["metadata"]["namespace"].as_str().unwrap_or(""),
+        obj["metadata"]["name"].as_str().unwrap_or("?")
+    )
+}
+
+/// The object of `kind` among `objects`; fails the test if there is none.
+pub fn of_kind<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind)
+        .unwrap_or_else(|| {
+            panic!(
+                "no {kind} among {:?}",
+                objects.iter().map(key).collect::<Vec<_>>()
+            )
+        })
+}
+
+/// The config file a rendered ConfigMap carries (`data["kubecast.yaml"]`).
+pub fn config_text(objects: &[Value]) -> String {
+    of_kind(objects, "ConfigMap")["data"]["kubecast.yaml"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the ConfigMap has no data key kubecast.yaml"))
+        .to_string()
+}
+
+/// Server-side applies `obj` as field manager `kubecast-test` (`dry_run`: validated and
+/// admitted by the apiserver, not stored).
+pub async fn apply(
+    client: &Client,
+    discovery: &Discovery,
+    obj: &Value,
+    dry_run: bool,
+) -> Result<(), String> {
+    let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, obj["kind"].as_str().unwrap_or_default());
+    let (ar, caps) = discovery
+        .resolve_gvk(&gvk)
+        .ok_or_else(|| format!("the apiserver does not serve {gvk:?}"))?;
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let api: Api<DynamicObject> = match caps.scope {
+        Scope::Namespaced => Api::namespaced_with(
+            client.clone(),
+            obj["metadata"]["namespace"].as_str().unwrap_or("default"),
+            &ar,
+        ),
+        Scope::Cluster => Api::all_with(client.clone(), &ar),
+    };
+    let mut params = PatchParams::apply("kubecast-test").force();
+    if dry_run {
+        params = params.dry_run();
+    }
+    api.patch(name, &params, &Patch::Apply(obj))
+        .await
+        .map(drop)
+        .map_err(|e| format!("{}: {e}", key(obj)))
+}
+
+/// Applies the Namespaces and the identity (ServiceAccount, ClusterRole, its binding) among
+/// `objects` for real, since the rest needs them to exist, then every object as a dry run.
+pub async fn apply_all(client: &Client, objects: &[Value]) -> Result<(), String> {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(|e| format!("API discovery: {e}"))?;
+    for kind in [
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    ] {
+        for obj in objects.iter().filter(|o| o["kind"] == kind) {
+            apply(client, &discovery, obj, false).await?;
+        }
+    }
+    for obj in objects {
+        apply(client, &discovery, obj, true).await?;
+    }
+    Ok(())
+}
