@@ -5,11 +5,11 @@
 #   scripts/image build                  # the same image from a binary built on this machine,
 #                                        # with buildah and no registry (stage build-prebuilt)
 #
-# Both fill /rootfs with scripts/image-rootfs; the runtime stage is that tree on `scratch`.
+# Both run scripts/image-rootfs; the runtime stage is the tree it gathers, on `scratch`.
 
 # Where kubecast is compiled from source. Debian bookworm, like the libraries it then links.
 ARG RUST_IMAGE=docker.io/library/rust:1.89-bookworm
-# `source`: compile here; `prebuilt`: take target/image/rootfs, which scripts/image made.
+# `source`: compile here; `prebuilt`: take target/image, which scripts/image made.
 ARG FROM=source
 
 FROM ${RUST_IMAGE} AS build-source
@@ -19,15 +19,17 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 RUN cargo build --locked --release --bin kubecast \
-    && scripts/image-rootfs target/release/kubecast /rootfs
+    && scripts/image-rootfs target/release/kubecast /image
 
 FROM scratch AS build-prebuilt
-COPY target/image/rootfs/ /rootfs/
+COPY target/image/ /image/
 
 FROM build-${FROM} AS build
 
 FROM scratch
-COPY --from=build /rootfs/ /
+COPY --from=build /image/rootfs/ /
+# The state directory (deploy/ mounts a volume there), writable by kubecast only.
+COPY --from=build --chown=65532:65532 /image/state/ /var/lib/kubecast/
 LABEL org.opencontainers.image.title="kubecast" \
       org.opencontainers.image.description="Watches Kubernetes Pods and publishes every change as a CloudEvent to Kafka and MQTT" \
       org.opencontainers.image.licenses="Apache-2.0"

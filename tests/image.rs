@@ -1,7 +1,8 @@
 //! The container image, built for real with buildah from the Dockerfile (its `prebuilt` path:
 //! this test's kubecast binary and what it links on `scratch`, no registry) and run with
 //! buildah's chroot isolation: it holds only the binary, its libraries, the CA bundle and a
-//! passwd entry, runs as UID 65532, and its kubecast answers `--help` and checks a config.
+//! passwd entry, runs as UID 65532 (which owns only /var/lib/kubecast), and its kubecast
+//! answers `--help` and checks a config.
 
 mod support;
 
@@ -51,8 +52,9 @@ fn text(out: &Output) -> String {
     )
 }
 
-/// Every file and link under `root`, as absolute paths inside it.
-fn files(root: &Path) -> Vec<String> {
+/// Every entry under `root` as (absolute path inside it, owner uid, is a directory).
+fn files(root: &Path) -> Vec<(String, u32, bool)> {
+    use std::os::unix::fs::MetadataExt;
     let mut out = Vec::new();
     let mut todo: Vec<PathBuf> = vec![root.to_path_buf()];
     while let Some(dir) = todo.pop() {
@@ -60,14 +62,12 @@ fn files(root: &Path) -> Vec<String> {
             std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("listing {}: {e}", dir.display()));
         for entry in entries.flatten() {
             let path = entry.path();
-            let kind = entry.file_type().expect("file type");
-            if kind.is_dir() {
+            let meta = std::fs::symlink_metadata(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let inside = format!("/{}", path.strip_prefix(root).unwrap_or(&path).display());
+            out.push((inside, meta.uid(), meta.is_dir()));
+            if meta.is_dir() {
                 todo.push(path);
-            } else {
-                out.push(format!(
-                    "/{}",
-                    path.strip_prefix(root).unwrap_or(&path).display()
-                ));
             }
         }
     }
@@ -115,9 +115,29 @@ fn the_image_holds_only_kubecast_runs_it_as_non_root_and_it_answers() {
     // What it holds: kubecast, the loader and libraries, the CA bundle, passwd and group.
     let container = buildah(&storage, &["from", tag]);
     let root = PathBuf::from(buildah(&storage, &["mount", &container]));
-    let held = files(&root);
+    let entries = files(&root);
     buildah(&storage, &["umount", &container]);
     buildah(&storage, &["rm", &container]);
+    // Root owns everything but the state directory, which is kubecast's alone.
+    for (path, uid, _) in &entries {
+        let owner = if path == "/var/lib/kubecast" {
+            65532
+        } else {
+            0
+        };
+        assert_eq!(*uid, owner, "{path} is owned by uid {uid}");
+    }
+    assert!(
+        entries
+            .iter()
+            .any(|(p, _, dir)| p == "/var/lib/kubecast" && *dir),
+        "no state directory /var/lib/kubecast"
+    );
+    let held: Vec<String> = entries
+        .into_iter()
+        .filter(|(_, _, dir)| !dir)
+        .map(|(p, _, _)| p)
+        .collect();
     let allowed = |f: &String| {
         f == "/usr/local/bin/kubecast"
             || f.starts_with("/lib/")
