@@ -12,6 +12,8 @@ ETCD_VERSION=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2; exit }' "$ROOT
 K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$ROOT/scripts/go/kube-apiserver/go.mod")
 HELM_VERSION=$(awk '$1 == "helm.sh/helm/v4" { print $2; exit }' "$ROOT/scripts/go/helm/go.mod")
 KUSTOMIZE_VERSION=$(awk '$1 == "sigs.k8s.io/kustomize/kustomize/v5" { print $2; exit }' "$ROOT/scripts/go/kustomize/go.mod")
+COMPOSE_GO_VERSION=$(awk '$1 == "require" && $2 == "github.com/compose-spec/compose-go/v2" { print $3; exit }' \
+    "$ROOT/scripts/go/compose-config/go.mod")
 KAFKA_VERSION=${KUBECAST_STACK_KAFKA_VERSION:-4.4.0}
 # The Go toolchain fetched through the module proxy when the machine has no usable Go.
 GO_TOOLCHAIN=go1.26.8

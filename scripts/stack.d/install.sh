@@ -73,10 +73,13 @@ ensure_go() {
 }
 
 # Builds a Go command from one of the project's small modules in scripts/go/ and prints the
-# cached binary's path. The cache key holds the version and a digest of go.mod and go.sum.
+# cached binary's path. The cache key holds the version and a digest of go.mod, go.sum and
+# the module's own Go files (if it has any).
 build_go_binary() {
-    local name=$1 module=$2 pkg=$3 version=$4 ldflags=$5 key out
-    key=$(cat "$module/go.mod" "$module/go.sum" | sha256sum | cut -c1-12)
+    local name=$1 module=$2 pkg=$3 version=$4 ldflags=$5 key out sources
+    sources=$(find "$module" -maxdepth 1 -name '*.go' | sort)
+    # shellcheck disable=SC2086 # the file names hold no spaces
+    key=$(cat "$module/go.mod" "$module/go.sum" $sources | sha256sum | cut -c1-12)
     out=$CACHE/bin/$name-$version-$key
     if [[ ! -x $out ]]; then
         ensure_go
@@ -119,10 +122,15 @@ kubectl_binary() {
         "$K8S_VERSION" "$(k8s_version_ldflags)"
 }
 
-# Helm and kustomize render deploy/ in tests/deploy_manifests.rs; only scripts/test needs them.
+# Helm and kustomize render deploy/ in tests/deploy_manifests.rs, compose-config checks
+# docker-compose.yml in tests/compose.rs; only scripts/test needs them.
 helm_binary() {
     build_go_binary helm "$ROOT/scripts/go/helm" helm.sh/helm/v4/cmd/helm "$HELM_VERSION" \
         "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
+}
+
+compose_config_binary() {
+    build_go_binary compose-config "$ROOT/scripts/go/compose-config" . "$COMPOSE_GO_VERSION" "-s -w"
 }
 
 kustomize_binary() {
