@@ -138,6 +138,30 @@ kustomize_binary() {
         "$KUSTOMIZE_VERSION" "-s -w"
 }
 
+# The official AsyncAPI parser (npm), which tests/asyncapi.rs validates schemas/asyncapi.yaml
+# with: `npm ci` of tests/asyncapi/package-lock.json into the cache, keyed by the lock file.
+# Prints the directory holding its node_modules.
+asyncapi_parser_binary() {
+    local lock=$ROOT/tests/asyncapi/package-lock.json key out tmp
+    key=$(sha256sum "$lock" | cut -c1-12)
+    out=$CACHE/node/asyncapi-parser-$key
+    if [[ ! -d $out/node_modules/@asyncapi/parser ]]; then
+        command -v npm >/dev/null || ensure_apt nodejs npm
+        log "asyncapi-parser: installing @asyncapi/parser with npm ci (first time on this machine; log in $out.log)"
+        mkdir -p "$CACHE/node"
+        tmp=$(mktemp -d "$CACHE/node/.install.XXXXXX")
+        cp "$ROOT/tests/asyncapi/package.json" "$lock" "$tmp/"
+        if ! (cd "$tmp" && npm ci --no-audit --no-fund --ignore-scripts) >"$out.log" 2>&1; then
+            tail -n 20 "$out.log" >&2
+            rm -rf "$tmp"
+            die "asyncapi-parser: npm ci failed; full log in $out.log"
+        fi
+        rm -rf "$out"
+        mv "$tmp" "$out"
+    fi
+    echo "$out"
+}
+
 ensure_java() {
     local v
     if ! command -v java >/dev/null; then
