@@ -157,3 +157,70 @@ async fn rbac_denies_an_identity_without_bindings() {
         other => panic!("expected 403 Forbidden from RBAC, got {other:?}"),
     }
 }
+
+/// The demo's "try it by hand" session: `source target/stack/env` puts the stack's own
+/// kubectl (the apiserver's release) first on PATH, and it creates, labels and deletes a pod.
+#[tokio::test]
+async fn kubectl_from_the_stack_env_is_the_apiservers_release_and_changes_pods() {
+    let stack = Stack::load();
+    let client = stack.kube_client().await;
+    let ns = unique_name("kubectl");
+    namespace(&client, &ns).await;
+    let session = r#"
+        set -eu
+        source "$1/env"
+        command -v kubectl
+        kubectl version -o json | tr -d ' \n'; echo
+        kubectl -n "$2" run hello --image=nginx:1.27
+        kubectl -n "$2" label pod hello tier=web
+        kubectl -n "$2" get pod hello -o 'jsonpath={.metadata.labels.tier}'; echo
+        kubectl -n "$2" delete pod hello
+    "#;
+    let out = std::process::Command::new("bash")
+        .args(["-c", session, "session"])
+        .arg(&stack.dir)
+        .arg(&ns)
+        .output()
+        .expect("running bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the session failed:\n{stdout}{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some(stack.dir.join("bin/kubectl").to_string_lossy().as_ref()),
+        "kubectl is not the stack's:\n{stdout}"
+    );
+    let version: serde_json::Value =
+        serde_json::from_str(lines.get(1).copied().unwrap_or_default()).expect("version JSON");
+    assert_eq!(
+        version["clientVersion"]["gitVersion"], version["serverVersion"]["gitVersion"],
+        "{version}"
+    );
+    for expected in [
+        "pod/hello created",
+        "pod/hello labeled",
+        "web",
+        "pod \"hello\" deleted",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.starts_with(expected)),
+            "no line starting `{expected}` in:\n{stdout}"
+        );
+    }
+    let pods: Api<Pod> = Api::namespaced(client, &ns);
+    let gone = within(LIMIT, "the pod's deletion", async {
+        loop {
+            match pods.get_opt("hello").await {
+                Ok(None) => return,
+                Ok(Some(_)) => {}
+                Err(e) => panic!("reading pod hello: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    gone.await;
+}
