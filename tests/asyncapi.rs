@@ -13,13 +13,9 @@ use bytes::Bytes;
 use kubecast::event::{ChangeKind, Event, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY};
 use rdkafka::message::Headers;
 use serde_json::Value;
-use support::Stack;
 use support::deploy::tool;
 use support::kubecast::scratch_dir;
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+use support::{Stack, repo};
 
 /// What validate.cjs reports for `document`: errors, warnings, channels, operations.
 fn parse(stack: &Stack, document: &Path) -> Value {

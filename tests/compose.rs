@@ -11,13 +11,9 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
-use support::Stack;
 use support::deploy::tool;
 use support::kubecast::{run_to_end, scratch_dir};
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+use support::{Stack, repo};
 
 /// Runs compose-config on `file` with `KUBECAST_KUBECONFIG` set to the stack's kubeconfig;
 /// returns the resolved project, or the loader's error.

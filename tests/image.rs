@@ -10,10 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use support::kubecast::scratch_dir;
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+use support::repo;
 
 /// Runs `scripts/image ARGS` with the image store in `storage`.
 fn image(storage: &Path, args: &[&str]) -> Output {

@@ -11,11 +11,7 @@ use kube::discovery::{Discovery, Scope};
 use kube::{Api, Client};
 use serde_json::Value;
 
-use super::Stack;
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+use super::{Stack, repo};
 
 /// The cached binary of `kubectl`, `helm` or `kustomize` (built on first use).
 pub fn tool(stack: &Stack, name: &str) -> PathBuf {

@@ -121,6 +121,11 @@ impl Stack {
     }
 }
 
+/// The repository's root (the crate's manifest directory).
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
 /// A name no other test run has used: a DNS label (lower-case, digits, '-'), also valid as a
 /// Kafka topic and an MQTT topic level.
 pub fn unique_name(prefix: &str) -> String {
