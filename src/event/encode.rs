@@ -93,27 +93,7 @@ impl Encoder {
     }
 
     fn full(&self, obj: &[u8]) -> Result<Bytes, String> {
-        let mut v: Value = serde_json::from_slice(obj).map_err(|e| e.to_string())?;
-        let Value::Object(pod) = &mut v else {
-            return Err("not an object".to_string());
-        };
-        // List items come without apiVersion and kind; watch events carry them.
-        pod.entry("apiVersion").or_insert_with(|| json!("v1"));
-        pod.entry("kind").or_insert_with(|| json!("Pod"));
-        if let Some(Value::Object(meta)) = pod.get_mut("metadata") {
-            meta.remove("managedFields");
-            redact_keys(meta.get_mut("annotations"), &self.redact.annotations);
-            redact_keys(meta.get_mut("labels"), &self.redact.labels);
-        }
-        if self.redact.env_values
-            && let Some(Value::Object(spec)) = pod.get_mut("spec")
-        {
-            for list in ["containers", "initContainers", "ephemeralContainers"] {
-                redact_env(spec.get_mut(list));
-            }
-        }
-        // A Value always serializes.
-        Ok(Bytes::from(serde_json::to_vec(&v).unwrap_or_default()))
+        super::redact::full_data(obj, &self.redact).map(Bytes::from)
     }
 }
 
@@ -139,34 +119,6 @@ fn reference(change: &Change) -> Bytes {
         }
     });
     Bytes::from(v.to_string())
-}
-
-fn redact_keys(map: Option<&mut Value>, keys: &[String]) {
-    if let Some(Value::Object(map)) = map {
-        for key in keys {
-            if let Some(v) = map.get_mut(key.as_str()) {
-                *v = json!(REDACTED);
-            }
-        }
-    }
-}
-
-fn redact_env(containers: Option<&mut Value>) {
-    let Some(Value::Array(containers)) = containers else {
-        return;
-    };
-    for c in containers {
-        let Some(Value::Array(env)) = c.get_mut("env") else {
-            continue;
-        };
-        for var in env {
-            if let Value::Object(var) = var
-                && let Some(value) = var.get_mut("value")
-            {
-                *value = json!(REDACTED);
-            }
-        }
-    }
 }
 
 #[cfg(test)]

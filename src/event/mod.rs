@@ -6,6 +6,9 @@
 //! user properties); [`Event::structured_json`] is the `application/cloudevents+json` form.
 
 mod encode;
+mod redact;
+#[cfg(test)]
+mod redact_proptests;
 mod summary;
 
 pub use encode::{EncodeError, Encoder, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY};

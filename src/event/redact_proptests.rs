@@ -1,0 +1,214 @@
+//! Property tests of `full_data` against the reference model it replaced: the whole Pod as a
+//! `serde_json::Value`, changed in place. For pod-shaped objects with arbitrary members, keys
+//! and strings (escapes, unicode), both give the same JSON; for anything else, both refuse.
+
+use proptest::prelude::*;
+use serde_json::{Map, Value, json};
+
+use super::redact::full_data;
+use crate::config::RedactConfig;
+
+/// The reference model of `full` data: the whole Pod as a `serde_json::Value`, changed
+/// in place (what kubecast did before `redact::full_data`).
+fn full_by_value(obj: &[u8], redact: &RedactConfig) -> Result<Value, String> {
+    let mut v: Value = serde_json::from_slice(obj).map_err(|e| e.to_string())?;
+    let Value::Object(pod) = &mut v else {
+        return Err("not an object".to_string());
+    };
+    pod.entry("apiVersion").or_insert_with(|| json!("v1"));
+    pod.entry("kind").or_insert_with(|| json!("Pod"));
+    if let Some(Value::Object(meta)) = pod.get_mut("metadata") {
+        meta.remove("managedFields");
+        redact_keys(meta.get_mut("annotations"), &redact.annotations);
+        redact_keys(meta.get_mut("labels"), &redact.labels);
+    }
+    if redact.env_values
+        && let Some(Value::Object(spec)) = pod.get_mut("spec")
+    {
+        for list in ["containers", "initContainers", "ephemeralContainers"] {
+            redact_env(spec.get_mut(list));
+        }
+    }
+    Ok(v)
+}
+
+fn redact_keys(map: Option<&mut Value>, keys: &[String]) {
+    if let Some(Value::Object(map)) = map {
+        for key in keys {
+            if let Some(v) = map.get_mut(key.as_str()) {
+                *v = json!("<redacted>");
+            }
+        }
+    }
+}
+
+fn redact_env(containers: Option<&mut Value>) {
+    let Some(Value::Array(containers)) = containers else {
+        return;
+    };
+    for c in containers {
+        let Some(Value::Array(env)) = c.get_mut("env") else {
+            continue;
+        };
+        for var in env {
+            if let Value::Object(var) = var
+                && let Some(value) = var.get_mut("value")
+            {
+                *value = json!("<redacted>");
+            }
+        }
+    }
+}
+
+/// Any JSON value, a few levels deep, with strings that need escaping.
+fn any_json() -> impl Strategy<Value = Value> {
+    let text = prop_oneof![
+        "[a-z]{0,6}",
+        Just("with \"quotes\" and \\ backslash".to_string()),
+        Just("line\nbreak\t\u{1} and <tags> & é ✓".to_string()),
+    ];
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        (-1e6f64..1e6).prop_map(|f| json!(f)),
+        text.clone().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 24, 4, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::vec((text.clone(), inner), 0..4)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
+}
+
+/// A member name: the interesting ones, or any (with escapes).
+fn key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("kubectl.kubernetes.io/last-applied-configuration".to_string()),
+        Just("secret".to_string()),
+        Just("value".to_string()),
+        Just("env".to_string()),
+        Just("k\"ey\\/\u{7}".to_string()),
+        "[a-z.]{1,8}",
+    ]
+}
+
+fn object_of(
+    fixed: Vec<(&'static str, BoxedStrategy<Value>)>,
+    other: impl Strategy<Value = Value> + 'static,
+) -> BoxedStrategy<Value> {
+    let fixed: Vec<_> = fixed
+        .into_iter()
+        .map(|(k, s)| prop::option::of(s).prop_map(move |v| (k, v)))
+        .collect();
+    (fixed, prop::collection::vec((key(), other), 0..3))
+        .prop_map(|(fixed, extra)| {
+            let mut m = Map::new();
+            for (k, v) in extra {
+                m.insert(k, v);
+            }
+            for (k, v) in fixed {
+                if let Some(v) = v {
+                    m.insert(k.to_string(), v);
+                }
+            }
+            Value::Object(m)
+        })
+        .boxed()
+}
+
+/// A Pod-shaped value: every member on the redaction paths may be present, absent, or of
+/// the wrong type, next to arbitrary others.
+fn pod() -> impl Strategy<Value = Value> {
+    let env_var = object_of(
+        vec![
+            ("name", "[A-Z]{1,4}".prop_map(Value::String).boxed()),
+            ("value", any_json().boxed()),
+        ],
+        any_json(),
+    );
+    let env = prop_oneof![
+        prop::collection::vec(env_var, 0..4).prop_map(Value::Array),
+        any_json()
+    ];
+    let container = object_of(vec![("env", env.boxed())], any_json());
+    let list = prop_oneof![
+        prop::collection::vec(container, 0..3).prop_map(Value::Array),
+        any_json()
+    ]
+    .boxed();
+    let spec = object_of(
+        vec![
+            ("containers", list.clone()),
+            ("initContainers", list.clone()),
+            ("ephemeralContainers", list),
+        ],
+        any_json(),
+    );
+    let map_of_strings = prop_oneof![
+        prop::collection::vec((key(), any_json()), 0..4)
+            .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        any_json()
+    ]
+    .boxed();
+    let metadata = object_of(
+        vec![
+            ("managedFields", any_json().boxed()),
+            ("annotations", map_of_strings.clone()),
+            ("labels", map_of_strings),
+        ],
+        any_json(),
+    );
+    object_of(
+        vec![
+            ("apiVersion", Just(json!("v1")).boxed()),
+            ("kind", Just(json!("Pod")).boxed()),
+            ("metadata", prop_oneof![metadata, any_json()].boxed()),
+            ("spec", prop_oneof![spec, any_json()].boxed()),
+        ],
+        any_json(),
+    )
+}
+
+fn redact_config() -> impl Strategy<Value = RedactConfig> {
+    (
+        any::<bool>(),
+        prop::collection::vec(key(), 0..3),
+        prop::collection::vec(key(), 0..2),
+    )
+        .prop_map(|(env_values, annotations, labels)| RedactConfig {
+            env_values,
+            annotations,
+            labels,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn full_data_equals_the_value_model_for_pod_shaped_objects(
+        pod in pod(),
+        redact in redact_config(),
+    ) {
+        let bytes = serde_json::to_vec(&pod).expect("a Value serializes");
+        let out = full_data(&bytes, &redact).expect("an object is accepted");
+        let got: Value = serde_json::from_slice(&out)
+            .unwrap_or_else(|e| panic!("full_data wrote invalid JSON ({e}): {}", String::from_utf8_lossy(&out)));
+        prop_assert_eq!(got, full_by_value(&bytes, &redact).expect("the model accepts it"));
+    }
+
+    #[test]
+    fn full_data_refuses_what_is_not_an_object(v in any_json(), junk in "[\\[{\"a-z0-9,:]{0,12}") {
+        let redact = RedactConfig::default();
+        if !v.is_object() {
+            let bytes = serde_json::to_vec(&v).expect("a Value serializes");
+            prop_assert!(full_data(&bytes, &redact).is_err());
+        }
+        // Damaged input never panics and is refused exactly when the model refuses it.
+        let model = full_by_value(junk.as_bytes(), &redact);
+        prop_assert_eq!(full_data(junk.as_bytes(), &redact).is_ok(), model.is_ok(), "{}", junk);
+    }
+}
