@@ -13,9 +13,6 @@ pub const SCHEMA_FULL: &str = "urn:kubecast:schema:pod-full:v1";
 pub const SCHEMA_SUMMARY: &str = "urn:kubecast:schema:pod-summary:v1";
 pub const SCHEMA_REFERENCE: &str = "urn:kubecast:schema:pod-reference:v1";
 
-/// What replaces a redacted value.
-pub const REDACTED: &str = "<redacted>";
-
 /// Why an object could not be encoded in the configured mode; the encoder then falls back
 /// to reference data so the change itself is not lost.
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +122,8 @@ fn reference(change: &Change) -> Bytes {
 mod tests {
     use super::*;
     use crate::event::ChangeKind;
+
+    const REDACTED: &str = "<redacted>";
 
     fn change(kind: ChangeKind, object: Option<Value>) -> Change {
         Change {

@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 
 use crate::config::RedactConfig;
 
-/// What replaces a redacted value, as JSON.
+/// What replaces a redacted value, as JSON: the string `<redacted>`.
 const REDACTED_JSON: &[u8] = b"\"<redacted>\"";
 
 /// The container lists whose env values are redacted.
@@ -271,4 +271,27 @@ pub fn full_data(obj: &[u8], redact: &RedactConfig) -> Result<Vec<u8>, String> {
         out = head;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_redacted_marker_is_the_same_text_as_json() {
+        assert_eq!(
+            serde_json::to_vec("<redacted>").expect("a string serializes"),
+            REDACTED_JSON
+        );
+    }
+
+    #[test]
+    fn keeps_the_objects_own_bytes_and_order_and_adds_what_list_items_lack() {
+        let pod = br#"{"metadata":{"name":"p","managedFields":[{"m":1}],"labels":{"z":"1","a":"2"}},"spec":{"containers":[{"env":[{"name":"A","value":"s3cr3t"},{"name":"B","valueFrom":{"x":1}}],"name":"c"}]},"status":{"phase":"Running","n":1.50}}"#;
+        let out = full_data(pod, &RedactConfig::default()).expect("an object");
+        assert_eq!(
+            String::from_utf8(out).expect("UTF-8"),
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","labels":{"z":"1","a":"2"}},"spec":{"containers":[{"env":[{"name":"A","value":"<redacted>"},{"name":"B","valueFrom":{"x":1}}],"name":"c"}]},"status":{"phase":"Running","n":1.50}}"#
+        );
+    }
 }
