@@ -64,9 +64,53 @@ struct BookmarkMeta<'a> {
     annotations: Option<std::collections::HashMap<Cow<'a, str>, Cow<'a, str>>>,
 }
 
+/// Where the value of a top-level `metadata` member starts in an object that opens with it,
+/// optionally after `kind` and `apiVersion` with plain string values: the order the
+/// apiserver writes (`{"kind":"Pod","apiVersion":"v1","metadata":{...`; list items start
+/// with `metadata`). `None` for any other shape.
+fn metadata_offset(obj: &str) -> Option<usize> {
+    let b = obj.as_bytes();
+    let mut i = 1; // past `{`
+    if b.first() != Some(&b'{') {
+        return None;
+    }
+    loop {
+        let rest = &b[i..];
+        if rest.starts_with(br#""metadata":"#) {
+            return Some(i + br#""metadata":"#.len());
+        }
+        let key = [&br#""kind":""#[..], br#""apiVersion":""#]
+            .into_iter()
+            .find(|k| rest.starts_with(k))?;
+        i += key.len();
+        // A plain string: it ends at the next quote, unless it holds an escape.
+        let end = b[i..].iter().position(|&c| c == b'"' || c == b'\\')?;
+        if b[i + end] != b'"' {
+            return None;
+        }
+        i += end + 1;
+        if b.get(i) != Some(&b',') {
+            return None;
+        }
+        i += 1;
+    }
+}
+
+/// A Pod's metadata. The object was already validated as JSON (as part of its line or
+/// page), so when the metadata comes first (the apiserver's order) only the metadata is
+/// read, not the spec and status after it.
+fn metadata_of(obj: &str) -> Result<Metadata<'_>, serde_json::Error> {
+    if let Some(at) = metadata_offset(obj) {
+        let mut values = serde_json::Deserializer::from_str(&obj[at..]).into_iter::<Metadata<'_>>();
+        if let Some(m) = values.next() {
+            return m;
+        }
+    }
+    serde_json::from_str::<Object<'_>>(obj).map(|o| o.metadata)
+}
+
 fn pod_of(whole: &Bytes, raw: &RawValue) -> Result<PodObject, ParseError> {
-    let obj: Object<'_> = serde_json::from_str(raw.get())?;
-    let m = obj.metadata;
+    let m = metadata_of(raw.get())?;
     let need = |v: Option<Cow<'_, str>>, field| {
         v.map(Cow::into_owned)
             .ok_or(ParseError::Missing { what: "pod", field })
@@ -216,6 +260,44 @@ pub fn parse_list_page(body: Bytes) -> Result<(ListPage, Vec<ParseError>), Parse
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metadata_is_found_after_kind_and_api_version_in_either_order_or_first() {
+        for (obj, found) in [
+            (r#"{"kind":"Pod","apiVersion":"v1","metadata":{}}"#, true),
+            (r#"{"apiVersion":"v1","kind":"Pod","metadata":{}}"#, true),
+            (r#"{"metadata":{}}"#, true),
+            (r#"{"kind":"P\"od","metadata":{}}"#, false),
+            (r#"{"spec":{},"metadata":{}}"#, false),
+            (r#"{ "metadata":{}}"#, false),
+            (r#"{"kind":"Pod""#, false),
+            ("", false),
+        ] {
+            let at = metadata_offset(obj);
+            assert_eq!(at.is_some(), found, "{obj}");
+            if let Some(at) = at {
+                assert_eq!(&obj[at..at + 2], "{}", "{obj}");
+            }
+        }
+    }
+
+    #[test]
+    fn metadata_read_alone_or_whole_gives_the_same_identity() {
+        let first = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"ns","uid":"u","resourceVersion":"7"},"spec":{"x":[1,2]}}"#;
+        let later = r#"{"spec":{"x":[1,2]},"metadata":{"name":"p","namespace":"ns","uid":"u","resourceVersion":"7"}}"#;
+        for obj in [first, later] {
+            let m = metadata_of(obj).unwrap_or_else(|e| panic!("{obj}: {e}"));
+            assert_eq!(
+                (
+                    m.uid.as_deref(),
+                    m.namespace.as_deref(),
+                    m.name.as_deref(),
+                    m.resource_version.as_deref()
+                ),
+                (Some("u"), Some("ns"), Some("p"), Some("7"))
+            );
+        }
+    }
 
     const POD: &str = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"ns","uid":"u-1","resourceVersion":"17","labels":{"a":"b"}},"spec":{"containers":[]}}"#;
 
