@@ -1,0 +1,340 @@
+//! End to end, side by side: kubecast and the client-go baseline (bench/baseline-go, with
+//! franz-go and with the CloudEvents SDK's sarama sender) each bridge the initial list of N
+//! realistic pods from the local stack's real apiserver into its real Kafka, in the same run.
+//! For each: seconds until the topic holds N records (every one acknowledged by the broker),
+//! events/s, CPU seconds (user + system of the process), peak and final resident memory.
+//! The apiserver's own time to send the list (`curl` of the whole list to /dev/null) is the
+//! physical limit. Prints a Markdown table for BENCHMARKS.md; nothing is asserted.
+//!
+//! Run through `bench/run [N]` (it builds the baseline and brings the stack up).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use serde_json::Value;
+use support::{Stack, repo, unique_name};
+use tokio::process::{Child, Command};
+
+/// The fixture's Pod and status (benches/fixtures), for N copies.
+fn templates() -> (Value, Value) {
+    let pod: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo().join("benches/fixtures/pod.yaml")).expect("pod.yaml"),
+    )
+    .expect("pod.yaml is YAML");
+    let status: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("benches/fixtures/status.json")).expect("status.json"),
+    )
+    .expect("status.json is JSON");
+    (pod, status)
+}
+
+/// Applies N pods server-side (as a controller would) and patches a kubelet-like status in.
+async fn populate(pods: &Api<Pod>, ns: &str, n: usize) {
+    let (template, status) = templates();
+    let started = Instant::now();
+    stream::iter(0..n)
+        .map(|i| {
+            let (mut pod, status) = (template.clone(), status.clone());
+            async move {
+                let name = format!("checkout-{i:06}");
+                pod["metadata"]["name"] = name.clone().into();
+                pod["metadata"]["namespace"] = ns.into();
+                let apply = PatchParams::apply("deployment-controller").force();
+                pods.patch(&name, &apply, &Patch::Apply(&pod))
+                    .await
+                    .unwrap_or_else(|e| panic!("applying {name}: {e}"));
+                let kubelet = PatchParams {
+                    field_manager: Some("kubelet".into()),
+                    ..Default::default()
+                };
+                pods.patch_status(&name, &kubelet, &Patch::Merge(&status))
+                    .await
+                    .unwrap_or_else(|e| panic!("patching the status of {name}: {e}"));
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+    eprintln!(
+        "e2e: {n} pods applied with status in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Seconds the apiserver needs to send the whole list: `curl` to /dev/null, best of three.
+fn list_seconds(stack: &Stack, ns: &str) -> f64 {
+    let pki = stack.dir.join("pki");
+    let server = std::fs::read_to_string(&stack.kubeconfig)
+        .expect("the kubeconfig")
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string))
+        .expect("the kubeconfig's server");
+    (0..3)
+        .map(|_| {
+            let out = std::process::Command::new("curl")
+                .args([
+                    "-sS",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{time_total} %{size_download}",
+                ])
+                // Not curl's own user agent: the apiserver pretty-prints JSON for it.
+                .args(["-A", "kubecast-bench", "-H", "Accept: application/json"])
+                .arg("--cacert")
+                .arg(pki.join("ca.crt"))
+                .arg("--cert")
+                .arg(pki.join("admin.crt"))
+                .arg("--key")
+                .arg(pki.join("admin.key"))
+                .arg(format!("{server}/api/v1/namespaces/{ns}/pods"))
+                .output()
+                .expect("running curl");
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            let mut parts = text.split_whitespace();
+            let secs: f64 = parts
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(f64::NAN);
+            eprintln!("e2e: curl of the list: {text} (seconds, bytes)");
+            secs
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Records in `topic` (the sum of its partitions' high watermarks; 0 before it exists).
+fn records(consumer: &BaseConsumer, topic: &str) -> i64 {
+    let Ok(meta) = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) else {
+        return 0;
+    };
+    let Some(t) = meta.topics().first() else {
+        return 0;
+    };
+    t.partitions()
+        .iter()
+        .filter_map(|p| {
+            consumer
+                .fetch_watermarks(topic, p.id(), Duration::from_secs(5))
+                .ok()
+        })
+        .map(|(_, high)| high)
+        .sum()
+}
+
+/// CPU seconds (user + system) of `pid`, and its VmRSS and VmHWM in KiB.
+fn usage(pid: u32) -> (f64, u64, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at state, field 3.
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15, i.e. 11 and 12 after the state.
+    let cpu = (ticks(11) + ticks(12)) / 100.0;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (cpu, kib("VmRSS:"), kib("VmHWM:"))
+}
+
+struct Row {
+    bridge: String,
+    seconds: f64,
+    cpu: f64,
+    rss_kib: u64,
+    peak_kib: u64,
+}
+
+fn spawn(program: &Path, args: &[String], log: &Path) -> Child {
+    let err = std::fs::File::create(log).expect("a log file");
+    Command::new(program)
+        .args(args)
+        .env("RUST_LOG", "info")
+        // kubecast reads every KUBECAST_* variable as a config override.
+        .env_remove("KUBECAST_BENCH_BASELINE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()))
+}
+
+/// Runs one bridge until `topic` holds `n` records; returns its figures.
+async fn run(
+    bridge: &str,
+    mut child: Child,
+    stack: &Stack,
+    topic: &str,
+    n: usize,
+    log: &Path,
+) -> Row {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &stack.kafka_bootstrap)
+        .set("group.id", unique_name("e2e"))
+        .create()
+        .expect("a Kafka consumer");
+    let pid = child.id().expect("a running child");
+    let started = Instant::now();
+    let limit = Duration::from_secs(120 + n as u64 / 50);
+    loop {
+        if records(&consumer, topic) >= n as i64 {
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "{bridge} exited ({status}) before delivering {n} records:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{bridge} did not deliver {n} records within {limit:?}; log in {}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let (cpu, rss_kib, peak_kib) = usage(pid);
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    let row = Row {
+        bridge: bridge.to_string(),
+        seconds,
+        cpu,
+        rss_kib,
+        peak_kib,
+    };
+    eprintln!(
+        "e2e: {bridge}: {n} records in {seconds:.2} s, CPU {cpu:.2} s, RSS {} KiB, peak {} KiB",
+        row.rss_kib, row.peak_kib
+    );
+    row
+}
+
+fn main() {
+    // `N [NAMESPACE]`: with a namespace that already holds the N pods (from a run that was
+    // stopped), they are used as they are and left there.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let reuse = args.get(1).cloned();
+    let baseline = std::env::var("KUBECAST_BENCH_BASELINE")
+        .expect("KUBECAST_BENCH_BASELINE (the baseline's binary): run through bench/run");
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    runtime.block_on(async {
+        let stack = Stack::load();
+        let client = stack.kube_client().await;
+        let ns = reuse.clone().unwrap_or_else(|| unique_name("e2e"));
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        if reuse.is_none() {
+            support::pods::namespace(&client, &ns).await;
+            populate(&pods, &ns, n).await;
+        }
+        eprintln!("e2e: namespace {ns}");
+        let list = list_seconds(&stack, &ns);
+        let dir = support::kubecast::scratch_dir("e2e");
+        let mut rows = Vec::new();
+
+        let topic = unique_name("e2e-kubecast");
+        let config = format!(
+            "cluster: bench\nwatch:\n  namespaces: [{ns}]\n  initial_list: emit\nstate:\n  dir: {}\n  fsync: always\nsinks:\n  kafka:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n",
+            dir.join("state").display(),
+            stack.kafka_bootstrap,
+        );
+        let config_path = dir.join("kubecast.yaml");
+        std::fs::write(&config_path, config).expect("writing the config");
+        let log = dir.join("kubecast.log");
+        let child = spawn(
+            Path::new(env!("CARGO_BIN_EXE_kubecast")),
+            &[
+                "run".into(),
+                "--config".into(),
+                config_path.display().to_string(),
+                "--kubeconfig".into(),
+                stack.kubeconfig.display().to_string(),
+            ],
+            &log,
+        );
+        rows.push(run("kubecast", child, &stack, &topic, n, &log).await);
+
+        for sender in ["franz", "sarama"] {
+            let topic = unique_name(&format!("e2e-baseline-{sender}"));
+            let log = dir.join(format!("baseline-{sender}.log"));
+            let child = spawn(
+                Path::new(&baseline),
+                &[
+                    "-kubeconfig".into(),
+                    stack.kubeconfig.display().to_string(),
+                    "-namespace".into(),
+                    ns.clone(),
+                    "-brokers".into(),
+                    stack.kafka_bootstrap.clone(),
+                    "-topic".into(),
+                    topic.clone(),
+                    "-sender".into(),
+                    sender.into(),
+                ],
+                &log,
+            );
+            rows.push(run(&format!("baseline ({sender})"), child, &stack, &topic, n, &log).await);
+        }
+
+        println!("Initial list of {n} pods into Kafka; the apiserver sends the list in {list:.2} s (curl, best of 3).\n");
+        println!("| bridge | seconds | x list time | events/s | CPU s | CPU ms per 1,000 events | RSS after | peak RSS |");
+        println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+        for r in &rows {
+            println!(
+                "| {} | {:.2} | {:.2} | {:.0} | {:.2} | {:.0} | {:.1} MiB | {:.1} MiB |",
+                r.bridge,
+                r.seconds,
+                r.seconds / list,
+                n as f64 / r.seconds,
+                r.cpu,
+                r.cpu * 1000.0 / (n as f64 / 1000.0),
+                r.rss_kib as f64 / 1024.0,
+                r.peak_kib as f64 / 1024.0
+            );
+        }
+
+        if reuse.is_some() {
+            return;
+        }
+        // The pods go again, one by one (a delete-collection of many outlasts the timeout).
+        stream::iter(0..n)
+            .map(|i| {
+                let pods = &pods;
+                async move {
+                    let _ = pods
+                        .delete(&format!("checkout-{i:06}"), &DeleteParams::default())
+                        .await;
+                }
+            })
+            .buffer_unordered(32)
+            .collect::<Vec<()>>()
+            .await;
+    });
+}
