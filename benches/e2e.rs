@@ -16,7 +16,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use rdkafka::ClientConfig;
@@ -234,8 +234,8 @@ async fn run(
 }
 
 fn main() {
-    // `N [NAMESPACE]`: with a namespace that already holds the N pods (from a run that was
-    // stopped), they are used as they are and left there.
+    // `N [NAMESPACE]`: with a namespace, the N pods there are used (made first if it holds
+    // none) and left there for the next run.
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| a != "--bench")
@@ -250,8 +250,19 @@ fn main() {
         let client = stack.kube_client().await;
         let ns = reuse.clone().unwrap_or_else(|| unique_name("e2e"));
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        if reuse.is_none() {
-            support::pods::namespace(&client, &ns).await;
+        let have = match reuse {
+            Some(_) => pods
+                .list_metadata(&Default::default())
+                .await
+                .map(|l| l.items.len())
+                .unwrap_or(0),
+            None => 0,
+        };
+        if have < n {
+            let namespaces: Api<Namespace> = Api::all(client.clone());
+            if matches!(namespaces.get_opt(&ns).await, Ok(None)) {
+                support::pods::namespace(&client, &ns).await;
+            }
             populate(&pods, &ns, n).await;
         }
         eprintln!("e2e: namespace {ns}");
