@@ -138,106 +138,100 @@ fn copy(out: &mut Vec<u8>, raw: &RawValue) -> bool {
     true
 }
 
-/// An object whose members named in `keys` have their values replaced.
-fn redact_members(out: &mut Vec<u8>, raw: &RawValue, keys: &[String]) -> bool {
-    match members(raw) {
-        Some(m) if !keys.is_empty() => write_object(out, &m.0, |out, k, v| {
-            if keys.iter().any(|r| r == k) {
-                out.extend_from_slice(REDACTED_JSON);
-                true
-            } else {
-                copy(out, v)
-            }
-        }),
-        _ => {
-            copy(out, raw);
-        }
-    }
+fn redacted(out: &mut Vec<u8>) -> bool {
+    out.extend_from_slice(REDACTED_JSON);
     true
 }
 
-fn metadata(out: &mut Vec<u8>, raw: &RawValue, redact: &RedactConfig) -> bool {
-    let Some(m) = members(raw) else {
-        return copy(out, raw);
-    };
-    write_object(out, &m.0, |out, k, v| match k {
-        "managedFields" => false,
-        "annotations" => redact_members(out, v, &redact.annotations),
-        "labels" => redact_members(out, v, &redact.labels),
-        _ => copy(out, v),
-    });
-    true
-}
-
-/// One env var: its `value` replaced.
-fn env_var(out: &mut Vec<u8>, raw: &RawValue) {
+/// `raw` with each member's value written by `value`, if it is an object; else as it is.
+fn rewrite_object<'a>(
+    out: &mut Vec<u8>,
+    raw: &'a RawValue,
+    value: impl FnMut(&mut Vec<u8>, &str, &'a RawValue) -> bool,
+) -> bool {
     match members(raw) {
-        Some(m) => write_object(out, &m.0, |out, k, v| {
-            if k == "value" {
-                out.extend_from_slice(REDACTED_JSON);
-                true
-            } else {
-                copy(out, v)
-            }
-        }),
+        Some(m) => write_object(out, &m.0, value),
         None => {
             copy(out, raw);
         }
     }
+    true
 }
 
-fn write_array<'a>(
+/// `raw` with each element written by `item`, if it is an array; else as it is.
+fn rewrite_array<'a>(
     out: &mut Vec<u8>,
-    items: &[&'a RawValue],
-    mut item: impl FnMut(&mut Vec<u8>, &'a RawValue),
-) {
+    raw: &'a RawValue,
+    mut item: impl FnMut(&mut Vec<u8>, &'a RawValue) -> bool,
+) -> bool {
+    let Some(items) = elements(raw) else {
+        return copy(out, raw);
+    };
     out.push(b'[');
-    for (i, raw) in items.iter().enumerate() {
+    for (i, raw) in items.0.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
         item(out, raw);
     }
     out.push(b']');
-}
-
-/// A container list: each container's env values redacted.
-fn containers(out: &mut Vec<u8>, raw: &RawValue) -> bool {
-    let Some(list) = elements(raw) else {
-        return copy(out, raw);
-    };
-    write_array(out, &list.0, |out, c| match members(c) {
-        Some(m) => write_object(out, &m.0, |out, k, v| {
-            if k != "env" {
-                return copy(out, v);
-            }
-            match elements(v) {
-                Some(env) => write_array(out, &env.0, env_var),
-                None => {
-                    copy(out, v);
-                }
-            }
-            true
-        }),
-        None => {
-            copy(out, c);
-        }
-    });
     true
 }
 
-fn spec(out: &mut Vec<u8>, raw: &RawValue) -> bool {
-    let Some(m) = members(raw) else {
+/// An object whose members named in `keys` have their values replaced.
+fn redact_members(out: &mut Vec<u8>, raw: &RawValue, keys: &[String]) -> bool {
+    if keys.is_empty() {
+        // Nothing to redact (labels, by default): not even parsed.
         return copy(out, raw);
-    };
-    write_object(out, &m.0, |out, k, v| {
-        if CONTAINER_LISTS.contains(&k) {
-            containers(out, v)
+    }
+    rewrite_object(out, raw, |out, k, v| {
+        if keys.iter().any(|r| r == k) {
+            redacted(out)
         } else {
             copy(out, v)
         }
-    });
-    true
+    })
+}
+
+fn metadata(out: &mut Vec<u8>, raw: &RawValue, redact: &RedactConfig) -> bool {
+    rewrite_object(out, raw, |out, k, v| match k {
+        "managedFields" => false,
+        "annotations" => redact_members(out, v, &redact.annotations),
+        "labels" => redact_members(out, v, &redact.labels),
+        _ => copy(out, v),
+    })
+}
+
+/// One env var: its `value` replaced.
+fn env_var(out: &mut Vec<u8>, raw: &RawValue) -> bool {
+    rewrite_object(out, raw, |out, k, v| {
+        if k == "value" {
+            redacted(out)
+        } else {
+            copy(out, v)
+        }
+    })
+}
+
+/// One container: its env values redacted.
+fn container(out: &mut Vec<u8>, raw: &RawValue) -> bool {
+    rewrite_object(out, raw, |out, k, v| {
+        if k == "env" {
+            rewrite_array(out, v, env_var)
+        } else {
+            copy(out, v)
+        }
+    })
+}
+
+fn spec(out: &mut Vec<u8>, raw: &RawValue) -> bool {
+    rewrite_object(out, raw, |out, k, v| {
+        if CONTAINER_LISTS.contains(&k) {
+            rewrite_array(out, v, container)
+        } else {
+            copy(out, v)
+        }
+    })
 }
 
 /// The `full` data of a Pod object: see the module docs. Fails when `obj` is not a JSON
