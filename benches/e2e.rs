@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde_json::Value;
-use support::{Stack, repo, unique_name};
+use support::{Stack, proc, repo, unique_name};
 use tokio::process::{Child, Command};
 
 /// The fixture's Pod and status (benches/fixtures), for N copies.
@@ -131,31 +131,6 @@ fn records(consumer: &BaseConsumer, topic: &str) -> i64 {
         .sum()
 }
 
-/// CPU seconds (user + system) of `pid`, and its VmRSS and VmHWM in KiB.
-fn usage(pid: u32) -> (f64, u64, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start at state, field 3.
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15, i.e. 11 and 12 after the state.
-    let cpu = (ticks(11) + ticks(12)) / 100.0;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-            .unwrap_or(0)
-    };
-    (cpu, kib("VmRSS:"), kib("VmHWM:"))
-}
-
 struct Row {
     bridge: String,
     seconds: f64,
@@ -214,7 +189,9 @@ async fn run(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let seconds = started.elapsed().as_secs_f64();
-    let (cpu, rss_kib, peak_kib) = usage(pid);
+    let cpu = proc::cpu_seconds(pid).unwrap_or(f64::NAN);
+    let rss_kib = proc::status_kib(pid, "VmRSS").unwrap_or(0);
+    let peak_kib = proc::status_kib(pid, "VmHWM").unwrap_or(0);
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();
@@ -334,18 +311,6 @@ fn main() {
         if reuse.is_some() {
             return;
         }
-        // The pods go again, one by one (a delete-collection of many outlasts the timeout).
-        stream::iter(0..n)
-            .map(|i| {
-                let pods = &pods;
-                async move {
-                    let _ = pods
-                        .delete(&format!("checkout-{i:06}"), &DeleteParams::default())
-                        .await;
-                }
-            })
-            .buffer_unordered(32)
-            .collect::<Vec<()>>()
-            .await;
+        support::pods::delete_each(&pods, (0..n).map(|i| format!("checkout-{i:06}"))).await;
     });
 }

@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::PostParams;
 use serde_json::json;
 use support::kubecast::{Kubecast, scratch_dir};
-use support::{Stack, http, unique_name};
+use support::{Stack, http, proc, unique_name};
 
 /// A Pending pod shaped like a typical workload's: labels and annotations as controllers and
 /// tooling leave them, an app and a sidecar container with env, resources, probes and mounts.
@@ -99,19 +99,6 @@ fn sample(metrics: &str, name: &str) -> Option<f64> {
     })
 }
 
-/// `VmRSS` and `VmHWM` of `pid`, in KiB.
-fn memory(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 struct Row {
     pods: usize,
     ready_s: f64,
@@ -154,9 +141,9 @@ async fn measure(stack: &Stack, ns: &str, n: usize) -> Row {
     let mut rss_kib = 0;
     let mut peak_kib = 0;
     for _ in 0..25 {
-        let (rss, hwm) = memory(kubecast.pid());
-        rss_kib = rss_kib.max(rss);
-        peak_kib = peak_kib.max(hwm);
+        let pid = kubecast.pid();
+        rss_kib = rss_kib.max(proc::status_kib(pid, "VmRSS").unwrap_or(0));
+        peak_kib = peak_kib.max(proc::status_kib(pid, "VmHWM").unwrap_or(0));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let (code, log) = kubecast.stop(Duration::from_secs(30)).await;
@@ -223,22 +210,8 @@ fn main() {
                 r.peak_kib as f64 / 1024.0
             );
         }
-        // The pods go again (no kubelet: deleting an unscheduled pod is immediate). One by
-        // one: a single delete-collection of 100,000 pods outlasts the request timeout.
         let started = Instant::now();
-        stream::iter(0..have)
-            .map(|i| {
-                let (pods, ns) = (&pods, &ns);
-                async move {
-                    let name = format!("p{i:06}");
-                    if let Err(e) = pods.delete(&name, &DeleteParams::default()).await {
-                        eprintln!("known_pods: deleting {name} in {ns}: {e}");
-                    }
-                }
-            })
-            .buffer_unordered(32)
-            .collect::<Vec<()>>()
-            .await;
+        support::pods::delete_each(&pods, (0..have).map(|i| format!("p{i:06}"))).await;
         eprintln!(
             "known_pods: deleted {have} pods in {:.1} s",
             started.elapsed().as_secs_f64()

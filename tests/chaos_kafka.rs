@@ -23,17 +23,6 @@ const C_QUEUE: usize = 16;
 const C_IN_FLIGHT: usize = 8;
 
 /// Resident memory of process `pid` in KiB, from /proc.
-fn rss(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 #[tokio::test]
 async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() {
     let scene = Scene::new("chaos-kafka").await;
@@ -81,7 +70,7 @@ async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() 
     let mut rss_kib = Vec::new();
     while outage.elapsed() < OUTAGE {
         sampling.tick().await;
-        rss_kib.extend(rss(kubecast.pid()));
+        rss_kib.extend(support::proc::status_kib(kubecast.pid(), "VmRSS"));
     }
     let before_restart = kubecast.count_in_log("Kafka unavailable");
     stack.script(&["start", "kafka"]);

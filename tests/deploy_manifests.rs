@@ -54,7 +54,8 @@ fn by_key(objects: Vec<Value>) -> BTreeMap<String, Value> {
 fn helm_template_renders_the_objects_of_the_kustomize_base() {
     let stack = Stack::load();
     let base = by_key(kustomize_base(&stack));
-    let chart = by_key(helm_template(&stack, "kubecast", "kubecast", &[]));
+    let rendered = helm_template(&stack, "kubecast", "kubecast", &[]);
+    let chart = by_key(rendered.clone());
     assert_eq!(
         base.keys().collect::<Vec<_>>(),
         chart.keys().collect::<Vec<_>>(),
@@ -72,7 +73,7 @@ fn helm_template_renders_the_objects_of_the_kustomize_base() {
     }
     // Every object the chart renders carries Helm's labels (and the comparison did remove
     // something).
-    for obj in helm_template(&stack, "kubecast", "kubecast", &[]) {
+    for obj in rendered {
         let labels = &obj["metadata"]["labels"];
         assert_eq!(
             labels["app.kubernetes.io/managed-by"],

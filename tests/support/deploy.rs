@@ -2,8 +2,10 @@
 //! (`kustomize build`), the Helm chart (`helm template`), both built by `scripts/stack tool`,
 //! and server-side apply of any rendered object.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
@@ -13,9 +15,16 @@ use serde_json::Value;
 
 use super::{Stack, repo};
 
-/// The cached binary of `kubectl`, `helm` or `kustomize` (built on first use).
+/// The cached binary (or directory) of a `scripts/stack tool` (built on first use), asked of
+/// the script once per test binary.
 pub fn tool(stack: &Stack, name: &str) -> PathBuf {
-    PathBuf::from(stack.script(&["tool", name]).trim())
+    static KNOWN: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
+    // A test that panicked while holding the lock left the map intact.
+    let mut known = KNOWN.lock().unwrap_or_else(|p| p.into_inner());
+    known
+        .entry(name.to_string())
+        .or_insert_with(|| PathBuf::from(stack.script(&["tool", name]).trim()))
+        .clone()
 }
 
 /// Runs a tool and parses the YAML stream it prints into objects (empty documents dropped).

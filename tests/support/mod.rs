@@ -14,6 +14,7 @@ pub mod http;
 pub mod kubecast;
 pub mod observer;
 pub mod pods;
+pub mod proc;
 pub mod scene;
 pub mod schema;
 

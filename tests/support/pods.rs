@@ -204,3 +204,22 @@ pub fn expected_full_data(pod: &Pod) -> Value {
     }
     v
 }
+
+/// Deletes the named pods, 32 requests at a time: a single delete-collection of many
+/// thousands outlasts the apiserver's request timeout. Without a kubelet, deleting an
+/// unscheduled pod is immediate. A pod that cannot be deleted is reported, not fatal.
+pub async fn delete_each(
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+    names: impl IntoIterator<Item = String>,
+) {
+    use futures::StreamExt;
+    futures::stream::iter(names)
+        .map(|name| async move {
+            if let Err(e) = pods.delete(&name, &Default::default()).await {
+                eprintln!("deleting pod {name}: {e}");
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+}
