@@ -8,68 +8,20 @@
 //!
 //! Run through `bench/run [N]` (it builds the baseline and brings the stack up).
 
+#[path = "bridges/mod.rs"]
+mod bridges;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use serde_json::Value;
-use support::{Stack, proc, repo, unique_name};
-use tokio::process::{Child, Command};
-
-/// The fixture's Pod and status (benches/fixtures), for N copies.
-fn templates() -> (Value, Value) {
-    let pod: Value = serde_saphyr::from_str(
-        &std::fs::read_to_string(repo().join("benches/fixtures/pod.yaml")).expect("pod.yaml"),
-    )
-    .expect("pod.yaml is YAML");
-    let status: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo().join("benches/fixtures/status.json")).expect("status.json"),
-    )
-    .expect("status.json is JSON");
-    (pod, status)
-}
-
-/// Applies N pods server-side (as a controller would) and patches a kubelet-like status in.
-async fn populate(pods: &Api<Pod>, ns: &str, n: usize) {
-    let (template, status) = templates();
-    let started = Instant::now();
-    stream::iter(0..n)
-        .map(|i| {
-            let (mut pod, status) = (template.clone(), status.clone());
-            async move {
-                let name = format!("checkout-{i:06}");
-                pod["metadata"]["name"] = name.clone().into();
-                pod["metadata"]["namespace"] = ns.into();
-                let apply = PatchParams::apply("deployment-controller").force();
-                pods.patch(&name, &apply, &Patch::Apply(&pod))
-                    .await
-                    .unwrap_or_else(|e| panic!("applying {name}: {e}"));
-                let kubelet = PatchParams {
-                    field_manager: Some("kubelet".into()),
-                    ..Default::default()
-                };
-                pods.patch_status(&name, &kubelet, &Patch::Merge(&status))
-                    .await
-                    .unwrap_or_else(|e| panic!("patching the status of {name}: {e}"));
-            }
-        })
-        .buffer_unordered(32)
-        .collect::<Vec<()>>()
-        .await;
-    eprintln!(
-        "e2e: {n} pods applied with status in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-}
+use rdkafka::consumer::BaseConsumer;
+use support::{Stack, proc, unique_name};
+use tokio::process::Child;
 
 /// Seconds the apiserver needs to send the whole list: `curl` to /dev/null, best of three.
 fn list_seconds(stack: &Stack, ns: &str) -> f64 {
@@ -112,46 +64,12 @@ fn list_seconds(stack: &Stack, ns: &str) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// Records in `topic` (the sum of its partitions' high watermarks; 0 before it exists).
-fn records(consumer: &BaseConsumer, topic: &str) -> i64 {
-    let Ok(meta) = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) else {
-        return 0;
-    };
-    let Some(t) = meta.topics().first() else {
-        return 0;
-    };
-    t.partitions()
-        .iter()
-        .filter_map(|p| {
-            consumer
-                .fetch_watermarks(topic, p.id(), Duration::from_secs(5))
-                .ok()
-        })
-        .map(|(_, high)| high)
-        .sum()
-}
-
 struct Row {
     bridge: String,
     seconds: f64,
     cpu: f64,
     rss_kib: u64,
     peak_kib: u64,
-}
-
-fn spawn(program: &Path, args: &[String], log: &Path) -> Child {
-    let err = std::fs::File::create(log).expect("a log file");
-    Command::new(program)
-        .args(args)
-        .env("RUST_LOG", "info")
-        // kubecast reads every KUBECAST_* variable as a config override.
-        .env_remove("KUBECAST_BENCH_BASELINE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(err)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()))
 }
 
 /// Runs one bridge until `topic` holds `n` records; returns its figures.
@@ -172,7 +90,7 @@ async fn run(
     let started = Instant::now();
     let limit = Duration::from_secs(120 + n as u64 / 50);
     loop {
-        if records(&consumer, topic) >= n as i64 {
+        if bridges::records(&consumer, topic) >= n as i64 {
             break;
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -192,10 +110,7 @@ async fn run(
     let cpu = proc::cpu_seconds(pid).unwrap_or(f64::NAN);
     let rss_kib = proc::status_kib(pid, "VmRSS").unwrap_or(0);
     let peak_kib = proc::status_kib(pid, "VmHWM").unwrap_or(0);
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    bridges::stop(child).await;
     let row = Row {
         bridge: bridge.to_string(),
         seconds,
@@ -219,8 +134,6 @@ fn main() {
         .collect();
     let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let reuse = args.get(1).cloned();
-    let baseline = std::env::var("KUBECAST_BENCH_BASELINE")
-        .expect("KUBECAST_BENCH_BASELINE (the baseline's binary): run through bench/run");
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(async {
         let stack = Stack::load();
@@ -240,7 +153,7 @@ fn main() {
             if matches!(namespaces.get_opt(&ns).await, Ok(None)) {
                 support::pods::namespace(&client, &ns).await;
             }
-            populate(&pods, &ns, n).await;
+            bridges::populate(&pods, &ns, n).await;
         }
         eprintln!("e2e: namespace {ns}");
         let list = list_seconds(&stack, &ns);
@@ -248,46 +161,16 @@ fn main() {
         let mut rows = Vec::new();
 
         let topic = unique_name("e2e-kubecast");
-        let config = format!(
-            "cluster: bench\nwatch:\n  namespaces: [{ns}]\n  initial_list: emit\nstate:\n  dir: {}\n  fsync: always\nsinks:\n  kafka:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n",
-            dir.join("state").display(),
-            stack.kafka_bootstrap,
+        let sink = format!(
+            "    type: kafka\n    brokers: {}\n    topic: {topic}\n",
+            stack.kafka_bootstrap
         );
-        let config_path = dir.join("kubecast.yaml");
-        std::fs::write(&config_path, config).expect("writing the config");
-        let log = dir.join("kubecast.log");
-        let child = spawn(
-            Path::new(env!("CARGO_BIN_EXE_kubecast")),
-            &[
-                "run".into(),
-                "--config".into(),
-                config_path.display().to_string(),
-                "--kubeconfig".into(),
-                stack.kubeconfig.display().to_string(),
-            ],
-            &log,
-        );
+        let (child, log) = bridges::kubecast(&stack, &dir, &ns, &sink);
         rows.push(run("kubecast", child, &stack, &topic, n, &log).await);
 
         for sender in ["franz", "sarama"] {
             let topic = unique_name(&format!("e2e-baseline-{sender}"));
-            let log = dir.join(format!("baseline-{sender}.log"));
-            let child = spawn(
-                Path::new(&baseline),
-                &[
-                    "-kubeconfig".into(),
-                    stack.kubeconfig.display().to_string(),
-                    "-namespace".into(),
-                    ns.clone(),
-                    "-brokers".into(),
-                    stack.kafka_bootstrap.clone(),
-                    "-topic".into(),
-                    topic.clone(),
-                    "-sender".into(),
-                    sender.into(),
-                ],
-                &log,
-            );
+            let (child, log) = bridges::baseline(&stack, &dir, &ns, &topic, sender);
             rows.push(run(&format!("baseline ({sender})"), child, &stack, &topic, n, &log).await);
         }
 
@@ -311,6 +194,6 @@ fn main() {
         if reuse.is_some() {
             return;
         }
-        support::pods::delete_each(&pods, (0..n).map(|i| format!("checkout-{i:06}"))).await;
+        support::pods::delete_each(&pods, (0..n).map(bridges::pod_name)).await;
     });
 }

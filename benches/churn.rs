@@ -1,0 +1,371 @@
+//! Status churn end to end, side by side: kubecast (into Kafka, and into Mosquitto at QoS 1)
+//! and the client-go baseline (bench/baseline-go, franz-go and the CloudEvents SDK's sarama
+//! sender) each bridge the same scripted churn of pod status writes on the local stack's real
+//! apiserver, one bridge at a time. Two phases per bridge: writes paced at a fixed rate
+//! (default 1,000/s), then as fast as the apiserver takes them (64 writes in flight).
+//!
+//! For each phase: the write rate reached, CPU ms per 1,000 events (user + system of the
+//! bridge's process over the phase and its catch-up), how many written changes had not yet
+//! reached the consumer when the writes stopped and how long it took to catch up, and the
+//! delay of every change from the moment its write was sent to the moment a consumer (an
+//! rdkafka consumer polling every 5 ms, or an MQTT subscriber) received it: p50, p99, max.
+//! Changes are matched by the Pod's resourceVersion, which both bridges carry in the data.
+//! Prints a Markdown table for BENCHMARKS.md; nothing is asserted.
+//!
+//! Run through `bench/run churn [PODS [SECONDS [RATE [BRIDGES]]]]` (defaults 200, 20, 1000,
+//! and every bridge; BRIDGES picks some, comma-separated: kubecast,franz,sarama,mqtt).
+
+#[path = "bridges/mod.rs"]
+mod bridges;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::Packet;
+use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+use serde::Deserialize;
+use support::{Stack, proc, unique_name};
+use tokio::process::Child;
+use tokio::task::JoinHandle;
+
+/// When each change (by resourceVersion) first reached the consumer.
+type Arrivals = Arc<Mutex<HashMap<u64, Instant>>>;
+
+/// The resourceVersion in an event's data (the Pod, from either bridge).
+fn rv_of(payload: &[u8]) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Meta {
+        #[serde(rename = "resourceVersion")]
+        rv: String,
+    }
+    #[derive(Deserialize)]
+    struct Object {
+        metadata: Meta,
+    }
+    serde_json::from_slice::<Object>(payload)
+        .ok()?
+        .metadata
+        .rv
+        .parse()
+        .ok()
+}
+
+fn arrived(arrivals: &Arrivals, payload: Option<&[u8]>) {
+    if let Some(rv) = payload.and_then(rv_of) {
+        let now = Instant::now();
+        arrivals.lock().expect("arrivals").entry(rv).or_insert(now);
+    }
+}
+
+/// Reads every partition of `topic` (created here, 4 partitions) from the beginning.
+async fn kafka_consumer(stack: &Stack, topic: &str, arrivals: Arrivals) -> JoinHandle<()> {
+    support::consume::create_topic(stack, topic, 4).await;
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &stack.kafka_bootstrap)
+        .set("group.id", unique_name("churn"))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "5")
+        .create()
+        .expect("a Kafka consumer");
+    let mut partitions = TopicPartitionList::new();
+    for p in 0..4 {
+        partitions
+            .add_partition_offset(topic, p, Offset::Beginning)
+            .expect("a partition offset");
+    }
+    consumer.assign(&partitions).expect("assigning partitions");
+    tokio::spawn(async move {
+        loop {
+            match consumer.recv().await {
+                Ok(m) => arrived(&arrivals, m.payload()),
+                Err(e) => eprintln!("churn: consumer: {e}"),
+            }
+        }
+    })
+}
+
+/// Subscribes to `filter` at QoS 1 and returns once the broker confirmed it.
+async fn mqtt_subscriber(stack: &Stack, filter: &str, arrivals: Arrivals) -> JoinHandle<()> {
+    let mut options = MqttOptions::new(unique_name("churn"), &stack.mqtt_host, stack.mqtt_port);
+    options
+        .set_keep_alive(Duration::from_secs(30))
+        .set_max_packet_size(Some(64 * 1024 * 1024));
+    let (client, mut events) = AsyncClient::new(options, 1024);
+    client
+        .subscribe(filter, QoS::AtLeastOnce)
+        .await
+        .expect("queueing SUBSCRIBE");
+    let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let _client = client;
+        let mut subscribed_tx = Some(subscribed_tx);
+        loop {
+            match events.poll().await {
+                Ok(Event::Incoming(Packet::SubAck(_))) => {
+                    if let Some(tx) = subscribed_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(Event::Incoming(Packet::Publish(p))) => arrived(&arrivals, Some(&p.payload)),
+                Ok(_) => {}
+                Err(e) => {
+                    eprintln!("churn: subscriber: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    support::within(Duration::from_secs(30), "the MQTT SUBACK", subscribed)
+        .await
+        .expect("the subscriber task");
+    task
+}
+
+/// Writes status changes round-robin over `pods` pods, `rate` per second (or as fast as
+/// the apiserver answers 64 writes in flight), for `seconds`. Every write changes the Ready
+/// condition's status and message, so each one is a new resourceVersion. `base` numbers the
+/// writes across phases. Returns when each change's write was sent, by resourceVersion.
+async fn churn(
+    api: &Api<Pod>,
+    pods: usize,
+    rate: Option<f64>,
+    seconds: f64,
+    base: usize,
+) -> HashMap<u64, Instant> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(seconds);
+    let total = rate.map_or(usize::MAX, |r| (r * seconds) as usize);
+    let kubelet = PatchParams {
+        field_manager: Some("kubelet".into()),
+        ..Default::default()
+    };
+    let kubelet = &kubelet;
+    stream::iter(0..total)
+        .take_while(|_| futures::future::ready(Instant::now() < deadline))
+        .map(|k| async move {
+            if let Some(rate) = rate {
+                tokio::time::sleep_until(
+                    (started + Duration::from_secs_f64(k as f64 / rate)).into(),
+                )
+                .await;
+            }
+            let n = base + k;
+            let name = bridges::pod_name(n % pods);
+            let ready = if (n / pods) % 2 == 0 { "False" } else { "True" };
+            let patch = serde_json::json!({"status": {"conditions": [
+                {"type": "Ready", "status": ready, "message": format!("probe {n}")}
+            ]}});
+            let sent = Instant::now();
+            match api
+                .patch_status(&name, kubelet, &Patch::Strategic(&patch))
+                .await
+            {
+                Ok(pod) => pod
+                    .metadata
+                    .resource_version
+                    .and_then(|rv| rv.parse::<u64>().ok())
+                    .map(|rv| (rv, sent)),
+                Err(e) => {
+                    eprintln!("churn: writing {name}: {e}");
+                    None
+                }
+            }
+        })
+        .buffer_unordered(64)
+        .filter_map(futures::future::ready)
+        .collect()
+        .await
+}
+
+struct Row {
+    bridge: String,
+    phase: &'static str,
+    writes: usize,
+    write_rate: f64,
+    cpu_ms_per_1000: f64,
+    behind_at_stop: usize,
+    caught_up: f64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+/// One phase of churn against a running bridge.
+#[allow(clippy::too_many_arguments)]
+async fn phase(
+    bridge: &str,
+    phase: &'static str,
+    pid: u32,
+    api: &Api<Pod>,
+    pods: usize,
+    rate: Option<f64>,
+    seconds: f64,
+    base: usize,
+    arrivals: &Arrivals,
+) -> Row {
+    let cpu0 = proc::cpu_seconds(pid).unwrap_or(f64::NAN);
+    let started = Instant::now();
+    let sent = churn(api, pods, rate, seconds, base).await;
+    let stopped = Instant::now();
+    let missing = |a: &HashMap<u64, Instant>| sent.keys().filter(|rv| !a.contains_key(rv)).count();
+    let behind_at_stop = missing(&arrivals.lock().expect("arrivals"));
+    let limit = Duration::from_secs(180);
+    loop {
+        let left = missing(&arrivals.lock().expect("arrivals"));
+        if left == 0 {
+            break;
+        }
+        assert!(
+            stopped.elapsed() < limit,
+            "{bridge}: {left} of {} changes did not arrive within {limit:?} after the churn stopped",
+            sent.len()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let caught_up = stopped.elapsed().as_secs_f64();
+    let cpu = proc::cpu_seconds(pid).unwrap_or(f64::NAN) - cpu0;
+    let arrivals = arrivals.lock().expect("arrivals");
+    let mut delays: Vec<f64> = sent
+        .iter()
+        .map(|(rv, at)| arrivals[rv].saturating_duration_since(*at).as_secs_f64() * 1000.0)
+        .collect();
+    delays.sort_by(f64::total_cmp);
+    let pct = |p: f64| delays[((delays.len() - 1) as f64 * p).round() as usize];
+    let row = Row {
+        bridge: bridge.to_string(),
+        phase,
+        writes: sent.len(),
+        write_rate: sent.len() as f64 / (stopped - started).as_secs_f64(),
+        cpu_ms_per_1000: cpu * 1000.0 / (sent.len() as f64 / 1000.0),
+        behind_at_stop,
+        caught_up,
+        p50: pct(0.5),
+        p99: pct(0.99),
+        max: pct(1.0),
+    };
+    eprintln!(
+        "churn: {bridge} {phase}: {} writes at {:.0}/s, CPU {:.0} ms per 1,000, {} behind at the stop, caught up after {:.2} s, delay p50 {:.1} ms p99 {:.1} ms max {:.1} ms",
+        row.writes,
+        row.write_rate,
+        row.cpu_ms_per_1000,
+        row.behind_at_stop,
+        row.caught_up,
+        row.p50,
+        row.p99,
+        row.max
+    );
+    row
+}
+
+/// Waits until `n` changes arrived (the bridge's initial list).
+async fn initial_list(bridge: &str, child: &mut Child, arrivals: &Arrivals, n: usize, log: &Path) {
+    let started = Instant::now();
+    while arrivals.lock().expect("arrivals").len() < n {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "{bridge} exited ({status}) before its initial list arrived:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{bridge}: the initial list of {n} pods did not arrive within 120 s; log in {}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let arg = |i: usize, default: f64| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+    let (pods, seconds, rate) = (arg(0, 200.0) as usize, arg(1, 20.0), arg(2, 1000.0));
+    let only: Vec<String> = args
+        .get(3)
+        .map(|a| a.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    runtime.block_on(async {
+        let stack = Stack::load();
+        let client = stack.kube_client().await;
+        let ns = unique_name("churn");
+        support::pods::namespace(&client, &ns).await;
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        bridges::populate(&api, &ns, pods).await;
+        let dir = support::kubecast::scratch_dir("churn");
+        let mut rows = Vec::new();
+        let mut base = 0;
+        for (key, bridge) in [
+            ("kubecast", "kubecast"),
+            ("franz", "baseline (franz)"),
+            ("sarama", "baseline (sarama)"),
+            ("mqtt", "kubecast (MQTT)"),
+        ] {
+            if !only.is_empty() && !only.iter().any(|o| o == key) {
+                continue;
+            }
+            let arrivals: Arrivals = Arc::default();
+            let slug = bridge.replace(['(', ')', ' '], "");
+            let topic = unique_name(&format!("churn-{slug}"));
+            let bridge_dir = dir.join(&slug);
+            std::fs::create_dir_all(&bridge_dir).expect("a scratch directory");
+            let consumer = match bridge {
+                "kubecast (MQTT)" => {
+                    mqtt_subscriber(&stack, &format!("kubecast/bench/{ns}/#"), arrivals.clone())
+                        .await
+                }
+                _ => kafka_consumer(&stack, &topic, arrivals.clone()).await,
+            };
+            let (mut child, log) = match bridge {
+                "kubecast" => bridges::kubecast(
+                    &stack,
+                    &bridge_dir,
+                    &ns,
+                    &format!("    type: kafka\n    brokers: {}\n    topic: {topic}\n", stack.kafka_bootstrap),
+                ),
+                "kubecast (MQTT)" => bridges::kubecast(
+                    &stack,
+                    &bridge_dir,
+                    &ns,
+                    &format!("    type: mqtt\n    url: mqtt://{}:{}\n", stack.mqtt_host, stack.mqtt_port),
+                ),
+                "baseline (franz)" => bridges::baseline(&stack, &bridge_dir, &ns, &topic, "franz"),
+                _ => bridges::baseline(&stack, &bridge_dir, &ns, &topic, "sarama"),
+            };
+            initial_list(bridge, &mut child, &arrivals, pods, &log).await;
+            let pid = child.id().expect("a running bridge");
+            for (name, rate) in [("paced", Some(rate)), ("as fast as possible", None)] {
+                let row = phase(bridge, name, pid, &api, pods, rate, seconds, base, &arrivals).await;
+                base += row.writes + pods;
+                rows.push(row);
+            }
+            bridges::stop(child).await;
+            consumer.abort();
+        }
+
+        println!("Status churn over {pods} pods, {seconds} s per phase; paced at {rate}/s, then 64 writes in flight.\n");
+        println!("| bridge | phase | writes/s | CPU ms per 1,000 events | behind when the writes stopped | caught up after | delay p50 | p99 | max |");
+        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+        for r in &rows {
+            println!(
+                "| {} | {} | {:.0} | {:.0} | {} | {:.2} s | {:.1} ms | {:.1} ms | {:.1} ms |",
+                r.bridge, r.phase, r.write_rate, r.cpu_ms_per_1000, r.behind_at_stop, r.caught_up, r.p50, r.p99, r.max
+            );
+        }
+        support::pods::delete_each(&api, (0..pods).map(bridges::pod_name)).await;
+    });
+}
