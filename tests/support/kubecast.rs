@@ -47,6 +47,8 @@ impl Kubecast {
             .args(args)
             .env("KUBECONFIG", &stack.kubeconfig)
             .env("RUST_LOG", "kubecast=debug,info")
+            // kubecast reads every KUBECAST_* variable as config; this one is the benches'.
+            .env_remove("KUBECAST_BENCH_BASELINE")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1,0 +1,81 @@
+//! The known state alone: bytes the classifier holds per known pod, counted by a global
+//! allocator that tracks live heap bytes (the figure the allocator was asked for, without
+//! its own per-chunk overhead). Pods with real-shaped identities (a 36-character uid, a
+//! 5 to 8 digit resourceVersion, a 20-character name, one of 50 namespaces) are listed into
+//! a fresh classifier, and the live bytes before and after are compared.
+//! Prints a Markdown table for BENCHMARKS.md ("Memory per known pod"); nothing is asserted.
+//!
+//! `cargo bench --bench known_state -- 10000 100000` (default: 1000 10000 100000).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+use bytes::Bytes;
+use kubecast::classify::{Classifier, PodObject};
+use kubecast::config::InitialList;
+
+/// The system allocator, counting live bytes.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; only a counter is added.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on as is.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn pod(i: usize) -> PodObject {
+    PodObject {
+        uid: format!("{:08x}-7c1e-4b7a-9f2d-{:012x}", i as u32, i * 7919),
+        namespace: format!("team-{:02}", i % 50),
+        name: format!("checkout-7d9f8b-{:05}", i % 100_000),
+        rv: format!("{}", 10_000 + i * 37),
+        // The classifier keeps no object bytes; an empty one keeps them out of the count.
+        bytes: Bytes::new(),
+    }
+}
+
+fn main() {
+    let mut counts: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    if counts.is_empty() {
+        counts = vec![1_000, 10_000, 100_000];
+    }
+    println!("| known pods | live heap bytes of the known state | per pod |");
+    println!("| --- | --- | --- |");
+    for n in counts {
+        let before = LIVE.load(Ordering::Relaxed);
+        let mut classifier = Classifier::new(InitialList::Skip);
+        let scope = None;
+        classifier.list_start(&scope);
+        for i in 0..n {
+            std::hint::black_box(classifier.listed(&scope, pod(i)));
+        }
+        std::hint::black_box(classifier.list_done(&scope));
+        let bytes = LIVE.load(Ordering::Relaxed) - before;
+        println!("| {n} | {bytes} | {:.0} B |", bytes as f64 / n as f64);
+        assert_eq!(classifier.len(), n, "every listed pod is known");
+    }
+}
