@@ -59,6 +59,7 @@ fn main() {
     let mut counts: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())
+        .filter(|&n| n > 0)
         .collect();
     if counts.is_empty() {
         counts = vec![1_000, 10_000, 100_000];
