@@ -165,7 +165,11 @@ async fn churn(
             }
             let n = base + k;
             let name = bridges::pod_name(n % pods);
-            let ready = if (n / pods) % 2 == 0 { "False" } else { "True" };
+            let ready = if (n / pods).is_multiple_of(2) {
+                "False"
+            } else {
+                "True"
+            };
             let patch = serde_json::json!({"status": {"conditions": [
                 {"type": "Ready", "status": ready, "message": format!("probe {n}")}
             ]}});

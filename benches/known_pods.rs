@@ -233,7 +233,7 @@ async fn relist(
             if done >= n + 2 {
                 break;
             }
-            if lists >= 2.0 && done >= n + 1 && !sentinel {
+            if lists >= 2.0 && done > n && !sentinel {
                 create_named(&pods, "relist-sentinel").await;
                 sentinel = true;
             }
