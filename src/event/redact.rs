@@ -2,15 +2,18 @@
 //! `metadata.managedFields`, with the configured redactions, and with `apiVersion` and `kind`
 //! added when the object lacks them (list items do). Entry point: [`full_data`].
 //!
-//! Only the members on the way to what changes are parsed, as borrowed slices of the input
-//! (`serde_json::value::RawValue`); every other value is copied through as the bytes it is.
-//! Building a `serde_json::Value` of the whole Pod and serializing it again cost most of the
-//! per-event time; this keeps the object's own bytes and key order.
+//! The Pod is read once, as a stream: a [`Place`] says where in the Pod the reader is, and
+//! each member is either copied through as the bytes it is (a borrowed
+//! `serde_json::value::RawValue`), skipped, replaced, or descended into with the place it
+//! leads to. Each byte is scanned once; the object's own bytes and key order are kept.
+//! Building a `serde_json::Value` of the whole Pod (and, after that, parsing each level again
+//! from its raw slice) cost most of the per-event time.
 
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::config::RedactConfig;
@@ -43,61 +46,6 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
-/// A JSON object's members in document order, values unparsed.
-struct Members<'a>(Vec<(Key<'a>, &'a RawValue)>);
-
-impl<'de> Deserialize<'de> for Members<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Members<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
-                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some(entry) = map.next_entry::<Key<'de>, &'de RawValue>()? {
-                    out.push(entry);
-                }
-                Ok(Members(out))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-/// A JSON array's elements, unparsed.
-struct Elements<'a>(Vec<&'a RawValue>);
-
-impl<'de> Deserialize<'de> for Elements<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Elements<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON array")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Elements<'de>, A::Error> {
-                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(8));
-                while let Some(v) = seq.next_element::<&'de RawValue>()? {
-                    out.push(v);
-                }
-                Ok(Elements(out))
-            }
-        }
-        d.deserialize_seq(V)
-    }
-}
-
-/// The members of `raw` if it is an object (else `None`: it is copied as it is).
-fn members(raw: &RawValue) -> Option<Members<'_>> {
-    serde_json::from_str(raw.get()).ok()
-}
-
-fn elements(raw: &RawValue) -> Option<Elements<'_>> {
-    serde_json::from_str(raw.get()).ok()
-}
-
 fn write_key(out: &mut Vec<u8>, key: &Key<'_>) {
     match &key.0 {
         // Borrowed: the input's own name, which needed no escaping.
@@ -112,145 +60,237 @@ fn write_key(out: &mut Vec<u8>, key: &Key<'_>) {
     out.push(b':');
 }
 
-/// Writes an object of `members`, each value through `value` (which returns false to drop
-/// the member).
-fn write_object<'a>(
-    out: &mut Vec<u8>,
-    members: &[(Key<'a>, &'a RawValue)],
-    mut value: impl FnMut(&mut Vec<u8>, &str, &'a RawValue) -> bool,
-) {
-    out.push(b'{');
-    for (key, raw) in members {
-        let mark = out.len();
-        if out.last() != Some(&b'{') {
-            out.push(b',');
-        }
-        write_key(out, key);
-        if !value(out, &key.0, raw) {
-            out.truncate(mark);
+/// Where in the Pod a value is: what happens to its members or elements.
+#[derive(Clone, Copy)]
+enum Place<'r> {
+    /// The Pod itself: `metadata` and (with env redaction) `spec` are descended into.
+    Pod,
+    Metadata,
+    /// `labels` or `annotations`: the members named are redacted.
+    Redact(&'r [String]),
+    Spec,
+    /// `containers`, `initContainers`, `ephemeralContainers`: each element is a container.
+    Containers,
+    Container,
+    /// A container's `env`: each element is an env var.
+    Env,
+    /// One env var: its `value` is redacted.
+    EnvVar,
+}
+
+/// What happens to one member.
+enum Action<'r> {
+    Copy,
+    Drop,
+    Redact,
+    Into(Place<'r>),
+}
+
+impl<'r> Place<'r> {
+    fn member(self, key: &str, redact: &'r RedactConfig) -> Action<'r> {
+        match (self, key) {
+            (Place::Pod, "metadata") => Action::Into(Place::Metadata),
+            (Place::Pod, "spec") if redact.env_values => Action::Into(Place::Spec),
+            (Place::Metadata, "managedFields") => Action::Drop,
+            // Nothing to redact (labels, by default): copied, not even descended into.
+            (Place::Metadata, "annotations") if !redact.annotations.is_empty() => {
+                Action::Into(Place::Redact(&redact.annotations))
+            }
+            (Place::Metadata, "labels") if !redact.labels.is_empty() => {
+                Action::Into(Place::Redact(&redact.labels))
+            }
+            (Place::Redact(keys), k) if keys.iter().any(|r| r == k) => Action::Redact,
+            (Place::Spec, k) if CONTAINER_LISTS.contains(&k) => Action::Into(Place::Containers),
+            (Place::Container, "env") => Action::Into(Place::Env),
+            (Place::EnvVar, "value") => Action::Redact,
+            _ => Action::Copy,
         }
     }
-    out.push(b'}');
-}
 
-fn copy(out: &mut Vec<u8>, raw: &RawValue) -> bool {
-    out.extend_from_slice(raw.get().as_bytes());
-    true
-}
-
-fn redacted(out: &mut Vec<u8>) -> bool {
-    out.extend_from_slice(REDACTED_JSON);
-    true
-}
-
-/// `raw` with each member's value written by `value`, if it is an object; else as it is.
-fn rewrite_object<'a>(
-    out: &mut Vec<u8>,
-    raw: &'a RawValue,
-    value: impl FnMut(&mut Vec<u8>, &str, &'a RawValue) -> bool,
-) -> bool {
-    match members(raw) {
-        Some(m) => write_object(out, &m.0, value),
-        None => {
-            copy(out, raw);
+    /// The place of each element, where this place is an array.
+    fn element(self) -> Option<Place<'r>> {
+        match self {
+            Place::Containers => Some(Place::Container),
+            Place::Env => Some(Place::EnvVar),
+            _ => None,
         }
     }
-    true
 }
 
-/// `raw` with each element written by `item`, if it is an array; else as it is.
-fn rewrite_array<'a>(
-    out: &mut Vec<u8>,
-    raw: &'a RawValue,
-    mut item: impl FnMut(&mut Vec<u8>, &'a RawValue) -> bool,
-) -> bool {
-    let Some(items) = elements(raw) else {
-        return copy(out, raw);
-    };
-    out.push(b'[');
-    for (i, raw) in items.0.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        item(out, raw);
+/// Writes the value at `place` to `out` as it is read. Which members the Pod itself had of
+/// `apiVersion` and `kind` goes to `seen`.
+struct Rewrite<'o, 'r> {
+    out: &'o mut Vec<u8>,
+    place: Place<'r>,
+    redact: &'r RedactConfig,
+    seen: Option<&'o mut (bool, bool)>,
+}
+
+impl<'de> DeserializeSeed<'de> for Rewrite<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
     }
-    out.push(b']');
-    true
 }
 
-/// An object whose members named in `keys` have their values replaced.
-fn redact_members(out: &mut Vec<u8>, raw: &RawValue, keys: &[String]) -> bool {
-    if keys.is_empty() {
-        // Nothing to redact (labels, by default): not even parsed.
-        return copy(out, raw);
+impl<'de> Visitor<'de> for Rewrite<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
     }
-    rewrite_object(out, raw, |out, k, v| {
-        if keys.iter().any(|r| r == k) {
-            redacted(out)
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let Rewrite {
+            out,
+            place,
+            redact,
+            mut seen,
+        } = self;
+        // An array place holding an object: copied member by member.
+        let place = if place.element().is_some() {
+            None
         } else {
-            copy(out, v)
+            Some(place)
+        };
+        out.push(b'{');
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            if let Some(seen) = seen.as_deref_mut() {
+                seen.0 |= key.0 == "apiVersion";
+                seen.1 |= key.0 == "kind";
+            }
+            let action = place.map_or(Action::Copy, |p| p.member(&key.0, redact));
+            if matches!(action, Action::Drop) {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            if out.last() != Some(&b'{') {
+                out.push(b',');
+            }
+            write_key(out, &key);
+            match action {
+                Action::Copy | Action::Drop => {
+                    let raw = map.next_value::<&'de RawValue>()?;
+                    out.extend_from_slice(raw.get().as_bytes());
+                }
+                Action::Redact => {
+                    map.next_value::<IgnoredAny>()?;
+                    out.extend_from_slice(REDACTED_JSON);
+                }
+                Action::Into(child) => map.next_value_seed(Rewrite {
+                    out: &mut *out,
+                    place: child,
+                    redact,
+                    seen: None,
+                })?,
+            }
         }
-    })
+        out.push(b'}');
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        if matches!(self.place, Place::Pod) {
+            return Err(de::Error::invalid_type(de::Unexpected::Seq, &self));
+        }
+        let Rewrite {
+            out, place, redact, ..
+        } = self;
+        out.push(b'[');
+        let mut first = true;
+        loop {
+            if !first {
+                out.push(b',');
+            }
+            let more = match place.element() {
+                Some(child) => seq
+                    .next_element_seed(Rewrite {
+                        out: &mut *out,
+                        place: child,
+                        redact,
+                        seen: None,
+                    })?
+                    .is_some(),
+                // An object place holding an array: copied element by element.
+                None => match seq.next_element::<&'de RawValue>()? {
+                    Some(raw) => {
+                        out.extend_from_slice(raw.get().as_bytes());
+                        true
+                    }
+                    None => false,
+                },
+            };
+            if !more {
+                if !first {
+                    out.pop(); // the comma before the end
+                }
+                break;
+            }
+            first = false;
+        }
+        out.push(b']');
+        Ok(())
+    }
+
+    // A scalar where an object or array was expected is kept (as serde_json writes it); the
+    // Pod itself must be an object.
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.scalar(&v, de::Unexpected::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        self.scalar(&v, de::Unexpected::Signed(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        self.scalar(&v, de::Unexpected::Unsigned(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        self.scalar(&v, de::Unexpected::Float(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        self.scalar(&v, de::Unexpected::Str(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.scalar(&(), de::Unexpected::Unit)
+    }
 }
 
-fn metadata(out: &mut Vec<u8>, raw: &RawValue, redact: &RedactConfig) -> bool {
-    rewrite_object(out, raw, |out, k, v| match k {
-        "managedFields" => false,
-        "annotations" => redact_members(out, v, &redact.annotations),
-        "labels" => redact_members(out, v, &redact.labels),
-        _ => copy(out, v),
-    })
-}
-
-/// One env var: its `value` replaced.
-fn env_var(out: &mut Vec<u8>, raw: &RawValue) -> bool {
-    rewrite_object(out, raw, |out, k, v| {
-        if k == "value" {
-            redacted(out)
-        } else {
-            copy(out, v)
+impl Rewrite<'_, '_> {
+    fn scalar<E: de::Error>(
+        self,
+        v: &impl serde::Serialize,
+        what: de::Unexpected<'_>,
+    ) -> Result<(), E> {
+        if matches!(self.place, Place::Pod) {
+            return Err(E::invalid_type(what, &self));
         }
-    })
-}
-
-/// One container: its env values redacted.
-fn container(out: &mut Vec<u8>, raw: &RawValue) -> bool {
-    rewrite_object(out, raw, |out, k, v| {
-        if k == "env" {
-            rewrite_array(out, v, env_var)
-        } else {
-            copy(out, v)
-        }
-    })
-}
-
-fn spec(out: &mut Vec<u8>, raw: &RawValue) -> bool {
-    rewrite_object(out, raw, |out, k, v| {
-        if CONTAINER_LISTS.contains(&k) {
-            rewrite_array(out, v, container)
-        } else {
-            copy(out, v)
-        }
-    })
+        // Booleans, numbers, strings and null always serialize.
+        self.out
+            .extend_from_slice(&serde_json::to_vec(v).unwrap_or_else(|_| b"null".to_vec()));
+        Ok(())
+    }
 }
 
 /// The `full` data of a Pod object: see the module docs. Fails when `obj` is not a JSON
 /// object, with serde_json's reason.
 pub fn full_data(obj: &[u8], redact: &RedactConfig) -> Result<Vec<u8>, String> {
     let text = std::str::from_utf8(obj).map_err(|e| e.to_string())?;
-    let top: Members<'_> = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let mut out = Vec::with_capacity(obj.len() + 64);
-    let has = |name: &str| top.0.iter().any(|(k, _)| k.0 == name);
-    let (api_version, kind) = (has("apiVersion"), has("kind"));
-    write_object(&mut out, &top.0, |out, k, v| match k {
-        "metadata" => metadata(out, v, redact),
-        "spec" if redact.env_values => spec(out, v),
-        _ => copy(out, v),
-    });
+    let mut seen = (false, false);
+    let mut de = serde_json::Deserializer::from_str(text);
+    Rewrite {
+        out: &mut out,
+        place: Place::Pod,
+        redact,
+        seen: Some(&mut seen),
+    }
+    .deserialize(&mut de)
+    .and_then(|()| de.end())
+    .map_err(|e| e.to_string())?;
     // List items come without apiVersion and kind; watch events carry them.
+    let (api_version, kind) = seen;
     if !(api_version && kind) {
-        let mut head = Vec::with_capacity(out.len() + 32);
-        head.push(b'{');
+        let mut head = Vec::with_capacity(32);
         if !api_version {
             head.extend_from_slice(br#""apiVersion":"v1","#);
         }
@@ -261,8 +301,7 @@ pub fn full_data(obj: &[u8], redact: &RedactConfig) -> Result<Vec<u8>, String> {
             // `{}`: no member follows the added ones.
             head.pop();
         }
-        head.extend_from_slice(&out[1..]);
-        out = head;
+        out.splice(1..1, head);
     }
     Ok(out)
 }

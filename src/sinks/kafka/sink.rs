@@ -6,6 +6,7 @@
 //! event is reported delivered only when its delivery report arrives, and reports are
 //! settled in send order ([`InFlight`]).
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -107,17 +108,37 @@ impl ClientContext for Context {
 pub fn headers_of(event: &Event) -> OwnedHeaders {
     let mut headers = OwnedHeaders::new_with_capacity(16);
     for (name, value) in event.attributes() {
-        let key = if name == "datacontenttype" {
-            "content-type".to_string()
-        } else {
-            format!("ce_{name}")
-        };
         headers = headers.insert(Header {
-            key: &key,
+            key: &header_name(name),
             value: Some(value.as_bytes()),
         });
     }
     headers
+}
+
+/// The Kafka header of attribute `name`: `ce_{name}`, or `content-type` for
+/// `datacontenttype`. Spelled out for the attributes kubecast sends, so that building the
+/// headers of an event allocates no names.
+fn header_name(name: &'static str) -> Cow<'static, str> {
+    Cow::Borrowed(match name {
+        "datacontenttype" => "content-type",
+        "specversion" => "ce_specversion",
+        "id" => "ce_id",
+        "source" => "ce_source",
+        "type" => "ce_type",
+        "subject" => "ce_subject",
+        "time" => "ce_time",
+        "dataschema" => "ce_dataschema",
+        "partitionkey" => "ce_partitionkey",
+        "k8suid" => "ce_k8suid",
+        "k8snamespace" => "ce_k8snamespace",
+        "k8sname" => "ce_k8sname",
+        "k8srv" => "ce_k8srv",
+        "k8sprevrv" => "ce_k8sprevrv",
+        "k8sinitial" => "ce_k8sinitial",
+        "k8sinferred" => "ce_k8sinferred",
+        other => return Cow::Owned(format!("ce_{other}")),
+    })
 }
 
 /// An event on its way to Kafka, or (with the reason) its dead letter on its way to the
@@ -222,10 +243,11 @@ async fn enqueue(
         None => {
             let topic = settings.topic.render(&event.namespace, &event.name);
             match settings.mode {
-                Mode::Binary => (topic, event.data.to_vec(), headers_of(event)),
+                // The data as it is: librdkafka copies the payload itself.
+                Mode::Binary => (topic, Cow::Borrowed(&event.data[..]), headers_of(event)),
                 Mode::Structured => (
                     topic,
-                    event.structured_json(),
+                    Cow::Owned(event.structured_json()),
                     OwnedHeaders::new().insert(Header {
                         key: "content-type",
                         value: Some(STRUCTURED_CONTENT_TYPE),
@@ -242,7 +264,7 @@ async fn enqueue(
             line.pop(); // the newline
             (
                 topic,
-                line,
+                Cow::Owned(line),
                 OwnedHeaders::new().insert(Header {
                     key: "kubecast_reason",
                     value: Some(reason),
@@ -258,7 +280,7 @@ async fn enqueue(
     }
     let mut record = FutureRecord::to(&topic)
         .key(event.uid.as_str())
-        .payload(&payload)
+        .payload(payload.as_ref())
         .headers(headers);
     let mut wait = Duration::from_millis(1);
     loop {
@@ -341,5 +363,42 @@ async fn settle(
             .await
         }
         (Err(_canceled), _) => Err(acks.failed(KafkaSinkError::ProducerGone)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::ChangeKind;
+
+    #[test]
+    fn every_attribute_becomes_its_ce_header_and_datacontenttype_the_content_type() {
+        for kind in [ChangeKind::Added, ChangeKind::Modified, ChangeKind::Deleted] {
+            let event = Event {
+                seq: 1,
+                id: "id".into(),
+                kind,
+                source: "k8s://c/api/v1/namespaces/ns/pods".into(),
+                time: "2026-12-03T00:00:00Z".into(),
+                dataschema: "urn:x",
+                uid: "u".into(),
+                namespace: "ns".into(),
+                name: "p".into(),
+                rv: "2".into(),
+                prev_rv: "1".into(),
+                inferred: false,
+                initial: true,
+                data: bytes::Bytes::new(),
+            };
+            for (name, _) in event.attributes() {
+                let expected = if name == "datacontenttype" {
+                    "content-type".to_string()
+                } else {
+                    format!("ce_{name}")
+                };
+                assert_eq!(header_name(name), expected, "the header of `{name}`");
+            }
+        }
+        assert_eq!(header_name("future"), "ce_future");
     }
 }
