@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::classify::PodObject;
@@ -98,15 +99,92 @@ fn metadata_offset(obj: &str) -> Option<usize> {
 
 /// A Pod's metadata. The object was already validated as JSON (as part of its line or
 /// page), so when the metadata comes first (the apiserver's order) only the metadata is
-/// read, not the spec and status after it.
+/// read, not the spec and status after it, and of the metadata only as far as the identity
+/// fields go.
 fn metadata_of(obj: &str) -> Result<Metadata<'_>, serde_json::Error> {
     if let Some(at) = metadata_offset(obj) {
+        if let Some(m) = identity_first(&obj[at..]) {
+            return Ok(m);
+        }
         let mut values = serde_json::Deserializer::from_str(&obj[at..]).into_iter::<Metadata<'_>>();
         if let Some(m) = values.next() {
             return m;
         }
     }
     serde_json::from_str::<Object<'_>>(obj).map(|o| o.metadata)
+}
+
+/// The identity fields of the metadata object that `text` starts with, read only as far as
+/// the last of the four: the apiserver writes them before labels, annotations and
+/// managedFields, so the rest (most of the metadata) is not scanned again. `None` when the
+/// reading stops before all four were found (another order, an escaped key, a field given
+/// twice): then the metadata is read whole. Only for an object already validated as JSON.
+fn identity_first(text: &str) -> Option<Metadata<'_>> {
+    /// What was read so far; the reader stops when `complete`.
+    #[derive(Default)]
+    struct Found {
+        uid: Option<String>,
+        namespace: Option<String>,
+        name: Option<String>,
+        rv: Option<String>,
+    }
+    impl Found {
+        fn complete(&self) -> bool {
+            self.uid.is_some()
+                && self.namespace.is_some()
+                && self.name.is_some()
+                && self.rv.is_some()
+        }
+    }
+    struct Reader<'f>(&'f mut Found);
+    impl<'de> DeserializeSeed<'de> for Reader<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Reader<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("the metadata object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<&'de str>()? {
+                let slot = match key {
+                    "uid" => &mut self.0.uid,
+                    "namespace" => &mut self.0.namespace,
+                    "name" => &mut self.0.name,
+                    "resourceVersion" => &mut self.0.rv,
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                        continue;
+                    }
+                };
+                if slot.is_some() {
+                    return Err(de::Error::custom("a field given twice"));
+                }
+                *slot = Some(map.next_value()?);
+                if self.0.complete() {
+                    // Stop here: serde_json then reports the object unfinished, which the
+                    // caller ignores since it has what it needs.
+                    return Err(de::Error::custom("complete"));
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut found = Found::default();
+    let mut de = serde_json::Deserializer::from_str(text);
+    let _ = Reader(&mut found).deserialize(&mut de);
+    if !found.complete() {
+        return None;
+    }
+    Some(Metadata {
+        uid: found.uid.map(Cow::Owned),
+        namespace: found.namespace.map(Cow::Owned),
+        name: found.name.map(Cow::Owned),
+        resource_version: found.rv.map(Cow::Owned),
+    })
 }
 
 fn pod_of(whole: &Bytes, raw: &RawValue) -> Result<PodObject, ParseError> {
@@ -296,6 +374,34 @@ mod tests {
                 ),
                 (Some("u"), Some("ns"), Some("p"), Some("7"))
             );
+        }
+    }
+
+    #[test]
+    fn identity_reading_stops_after_the_four_fields_and_gives_up_on_other_shapes() {
+        // Cut off after the identity: never scanned, so its truncation does not matter.
+        let cut =
+            r#"{"name":"p","namespace":"ns","uid":"u","resourceVersion":"7","managedFields":[{"#;
+        let m = identity_first(cut).expect("the four fields come first");
+        assert_eq!(
+            (
+                m.uid.as_deref(),
+                m.name.as_deref(),
+                m.resource_version.as_deref()
+            ),
+            (Some("u"), Some("p"), Some("7"))
+        );
+        for other in [
+            // resourceVersion missing: read whole instead.
+            r#"{"name":"p","namespace":"ns","uid":"u"}"#,
+            // A field given twice before the last one.
+            r#"{"name":"p","name":"q","namespace":"ns","uid":"u","resourceVersion":"7"}"#,
+            // An escaped key.
+            r#"{"n\u0061me":"p","namespace":"ns","uid":"u","resourceVersion":"7"}"#,
+            // Not a string.
+            r#"{"name":"p","namespace":"ns","uid":7,"resourceVersion":"7"}"#,
+        ] {
+            assert!(identity_first(other).is_none(), "{other}");
         }
     }
 
