@@ -4,6 +4,7 @@
 
 mod config;
 mod inflight;
+mod producer;
 mod sink;
 
 pub use config::{Compression, KafkaConfig, KafkaSettings, Mode, SaslConfig};

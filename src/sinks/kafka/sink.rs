@@ -15,10 +15,10 @@ use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use tokio::sync::Notify;
 
 use super::inflight::InFlight;
+use super::producer::{Delivered, Delivery, Producer};
 use super::{KafkaSettings, Mode};
 use crate::event::{Event, STRUCTURED_CONTENT_TYPE};
 use crate::sinks::queue::QueueRx;
@@ -57,8 +57,9 @@ impl Sink for KafkaSettings {
 }
 
 /// Receives librdkafka's global errors: logs the retriable ones, keeps the first fatal one
-/// where the sink's loop sees it (rdkafka's future producer does not give its context back).
-struct Context {
+/// where the sink's loop sees it; its delivery reports go to each record's future
+/// (`producer.rs`).
+pub(super) struct Context {
     sink: Arc<str>,
     shared: Arc<Fatal>,
 }
@@ -148,7 +149,7 @@ struct Pending {
     dead: Option<String>,
 }
 
-type Outstanding = InFlight<Pending, DeliveryFuture>;
+type Outstanding = InFlight<Pending, Delivery>;
 
 /// Runs the sink until its queue closes, then waits for the outstanding reports.
 pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result<(), SinkError> {
@@ -161,8 +162,7 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
     for (k, v) in &settings.properties {
         config.set(k, &v.0);
     }
-    let producer: FutureProducer<Context> = config
-        .create_with_context(context)
+    let producer = Producer::create(&config, context)
         .map_err(|e| acks.failed(KafkaSinkError::Create(e)))?;
     let probe = tokio::spawn(probe(producer.clone(), acks.clone()));
     let mut inflight: Outstanding = InFlight::new();
@@ -195,7 +195,7 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
 /// Whether the brokers answer, for readiness: librdkafka connects and reconnects by itself
 /// and says nothing when it succeeds, so a metadata request is made every few seconds (on
 /// the blocking pool: it blocks its caller).
-async fn probe(producer: FutureProducer<Context>, acks: Acks) {
+async fn probe(producer: Producer, acks: Acks) {
     let mut up = None;
     loop {
         let p = producer.clone();
@@ -215,7 +215,7 @@ async fn probe(producer: FutureProducer<Context>, acks: Acks) {
 /// Sends `event` (or its dead letter, when `dead` holds the reason), dead-lettering it if
 /// Kafka refuses it outright.
 async fn submit(
-    producer: &FutureProducer<Context>,
+    producer: &Producer,
     settings: &KafkaSettings,
     acks: &Acks,
     event: Arc<Event>,
@@ -233,12 +233,12 @@ async fn submit(
 /// Hands one record to librdkafka, waiting for room while its queue is full. The error is
 /// the reason the record can never be sent.
 async fn enqueue(
-    producer: &FutureProducer<Context>,
+    producer: &Producer,
     settings: &KafkaSettings,
     sink: &str,
     event: &Event,
     dead: Option<&str>,
-) -> Result<DeliveryFuture, Unsendable> {
+) -> Result<Delivery, Unsendable> {
     let (topic, payload, headers) = match dead {
         None => {
             let topic = settings.topic.render(&event.namespace, &event.name);
@@ -278,14 +278,15 @@ async fn enqueue(
             max: settings.max_message_bytes,
         });
     }
-    let mut record = FutureRecord::to(&topic)
+    let (record, delivery) = Producer::record(&topic);
+    let mut record = record
         .key(event.uid.as_str())
         .payload(payload.as_ref())
         .headers(headers);
     let mut wait = Duration::from_millis(1);
     loop {
-        match producer.send_result(record) {
-            Ok(delivery) => return Ok(delivery),
+        match producer.send(record) {
+            Ok(()) => return Ok(delivery),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                 // librdkafka's own queue is full (in_flight above its limits): its
                 // background thread drains it; retry shortly.
@@ -300,7 +301,7 @@ async fn enqueue(
 
 /// Sends `event`'s dead letter to the dead-letter topic, or writes it to the file / log.
 async fn dead_letter(
-    producer: &FutureProducer<Context>,
+    producer: &Producer,
     settings: &KafkaSettings,
     acks: &Acks,
     event: Arc<Event>,
@@ -333,12 +334,12 @@ async fn dead_letter(
 
 /// Turns one delivery report into an ack or a dead letter.
 async fn settle(
-    producer: &FutureProducer<Context>,
+    producer: &Producer,
     settings: &KafkaSettings,
     acks: &Acks,
     event: Arc<Event>,
     dead: Option<String>,
-    done: <DeliveryFuture as std::future::Future>::Output,
+    done: Delivered,
     inflight: &mut Outstanding,
 ) -> Result<(), SinkError> {
     match (done, dead) {
@@ -351,11 +352,11 @@ async fn settle(
             acks.reported_dead(event.seq, reason);
             Ok(())
         }
-        (Ok(Err((e, _))), None) => {
+        (Ok(Err(e)), None) => {
             let reason = format!("Kafka did not accept the record: {e}");
             dead_letter(producer, settings, acks, event, reason, inflight).await
         }
-        (Ok(Err((e, _))), Some(reason)) => {
+        (Ok(Err(e)), Some(reason)) => {
             acks.dead_letter(
                 &event,
                 format!("{reason}; the dead-letter topic refused it too: {e}"),
