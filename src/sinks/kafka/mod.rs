@@ -6,6 +6,7 @@ mod config;
 mod inflight;
 mod producer;
 mod sink;
+pub mod txn;
 
 pub use config::{Compression, KafkaConfig, KafkaSettings, Mode, SaslConfig};
 pub use sink::{KafkaSinkError, headers_of};

@@ -94,6 +94,11 @@ impl Producer {
         self.shared.producer.send(record)
     }
 
+    /// librdkafka's producer itself, for transactional calls.
+    pub fn base(&self) -> &BaseProducer<Context> {
+        &self.shared.producer
+    }
+
     /// The client, for metadata requests.
     pub fn client(&self) -> &Client<Context> {
         self.shared.producer.client()

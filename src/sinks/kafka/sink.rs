@@ -64,6 +64,17 @@ pub(super) struct Context {
     shared: Arc<Fatal>,
 }
 
+impl Context {
+    /// A context for sink `sink` whose fatal errors nobody waits for but the log (the
+    /// transactional producer sees them in its calls' results).
+    pub(super) fn new(sink: &str) -> Context {
+        Context {
+            sink: sink.into(),
+            shared: Arc::default(),
+        }
+    }
+}
+
 /// The first fatal error, and a wake-up for the sink's loop.
 #[derive(Default)]
 struct Fatal {

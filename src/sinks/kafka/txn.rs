@@ -1,0 +1,141 @@
+//! Kafka transactions, the ground of the exactly-once sink: a transactional producer whose
+//! `transactional.id` every replica of a sink shares, so that the newest one to call
+//! [`Transactions::init`] fences the others. Entry point: [`Transactions`].
+//!
+//! What a `read_committed` consumer sees is exactly what [`Transactions::commit`] returned
+//! `Ok` for. A producer that was fenced gets [`TxnError::Fenced`] from its next call and can
+//! never commit again; nothing it sent after the fence becomes visible. librdkafka's
+//! transactional calls block their caller, so each runs on tokio's blocking pool.
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::Producer as _;
+
+use super::producer::{Delivery, Producer, Record};
+use super::sink::Context;
+
+/// How a transactional call failed, classified where it happened.
+#[derive(Debug, thiserror::Error)]
+pub enum TxnError {
+    /// Another producer with the same `transactional.id` initialised after this one: this
+    /// one is done (step down); nothing it sent since is visible to `read_committed`.
+    #[error("fenced by a newer producer with the same transactional.id")]
+    Fenced(#[source] KafkaError),
+    /// The transaction was aborted (an abortable error): nothing of it is visible; the same
+    /// records may be sent again in a new transaction.
+    #[error("the transaction was aborted")]
+    Aborted(#[source] KafkaError),
+    /// A timeout or another error the same call may be retried after.
+    #[error("a transactional call failed and may be retried")]
+    Retriable(#[source] KafkaError),
+    /// The producer cannot go on (misconfiguration, authorization, a fatal broker error).
+    #[error("the transactional producer failed")]
+    Fatal(#[source] KafkaError),
+}
+
+impl TxnError {
+    fn of(e: KafkaError) -> TxnError {
+        let fenced = |code| {
+            matches!(
+                code,
+                RDKafkaErrorCode::Fenced
+                    | RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+            )
+        };
+        match &e {
+            KafkaError::Transaction(r) if fenced(r.code()) => TxnError::Fenced(e),
+            KafkaError::Transaction(r) if r.is_fatal() => TxnError::Fatal(e),
+            KafkaError::Transaction(r) if r.txn_requires_abort() => TxnError::Aborted(e),
+            KafkaError::Transaction(r) if r.is_retriable() => TxnError::Retriable(e),
+            _ if e.rdkafka_error_code().is_some_and(fenced) => TxnError::Fenced(e),
+            _ => TxnError::Fatal(e),
+        }
+    }
+}
+
+/// A transactional producer.
+pub struct Transactions {
+    producer: Producer,
+    timeout: Duration,
+}
+
+impl Transactions {
+    /// A producer for `brokers` with `transactional_id`; `timeout` bounds each blocking call.
+    /// `config` may add client settings (TLS, SASL); delivery settings are set here.
+    pub fn create(
+        sink: &str,
+        mut config: ClientConfig,
+        transactional_id: &str,
+        timeout: Duration,
+    ) -> Result<Transactions, TxnError> {
+        config
+            .set("transactional.id", transactional_id)
+            .set("enable.idempotence", "true")
+            .set("acks", "all");
+        let producer = Producer::create(&config, Context::new(sink)).map_err(TxnError::Fatal)?;
+        Ok(Transactions { producer, timeout })
+    }
+
+    /// Registers with the transaction coordinator, fencing every older producer with the
+    /// same `transactional.id` and aborting what it left open.
+    pub async fn init(&self) -> Result<(), TxnError> {
+        self.blocking(|p, t| p.base().init_transactions(t))
+            .await
+    }
+
+    /// Starts a transaction: what is sent until [`Transactions::commit`] is one unit.
+    pub fn begin(&self) -> Result<(), TxnError> {
+        self.producer
+            .base()
+            .begin_transaction()
+            .map_err(TxnError::of)
+    }
+
+    /// Sends one record within the open transaction.
+    #[allow(clippy::result_large_err)] // the record comes back to be sent again
+    pub fn send<'a>(&self, record: Record<'a>) -> Result<(), (TxnError, Record<'a>)> {
+        self.producer
+            .send(record)
+            .map_err(|(e, r)| (TxnError::of(e), r))
+    }
+
+    /// A record for `topic` with its delivery report, for [`Transactions::send`].
+    pub fn record(topic: &str) -> (Record<'_>, Delivery) {
+        Producer::record(topic)
+    }
+
+    /// Commits the open transaction (flushing what was sent). On an abortable error the
+    /// transaction is aborted and [`TxnError::Aborted`] returned.
+    pub async fn commit(&self) -> Result<(), TxnError> {
+        match self
+            .blocking(|p, t| p.base().commit_transaction(t))
+            .await
+        {
+            Err(TxnError::Aborted(e)) => {
+                self.abort().await?;
+                Err(TxnError::Aborted(e))
+            }
+            other => other,
+        }
+    }
+
+    /// Aborts the open transaction: nothing sent in it becomes visible.
+    pub async fn abort(&self) -> Result<(), TxnError> {
+        self.blocking(|p, t| p.base().abort_transaction(t))
+            .await
+    }
+
+    async fn blocking(
+        &self,
+        call: impl FnOnce(&Producer, Duration) -> Result<(), KafkaError> + Send + 'static,
+    ) -> Result<(), TxnError> {
+        let (producer, timeout) = (self.producer.clone(), self.timeout);
+        tokio::task::spawn_blocking(move || call(&producer, timeout))
+            .await
+            .map_err(|_| TxnError::Fatal(KafkaError::Canceled))
+            .and_then(|r| r.map_err(TxnError::of))
+    }
+}
