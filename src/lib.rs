@@ -45,6 +45,7 @@ pub mod classify;
 pub mod cluster;
 pub mod config;
 pub mod event;
+pub mod ha;
 pub mod ops;
 pub mod pipeline;
 pub mod sinks;

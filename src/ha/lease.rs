@@ -1,0 +1,210 @@
+//! Leader election on a Lease, as client-go's `leaderelection` does it: the leader renews the
+//! Lease's `renewTime` every `renew_every`; a candidate takes the Lease over only when its
+//! record (holder and renew time) has not changed for `lease_duration` by the candidate's own
+//! clock, so clocks that disagree do not matter. Every write carries the resourceVersion it
+//! read, so of two candidates racing for an expired Lease exactly one wins. A leader that
+//! cannot renew for `lease_duration` counts itself a follower again (it may already have been
+//! replaced). Entry point: [`Elector::run`]; one round is [`Elector::round`].
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Api;
+use kube::api::PostParams;
+use tokio::sync::watch;
+
+/// Where and how to elect.
+#[derive(Debug, Clone)]
+pub struct LeaseSettings {
+    pub namespace: String,
+    /// The Lease's name: one per group of replicas.
+    pub name: String,
+    /// This replica's identity (its pod name), written as `holderIdentity`.
+    pub identity: String,
+    /// How long a Lease not renewed stays its holder's.
+    pub lease_duration: Duration,
+    /// How often the leader renews and a candidate tries.
+    pub renew_every: Duration,
+}
+
+/// A Lease request that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("reading or writing Lease {namespace}/{name}")]
+    Api {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The Lease record as last observed, and when (by this replica's clock).
+struct Observed {
+    holder: Option<String>,
+    renew: Option<MicroTime>,
+    at: Instant,
+}
+
+/// Elects this replica or another; tracks what it saw of the Lease.
+pub struct Elector {
+    api: Api<Lease>,
+    settings: LeaseSettings,
+    observed: Option<Observed>,
+    /// When this replica last renewed successfully while leading.
+    renewed: Option<Instant>,
+}
+
+impl Elector {
+    pub fn new(client: kube::Client, settings: LeaseSettings) -> Elector {
+        Elector {
+            api: Api::namespaced(client, &settings.namespace),
+            settings,
+            observed: None,
+            renewed: None,
+        }
+    }
+
+    fn error(&self, source: kube::Error) -> LeaseError {
+        LeaseError::Api {
+            namespace: self.settings.namespace.clone(),
+            name: self.settings.name.clone(),
+            source,
+        }
+    }
+
+    /// This replica's record: holder now, renewed now.
+    fn spec(&self, previous: Option<&LeaseSpec>) -> LeaseSpec {
+        let now = MicroTime(jiff::Timestamp::now());
+        let taking_over = previous
+            .and_then(|p| p.holder_identity.as_deref())
+            .is_none_or(|h| h != self.settings.identity);
+        let transitions = previous.and_then(|p| p.lease_transitions).unwrap_or(0);
+        LeaseSpec {
+            holder_identity: Some(self.settings.identity.clone()),
+            lease_duration_seconds: Some(self.settings.lease_duration.as_secs().max(1) as i32),
+            acquire_time: if taking_over {
+                Some(now.clone())
+            } else {
+                previous.and_then(|p| p.acquire_time.clone())
+            },
+            renew_time: Some(now),
+            lease_transitions: Some(if taking_over && previous.is_some() {
+                transitions + 1
+            } else {
+                transitions
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// One attempt to acquire or renew the Lease; whether this replica leads after it.
+    pub async fn round(&mut self) -> Result<bool, LeaseError> {
+        let now = Instant::now();
+        let current = self.api.get_opt(&self.settings.name).await;
+        let current = match current {
+            Ok(c) => c,
+            Err(e) => return self.failed(e),
+        };
+        let Some(mut lease) = current else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.settings.name.clone()),
+                    namespace: Some(self.settings.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(self.spec(None)),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => self.leading(now),
+                // Another candidate created it first.
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => self.failed(e),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let mine = spec.holder_identity.as_deref() == Some(self.settings.identity.as_str());
+        let changed = self
+            .observed
+            .as_ref()
+            .is_none_or(|o| o.holder != spec.holder_identity || o.renew != spec.renew_time);
+        if changed {
+            self.observed = Some(Observed {
+                holder: spec.holder_identity.clone(),
+                renew: spec.renew_time.clone(),
+                at: now,
+            });
+        }
+        let unchanged_for = self
+            .observed
+            .as_ref()
+            .map_or(Duration::ZERO, |o| now.duration_since(o.at));
+        let free = spec.holder_identity.as_deref().is_none_or(str::is_empty);
+        if !mine && !free && unchanged_for < self.settings.lease_duration {
+            self.renewed = None;
+            return Ok(false);
+        }
+        lease.spec = Some(self.spec(Some(&spec)));
+        // The write names the resourceVersion read: a concurrent writer makes it fail (409).
+        match self
+            .api
+            .replace(&self.settings.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => self.leading(now),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                self.renewed = None;
+                Ok(false)
+            }
+            Err(e) => self.failed(e),
+        }
+    }
+
+    fn leading(&mut self, at: Instant) -> Result<bool, LeaseError> {
+        self.renewed = Some(at);
+        self.observed = None;
+        Ok(true)
+    }
+
+    /// A request failed: a leader stays one until its Lease could have expired.
+    fn failed(&mut self, e: kube::Error) -> Result<bool, LeaseError> {
+        if self
+            .renewed
+            .is_some_and(|r| r.elapsed() >= self.settings.lease_duration)
+        {
+            self.renewed = None;
+        }
+        tracing::warn!(lease = %self.settings.name, error = %e, "Lease request failed");
+        Err(self.error(e))
+    }
+
+    /// Whether this replica counts itself the leader (after its last round).
+    pub fn is_leader(&self) -> bool {
+        self.renewed
+            .is_some_and(|r| r.elapsed() < self.settings.lease_duration)
+    }
+
+    /// Runs rounds every `renew_every` until the returned receiver is dropped; the receiver
+    /// holds whether this replica leads.
+    pub fn run(mut self) -> watch::Receiver<bool> {
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(self.settings.renew_every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                // An error is logged in `round`; leadership follows `is_leader`.
+                let _ = self.round().await;
+                let leading = self.is_leader();
+                if *tx.borrow() != leading {
+                    tracing::info!(lease = %self.settings.name, identity = %self.settings.identity, leading, "leadership changed");
+                }
+                if tx.send(leading).is_err() {
+                    return;
+                }
+            }
+        });
+        rx
+    }
+}

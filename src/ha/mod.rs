@@ -1,0 +1,6 @@
+//! High availability: one leader among kubecast's replicas, elected on a
+//! `coordination.k8s.io/v1` Lease. Entry point: [`Elector`].
+
+mod lease;
+
+pub use lease::{Elector, LeaseError, LeaseSettings};
