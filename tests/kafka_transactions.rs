@@ -2,12 +2,16 @@
 //! producer commits is what a `read_committed` consumer sees, an aborted transaction is never
 //! seen by it (a `read_uncommitted` consumer sees both), and a second producer with the same
 //! `transactional.id` fences the first: the first's commit fails as fenced and nothing it
-//! sent after the fence becomes visible to `read_committed` consumers.
+//! sent after the fence becomes visible to `read_committed` consumers. A sink's checkpoint,
+//! committed with its events, is read back as the last committed one.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
+use kubecast::sinks::kafka::checkpoint::{Checkpoint, read_latest};
 use kubecast::sinks::kafka::txn::{Transactions, TxnError};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -27,16 +31,21 @@ fn producer(stack: &Stack, id: &str) -> Transactions {
 /// Sends `payloads` in the open transaction and waits for each delivery report.
 async fn send(t: &Transactions, topic: &str, payloads: &[&str]) {
     for p in payloads {
-        let (record, delivery) = Transactions::record(topic);
-        let record = record.key("k").payload(p.as_bytes());
-        t.send(record)
-            .map_err(|(e, _)| e)
-            .expect("librdkafka takes the record");
-        within(LIMIT, "a delivery report", delivery)
-            .await
-            .expect("a delivery report")
-            .expect("the broker took the record");
+        send_keyed(t, topic, "k", p.as_bytes()).await;
     }
+}
+
+/// Sends one record in the open transaction and waits for its delivery report.
+async fn send_keyed(t: &Transactions, topic: &str, key: &str, value: &[u8]) {
+    let (record, delivery) = Transactions::record(topic);
+    let record = record.key(key).payload(value);
+    t.send(record)
+        .map_err(|(e, _)| e)
+        .expect("librdkafka takes the record");
+    within(LIMIT, "a delivery report", delivery)
+        .await
+        .expect("a delivery report")
+        .expect("the broker took the record");
 }
 
 /// Every record's payload of partition 0 of `topic`, read to its end with `isolation`.
@@ -140,5 +149,90 @@ async fn a_newer_producer_with_the_same_transactional_id_fences_the_older_one() 
     assert!(
         read_all(&stack, &topic, "read_uncommitted").contains(&"before the fence".to_string()),
         "the fenced producer's record is in the log, uncommitted"
+    );
+}
+
+fn checkpoint(seq: u64) -> Checkpoint {
+    Checkpoint {
+        seq,
+        positions: BTreeMap::from([("*".to_string(), format!("{}", 1000 + seq))]),
+    }
+}
+
+#[tokio::test]
+async fn the_last_committed_checkpoint_is_read_back_and_an_aborted_one_never_is() {
+    let stack = Stack::load();
+    let events = unique_name("txn-events");
+    let checkpoints = unique_name("txn-checkpoints");
+    create_topic(&stack, &events, 1).await;
+    create_topic(&stack, &checkpoints, 2).await;
+    let t = producer(&stack, &unique_name("kubecast-txn"));
+    within(LIMIT, "init_transactions", t.init())
+        .await
+        .expect("init");
+
+    for (seqs, commit) in [
+        (&[("audit", 10)][..], true),
+        (&[("audit", 20), ("edge", 99)][..], true),
+        (&[("audit", 30)][..], false),
+    ] {
+        t.begin().expect("begin");
+        send(&t, &events, &["event"]).await;
+        for (sink, seq) in seqs {
+            send_keyed(&t, &checkpoints, sink, &checkpoint(*seq).to_bytes()).await;
+        }
+        if commit {
+            within(LIMIT, "the commit", t.commit())
+                .await
+                .expect("commit");
+        } else {
+            within(LIMIT, "the abort", t.abort()).await.expect("abort");
+        }
+    }
+
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &stack.kafka_bootstrap);
+    let read = |key: &str, topic: &str| {
+        let (config, topic, key) = (config.clone(), topic.to_string(), key.to_string());
+        tokio::task::spawn_blocking(move || read_latest(&config, &topic, &key, LIMIT))
+    };
+    let audit = read("audit", &checkpoints)
+        .await
+        .expect("the reader")
+        .expect("read");
+    assert_eq!(
+        audit,
+        Some(checkpoint(20)),
+        "the last committed, not the aborted 30"
+    );
+    let edge = read("edge", &checkpoints)
+        .await
+        .expect("the reader")
+        .expect("read");
+    assert_eq!(edge, Some(checkpoint(99)));
+    let nobody = read("nobody", &checkpoints)
+        .await
+        .expect("the reader")
+        .expect("read");
+    assert_eq!(
+        nobody, None,
+        "a sink that never committed has no checkpoint"
+    );
+
+    // A record under a sink's key that is not a checkpoint is an error naming where it is.
+    t.begin().expect("begin");
+    send_keyed(&t, &checkpoints, "broken", b"not a checkpoint").await;
+    within(LIMIT, "the commit", t.commit())
+        .await
+        .expect("commit");
+    let broken = read("broken", &checkpoints).await.expect("the reader");
+    let message = broken
+        .expect_err("a damaged checkpoint is refused")
+        .to_string();
+    assert!(
+        message.contains(&checkpoints)
+            && message.contains("offset")
+            && message.contains("partition"),
+        "the error names the topic, partition and offset: {message}"
     );
 }

@@ -5,6 +5,7 @@
 mod config;
 mod inflight;
 mod producer;
+pub mod checkpoint;
 mod sink;
 pub mod txn;
 
