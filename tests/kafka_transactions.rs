@@ -3,7 +3,8 @@
 //! seen by it (a `read_uncommitted` consumer sees both), and a second producer with the same
 //! `transactional.id` fences the first: the first's commit fails as fenced and nothing it
 //! sent after the fence becomes visible to `read_committed` consumers. A sink's checkpoint,
-//! committed with its events, is read back as the last committed one.
+//! committed with its events, is read back as the last committed one, and the known state
+//! is rebuilt from the state topic written in the same transactions.
 
 mod support;
 
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
 
-use kubecast::sinks::kafka::checkpoint::{Checkpoint, read_latest};
+use kubecast::sinks::kafka::checkpoint::{Checkpoint, read_known, read_latest};
 use kubecast::sinks::kafka::txn::{Transactions, TxnError};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -235,4 +236,59 @@ async fn the_last_committed_checkpoint_is_read_back_and_an_aborted_one_never_is(
             && message.contains("partition"),
         "the error names the topic, partition and offset: {message}"
     );
+}
+
+/// Sends a tombstone (no value) for `key` in the open transaction.
+async fn send_tombstone(t: &Transactions, topic: &str, key: &str) {
+    let (record, delivery) = Transactions::record(topic);
+    t.send(record.key(key))
+        .map_err(|(e, _)| e)
+        .expect("librdkafka takes the tombstone");
+    within(LIMIT, "a delivery report", delivery)
+        .await
+        .expect("a delivery report")
+        .expect("the broker took the tombstone");
+}
+
+#[tokio::test]
+async fn the_known_state_is_rebuilt_from_committed_state_records_and_tombstones() {
+    let stack = Stack::load();
+    let state = unique_name("txn-state");
+    create_topic(&stack, &state, 3).await;
+    let t = producer(&stack, &unique_name("kubecast-txn"));
+    within(LIMIT, "init_transactions", t.init())
+        .await
+        .expect("init");
+
+    // Three pods seen, one of them changed and one deleted, committed.
+    t.begin().expect("begin");
+    for (uid, rv) in [
+        ("uid-a", "10"),
+        ("uid-b", "11"),
+        ("uid-c", "12"),
+        ("uid-a", "20"),
+    ] {
+        send_keyed(&t, &state, uid, rv.as_bytes()).await;
+    }
+    send_tombstone(&t, &state, "uid-b").await;
+    within(LIMIT, "the commit", t.commit())
+        .await
+        .expect("commit");
+    // An aborted change and an aborted delete leave no trace.
+    t.begin().expect("begin");
+    send_keyed(&t, &state, "uid-c", b"99").await;
+    send_tombstone(&t, &state, "uid-a").await;
+    within(LIMIT, "the abort", t.abort()).await.expect("abort");
+
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &stack.kafka_bootstrap);
+    let known = tokio::task::spawn_blocking(move || read_known(&config, &state, LIMIT))
+        .await
+        .expect("the reader")
+        .expect("read");
+    let expected: std::collections::HashMap<String, String> = [("uid-a", "20"), ("uid-c", "12")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(known, expected);
 }

@@ -2,14 +2,17 @@
 //! sequence number of the last event its transaction carried) and the watch position that
 //! corresponds to, written as one record keyed by the sink in the same transaction as the
 //! events, to a compacted topic. After a crash, [`read_latest`] gives the last committed one:
-//! what a `read_committed` consumer has seen ends exactly there. Entry points: [`Checkpoint`],
-//! [`read_latest`].
+//! what a `read_committed` consumer has seen ends exactly there. With it, [`read_known`]
+//! rebuilds the known state from the compacted state topic written in the same transactions
+//! (uid -> last delivered resourceVersion, a tombstone on delete). Entry points:
+//! [`Checkpoint`], [`read_latest`], [`read_known`].
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
@@ -61,6 +64,68 @@ pub fn read_latest(
     key: &str,
     limit: Duration,
 ) -> Result<Option<Checkpoint>, CheckpointError> {
+    let mut latest = None;
+    let mut corrupt = None;
+    read_to_end(config, topic, limit, |m| {
+        if corrupt.is_some() || m.key() != Some(key.as_bytes()) {
+            return;
+        }
+        latest = match m.payload() {
+            // A tombstone: the sink's checkpoint was removed.
+            None => None,
+            Some(bytes) => match serde_json::from_slice(bytes) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    corrupt = Some(CheckpointError::Corrupt {
+                        topic: topic.to_string(),
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        reason: e.to_string(),
+                    });
+                    None
+                }
+            },
+        };
+    })?;
+    match corrupt {
+        Some(e) => Err(e),
+        None => Ok(latest),
+    }
+}
+
+/// The known state kept in a compacted state topic: each pod's uid (the key) and the
+/// resourceVersion of its last delivered event (the value); a tombstone (a delete) removes
+/// it. Read with `read_committed` to the end of every partition.
+pub fn read_known(
+    config: &ClientConfig,
+    topic: &str,
+    limit: Duration,
+) -> Result<HashMap<String, String>, CheckpointError> {
+    let mut known = HashMap::new();
+    read_to_end(config, topic, limit, |m| {
+        let Some(uid) = m.key().and_then(|k| std::str::from_utf8(k).ok()) else {
+            return;
+        };
+        match m.payload() {
+            None => {
+                known.remove(uid);
+            }
+            Some(rv) => {
+                known.insert(uid.to_string(), String::from_utf8_lossy(rv).into_owned());
+            }
+        }
+    })?;
+    Ok(known)
+}
+
+/// Calls `each` with every committed record of `topic`, partition by partition in offset
+/// order, until every partition's end; nothing when the topic does not exist.
+fn read_to_end(
+    config: &ClientConfig,
+    topic: &str,
+    limit: Duration,
+    mut each: impl FnMut(&BorrowedMessage<'_>),
+) -> Result<(), CheckpointError> {
     let kafka = |source| CheckpointError::Kafka {
         topic: topic.to_string(),
         source,
@@ -68,21 +133,19 @@ pub fn read_latest(
     let mut config = config.clone();
     let consumer: BaseConsumer = config
         // No group offsets are committed; the id only satisfies the client.
-        .set("group.id", format!("kubecast-checkpoint-{}", std::process::id()))
+        .set("group.id", format!("kubecast-reader-{}", std::process::id()))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
         .create()
         .map_err(kafka)?;
-    let metadata = consumer
-        .fetch_metadata(Some(topic), limit)
-        .map_err(kafka)?;
+    let metadata = consumer.fetch_metadata(Some(topic), limit).map_err(kafka)?;
     let Some(t) = metadata.topics().first() else {
-        return Ok(None);
+        return Ok(());
     };
     if t.error().is_some() || t.partitions().is_empty() {
         // Unknown topic: nothing was ever committed.
-        return Ok(None);
+        return Ok(());
     }
     let mut partitions = TopicPartitionList::new();
     for p in t.partitions() {
@@ -91,11 +154,10 @@ pub fn read_latest(
             .map_err(kafka)?;
     }
     consumer.assign(&partitions).map_err(kafka)?;
-    let partitions_count = t.partitions().len();
+    let count = t.partitions().len();
     let mut ended = HashSet::new();
-    let mut latest = None;
     let started = Instant::now();
-    while ended.len() < partitions_count {
+    while ended.len() < count {
         if started.elapsed() >= limit {
             return Err(CheckpointError::Timeout {
                 topic: topic.to_string(),
@@ -107,26 +169,14 @@ pub fn read_latest(
             Some(Err(KafkaError::PartitionEOF(p))) => {
                 ended.insert(p);
             }
-            Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
-                return Ok(None);
+            Some(Err(e))
+                if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition) =>
+            {
+                return Ok(());
             }
             Some(Err(e)) => return Err(kafka(e)),
-            Some(Ok(m)) if m.key() == Some(key.as_bytes()) => {
-                latest = match m.payload() {
-                    // A tombstone: the sink's checkpoint was removed.
-                    None => None,
-                    Some(bytes) => Some(serde_json::from_slice(bytes).map_err(|e| {
-                        CheckpointError::Corrupt {
-                            topic: topic.to_string(),
-                            partition: m.partition(),
-                            offset: m.offset(),
-                            reason: e.to_string(),
-                        }
-                    })?),
-                };
-            }
-            Some(Ok(_)) => {}
+            Some(Ok(m)) => each(&m),
         }
     }
-    Ok(latest)
+    Ok(())
 }
