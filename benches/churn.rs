@@ -24,7 +24,6 @@ mod bridges;
 mod support;
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,12 +33,9 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::Packet;
-use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+use rumqttc::v5::AsyncClient;
 use serde::Deserialize;
 use support::{Stack, proc, unique_name};
-use tokio::process::Child;
 use tokio::task::JoinHandle;
 
 /// When each change (by resourceVersion) first reached the consumer.
@@ -98,41 +94,10 @@ async fn kafka_consumer(stack: &Stack, topic: &str, arrivals: Arrivals) -> JoinH
     })
 }
 
-/// Subscribes to `filter` at QoS 1 and returns once the broker confirmed it.
-async fn mqtt_subscriber(stack: &Stack, filter: &str, arrivals: Arrivals) -> JoinHandle<()> {
-    let mut options = MqttOptions::new(unique_name("churn"), &stack.mqtt_host, stack.mqtt_port);
-    options
-        .set_keep_alive(Duration::from_secs(30))
-        .set_max_packet_size(Some(64 * 1024 * 1024));
-    let (client, mut events) = AsyncClient::new(options, 1024);
-    client
-        .subscribe(filter, QoS::AtLeastOnce)
+/// Subscribes to `filter` at QoS 1 (returns once the broker confirmed it); keep the client.
+async fn mqtt_subscriber(stack: &Stack, filter: &str, arrivals: Arrivals) -> AsyncClient {
+    support::consume::subscribe_each(stack, filter, move |p| arrived(&arrivals, Some(&p.payload)))
         .await
-        .expect("queueing SUBSCRIBE");
-    let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(async move {
-        let _client = client;
-        let mut subscribed_tx = Some(subscribed_tx);
-        loop {
-            match events.poll().await {
-                Ok(Event::Incoming(Packet::SubAck(_))) => {
-                    if let Some(tx) = subscribed_tx.take() {
-                        let _ = tx.send(());
-                    }
-                }
-                Ok(Event::Incoming(Packet::Publish(p))) => arrived(&arrivals, Some(&p.payload)),
-                Ok(_) => {}
-                Err(e) => {
-                    eprintln!("churn: subscriber: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        }
-    });
-    support::within(Duration::from_secs(30), "the MQTT SUBACK", subscribed)
-        .await
-        .expect("the subscriber task");
-    task
 }
 
 /// Writes status changes round-robin over `pods` pods, `rate` per second (or as fast as
@@ -278,25 +243,6 @@ async fn phase(
     row
 }
 
-/// Waits until `n` changes arrived (the bridge's initial list).
-async fn initial_list(bridge: &str, child: &mut Child, arrivals: &Arrivals, n: usize, log: &Path) {
-    let started = Instant::now();
-    while arrivals.lock().expect("arrivals").len() < n {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!(
-                "{bridge} exited ({status}) before its initial list arrived:\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "{bridge}: the initial list of {n} pods did not arrive within 120 s; log in {}",
-            log.display()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -333,12 +279,12 @@ fn main() {
             let topic = unique_name(&format!("churn-{slug}"));
             let bridge_dir = dir.join(&slug);
             std::fs::create_dir_all(&bridge_dir).expect("a scratch directory");
-            let consumer = match bridge {
+            let (consumer, _subscriber) = match bridge {
                 "kubecast (MQTT)" => {
-                    mqtt_subscriber(&stack, &format!("kubecast/bench/{ns}/#"), arrivals.clone())
-                        .await
+                    let filter = format!("kubecast/bench/{ns}/#");
+                    (None, Some(mqtt_subscriber(&stack, &filter, arrivals.clone()).await))
                 }
-                _ => kafka_consumer(&stack, &topic, arrivals.clone()).await,
+                _ => (Some(kafka_consumer(&stack, &topic, arrivals.clone()).await), None),
             };
             let (mut child, log) = match bridge {
                 "kubecast" => bridges::kubecast(
@@ -356,7 +302,13 @@ fn main() {
                 "baseline (franz)" => bridges::baseline(&stack, &bridge_dir, &ns, &topic, "franz"),
                 _ => bridges::baseline(&stack, &bridge_dir, &ns, &topic, "sarama"),
             };
-            initial_list(bridge, &mut child, &arrivals, pods, &log).await;
+            // The bridge's initial list.
+            let what = format!("the initial list of {pods} pods arrived");
+            let (limit, every) = (Duration::from_secs(120), Duration::from_millis(20));
+            bridges::wait_while_running(bridge, &what, &mut child, &log, limit, every, || {
+                arrivals.lock().expect("arrivals").len() >= pods
+            })
+            .await;
             let pid = child.id().expect("a running bridge");
             let idle = proc::cpu_seconds(pid).unwrap_or(f64::NAN);
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -369,7 +321,9 @@ fn main() {
                 rows.push(row);
             }
             bridges::stop(child).await;
-            consumer.abort();
+            if let Some(consumer) = consumer {
+                consumer.abort();
+            }
         }
 
         println!("Status churn over {pods} pods, {seconds} s per phase; paced at {rate}/s, then 64 writes in flight.\n");

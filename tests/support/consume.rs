@@ -12,7 +12,7 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::Packet;
+use rumqttc::v5::mqttbytes::v5::{Packet, Publish};
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 
 use super::{Stack, unique_name, within};
@@ -200,57 +200,25 @@ pub struct MqttSubscriber {
 }
 
 impl MqttSubscriber {
-    /// Subscribes to `filter` and returns once the broker confirmed the subscription. The
-    /// session is persistent: if the connection drops (a broker restart, a missed
-    /// keep-alive on a loaded machine), the subscriber reconnects and the broker delivers
-    /// what it kept meanwhile, so the subscriber itself never loses a message.
+    /// Subscribes to `filter` and returns once the broker confirmed the subscription; see
+    /// [`subscribe_each`].
     pub async fn subscribe(stack: &Stack, filter: &str) -> MqttSubscriber {
-        let mut options =
-            MqttOptions::new(unique_name("test-sub"), &stack.mqtt_host, stack.mqtt_port);
-        options
-            .set_keep_alive(Duration::from_secs(10))
-            .set_max_packet_size(Some(64 * 1024 * 1024));
-        options
-            .set_clean_start(false)
-            .set_session_expiry_interval(Some(600));
-        let (client, mut events) = AsyncClient::new(options, 64);
-        client
-            .subscribe(filter, QoS::AtLeastOnce)
-            .await
-            .expect("queueing SUBSCRIBE");
         let messages = Arc::new(Mutex::new(Vec::new()));
         let out = messages.clone();
-        let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let mut subscribed_tx = Some(subscribed_tx);
-            loop {
-                match events.poll().await {
-                    Ok(Event::Incoming(Packet::SubAck(_))) => {
-                        if let Some(tx) = subscribed_tx.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Ok(Event::Incoming(Packet::Publish(p))) => {
-                        let props = p.properties.clone().unwrap_or_default();
-                        let m = MqttMessage {
-                            topic: String::from_utf8_lossy(&p.topic).into_owned(),
-                            payload: p.payload.to_vec(),
-                            retain: p.retain,
-                            content_type: props.content_type,
-                            user_properties: props.user_properties,
-                        };
-                        if let Ok(mut v) = out.lock() {
-                            v.push(m);
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-                }
+        let client = subscribe_each(stack, filter, move |p| {
+            let props = p.properties.clone().unwrap_or_default();
+            let m = MqttMessage {
+                topic: String::from_utf8_lossy(&p.topic).into_owned(),
+                payload: p.payload.to_vec(),
+                retain: p.retain,
+                content_type: props.content_type,
+                user_properties: props.user_properties,
+            };
+            if let Ok(mut v) = out.lock() {
+                v.push(m);
             }
-        });
-        within(Duration::from_secs(30), "the MQTT SUBACK", subscribed)
-            .await
-            .expect("subscriber task");
+        })
+        .await;
         MqttSubscriber {
             filter: filter.to_string(),
             messages,
@@ -288,6 +256,50 @@ impl MqttSubscriber {
             )
         })
     }
+}
+
+/// Subscribes to `filter` at QoS 1, calls `each` with every message received, and returns
+/// once the broker confirmed the subscription. The session is persistent: if the connection
+/// drops (a broker restart, a missed keep-alive on a loaded machine), the subscriber
+/// reconnects and the broker delivers what it kept meanwhile, so the subscriber itself never
+/// loses a message. Keep the returned client for as long as messages are wanted.
+pub async fn subscribe_each(
+    stack: &Stack,
+    filter: &str,
+    mut each: impl FnMut(&Publish) + Send + 'static,
+) -> AsyncClient {
+    let mut options = MqttOptions::new(unique_name("test-sub"), &stack.mqtt_host, stack.mqtt_port);
+    options
+        .set_keep_alive(Duration::from_secs(10))
+        .set_max_packet_size(Some(64 * 1024 * 1024));
+    options
+        .set_clean_start(false)
+        .set_session_expiry_interval(Some(600));
+    let (client, mut events) = AsyncClient::new(options, 1024);
+    client
+        .subscribe(filter, QoS::AtLeastOnce)
+        .await
+        .expect("queueing SUBSCRIBE");
+    let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let mut subscribed_tx = Some(subscribed_tx);
+        loop {
+            match events.poll().await {
+                Ok(Event::Incoming(Packet::SubAck(_))) => {
+                    if let Some(tx) = subscribed_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(Event::Incoming(Packet::Publish(p))) => each(&p),
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    });
+    within(Duration::from_secs(30), "the MQTT SUBACK", subscribed)
+        .await
+        .expect("subscriber task");
+    client
 }
 
 /// Polls `check` every 50 ms until it returns a value or `limit` passes (then `None`).
