@@ -89,23 +89,12 @@ async fn run(
     let pid = child.id().expect("a running child");
     let started = Instant::now();
     let limit = Duration::from_secs(120 + n as u64 / 50);
-    loop {
-        if bridges::records(&consumer, topic) >= n as i64 {
-            break;
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!(
-                "{bridge} exited ({status}) before delivering {n} records:\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        assert!(
-            started.elapsed() < limit,
-            "{bridge} did not deliver {n} records within {limit:?}; log in {}",
-            log.display()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("delivering {n} records");
+    let every = Duration::from_millis(50);
+    bridges::wait_while_running(bridge, &what, &mut child, log, limit, every, || {
+        bridges::records(&consumer, topic) >= n as i64
+    })
+    .await;
     let seconds = started.elapsed().as_secs_f64();
     let cpu = proc::cpu_seconds(pid).unwrap_or(f64::NAN);
     let rss_kib = proc::status_kib(pid, "VmRSS").unwrap_or(0);

@@ -274,21 +274,19 @@ async fn baseline(stack: &Stack, ns: &str, n: usize) -> u64 {
         .set("bootstrap.servers", &stack.kafka_bootstrap)
         .create()
         .expect("a Kafka client");
-    let started = Instant::now();
     let limit = Duration::from_secs(60 + n as u64 / 200);
-    while (bridges::records(&consumer, &topic) as usize) < n {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!(
-                "the baseline exited ({status}):\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        assert!(
-            started.elapsed() < limit,
-            "the baseline did not deliver {n} records within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let what = format!("delivering {n} records");
+    let every = Duration::from_millis(200);
+    bridges::wait_while_running(
+        "the baseline",
+        &what,
+        &mut child,
+        &log,
+        limit,
+        every,
+        || bridges::records(&consumer, &topic) as usize >= n,
+    )
+    .await;
     let (rss, _) = settled_rss(child.id().expect("a running baseline")).await;
     bridges::stop(child).await;
     let _ = std::fs::remove_dir_all(&dir);

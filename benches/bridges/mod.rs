@@ -160,6 +160,34 @@ pub fn records(consumer: &BaseConsumer, topic: &str) -> i64 {
         .sum()
 }
 
+/// Polls `done` every `every` until it holds, while `child` (the bridge `bridge`, logging to
+/// `log`) runs: fails with the log if the bridge exits first, or when `limit` passes.
+pub async fn wait_while_running(
+    bridge: &str,
+    what: &str,
+    child: &mut Child,
+    log: &Path,
+    limit: Duration,
+    every: Duration,
+    mut done: impl FnMut() -> bool,
+) {
+    let started = Instant::now();
+    while !done() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "{bridge} exited ({status}) before {what}:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{bridge}: no {what} within {limit:?}; log in {}",
+            log.display()
+        );
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// Sends SIGTERM to `child` and waits up to 30 s for it to exit.
 pub async fn stop(mut child: Child) {
     if let Some(pid) = child.id() {
