@@ -22,24 +22,39 @@ use support::{Stack, unique_name, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-fn producer(stack: &Stack, id: &str) -> Transactions {
+/// The stack's broker, for the clients of these tests.
+fn config(stack: &Stack) -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &stack.kafka_bootstrap);
-    Transactions::create("txn-test", config, id, Duration::from_secs(30))
-        .expect("a transactional producer")
+    config
+}
+
+/// A transactional producer with `id`, registered with the coordinator (fencing any older
+/// one with the same id).
+async fn producer(stack: &Stack, id: &str) -> Transactions {
+    let t = Transactions::create("txn-test", config(stack), id, Duration::from_secs(30))
+        .expect("a transactional producer");
+    within(LIMIT, "init_transactions", t.init())
+        .await
+        .expect("init_transactions");
+    t
 }
 
 /// Sends `payloads` in the open transaction and waits for each delivery report.
 async fn send(t: &Transactions, topic: &str, payloads: &[&str]) {
     for p in payloads {
-        send_keyed(t, topic, "k", p.as_bytes()).await;
+        send_keyed(t, topic, "k", Some(p.as_bytes())).await;
     }
 }
 
-/// Sends one record in the open transaction and waits for its delivery report.
-async fn send_keyed(t: &Transactions, topic: &str, key: &str, value: &[u8]) {
+/// Sends one record (no value: a tombstone) in the open transaction and waits for its
+/// delivery report.
+async fn send_keyed(t: &Transactions, topic: &str, key: &str, value: Option<&[u8]>) {
     let (record, delivery) = Transactions::record(topic);
-    let record = record.key(key).payload(value);
+    let record = match value {
+        Some(v) => record.key(key).payload(v),
+        None => record.key(key),
+    };
     t.send(record)
         .map_err(|(e, _)| e)
         .expect("librdkafka takes the record");
@@ -51,8 +66,7 @@ async fn send_keyed(t: &Transactions, topic: &str, key: &str, value: &[u8]) {
 
 /// Every record's payload of partition 0 of `topic`, read to its end with `isolation`.
 fn read_all(stack: &Stack, topic: &str, isolation: &str) -> Vec<String> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &stack.kafka_bootstrap)
+    let consumer: BaseConsumer = config(stack)
         .set("group.id", unique_name("txn-reader"))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
@@ -87,10 +101,7 @@ async fn read_committed_consumers_see_committed_transactions_and_never_aborted_o
     let stack = Stack::load();
     let topic = unique_name("txn-commit");
     create_topic(&stack, &topic, 1).await;
-    let t = producer(&stack, &unique_name("kubecast-txn"));
-    within(LIMIT, "init_transactions", t.init())
-        .await
-        .expect("init");
+    let t = producer(&stack, &unique_name("kubecast-txn")).await;
 
     t.begin().expect("begin");
     send(&t, &topic, &["c1", "c2", "c3"]).await;
@@ -121,18 +132,12 @@ async fn a_newer_producer_with_the_same_transactional_id_fences_the_older_one() 
     create_topic(&stack, &topic, 1).await;
     let id = unique_name("kubecast-txn");
 
-    let old = producer(&stack, &id);
-    within(LIMIT, "init_transactions", old.init())
-        .await
-        .expect("init");
+    let old = producer(&stack, &id).await;
     old.begin().expect("begin");
     send(&old, &topic, &["before the fence"]).await;
 
     // The new leader takes over: its init fences the old producer and aborts what it left open.
-    let new = producer(&stack, &id);
-    within(LIMIT, "init_transactions", new.init())
-        .await
-        .expect("the new producer's init");
+    let new = producer(&stack, &id).await;
     new.begin().expect("begin");
     send(&new, &topic, &["leader"]).await;
     within(LIMIT, "the new producer's commit", new.commit())
@@ -167,10 +172,7 @@ async fn the_last_committed_checkpoint_is_read_back_and_an_aborted_one_never_is(
     let checkpoints = unique_name("txn-checkpoints");
     create_topic(&stack, &events, 1).await;
     create_topic(&stack, &checkpoints, 2).await;
-    let t = producer(&stack, &unique_name("kubecast-txn"));
-    within(LIMIT, "init_transactions", t.init())
-        .await
-        .expect("init");
+    let t = producer(&stack, &unique_name("kubecast-txn")).await;
 
     for (seqs, commit) in [
         (&[("audit", 10)][..], true),
@@ -180,7 +182,7 @@ async fn the_last_committed_checkpoint_is_read_back_and_an_aborted_one_never_is(
         t.begin().expect("begin");
         send(&t, &events, &["event"]).await;
         for (sink, seq) in seqs {
-            send_keyed(&t, &checkpoints, sink, &checkpoint(*seq).to_bytes()).await;
+            send_keyed(&t, &checkpoints, sink, Some(&checkpoint(*seq).to_bytes())).await;
         }
         if commit {
             within(LIMIT, "the commit", t.commit())
@@ -191,8 +193,7 @@ async fn the_last_committed_checkpoint_is_read_back_and_an_aborted_one_never_is(
         }
     }
 
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", &stack.kafka_bootstrap);
+    let config = config(&stack);
     let read = |key: &str, topic: &str| {
         let (config, topic, key) = (config.clone(), topic.to_string(), key.to_string());
         tokio::task::spawn_blocking(move || read_latest(&config, &topic, &key, LIMIT))
@@ -222,7 +223,7 @@ async fn the_last_committed_checkpoint_is_read_back_and_an_aborted_one_never_is(
 
     // A record under a sink's key that is not a checkpoint is an error naming where it is.
     t.begin().expect("begin");
-    send_keyed(&t, &checkpoints, "broken", b"not a checkpoint").await;
+    send_keyed(&t, &checkpoints, "broken", Some(b"not a checkpoint")).await;
     within(LIMIT, "the commit", t.commit())
         .await
         .expect("commit");
@@ -238,27 +239,12 @@ async fn the_last_committed_checkpoint_is_read_back_and_an_aborted_one_never_is(
     );
 }
 
-/// Sends a tombstone (no value) for `key` in the open transaction.
-async fn send_tombstone(t: &Transactions, topic: &str, key: &str) {
-    let (record, delivery) = Transactions::record(topic);
-    t.send(record.key(key))
-        .map_err(|(e, _)| e)
-        .expect("librdkafka takes the tombstone");
-    within(LIMIT, "a delivery report", delivery)
-        .await
-        .expect("a delivery report")
-        .expect("the broker took the tombstone");
-}
-
 #[tokio::test]
 async fn the_known_state_is_rebuilt_from_committed_state_records_and_tombstones() {
     let stack = Stack::load();
     let state = unique_name("txn-state");
     create_topic(&stack, &state, 3).await;
-    let t = producer(&stack, &unique_name("kubecast-txn"));
-    within(LIMIT, "init_transactions", t.init())
-        .await
-        .expect("init");
+    let t = producer(&stack, &unique_name("kubecast-txn")).await;
 
     // Three pods seen, one of them changed and one deleted, committed.
     t.begin().expect("begin");
@@ -268,20 +254,19 @@ async fn the_known_state_is_rebuilt_from_committed_state_records_and_tombstones(
         ("uid-c", "12"),
         ("uid-a", "20"),
     ] {
-        send_keyed(&t, &state, uid, rv.as_bytes()).await;
+        send_keyed(&t, &state, uid, Some(rv.as_bytes())).await;
     }
-    send_tombstone(&t, &state, "uid-b").await;
+    send_keyed(&t, &state, "uid-b", None).await;
     within(LIMIT, "the commit", t.commit())
         .await
         .expect("commit");
     // An aborted change and an aborted delete leave no trace.
     t.begin().expect("begin");
-    send_keyed(&t, &state, "uid-c", b"99").await;
-    send_tombstone(&t, &state, "uid-a").await;
+    send_keyed(&t, &state, "uid-c", Some(b"99")).await;
+    send_keyed(&t, &state, "uid-a", None).await;
     within(LIMIT, "the abort", t.abort()).await.expect("abort");
 
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", &stack.kafka_bootstrap);
+    let config = config(&stack);
     let known = tokio::task::spawn_blocking(move || read_known(&config, &state, LIMIT))
         .await
         .expect("the reader")
