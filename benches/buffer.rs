@@ -30,6 +30,7 @@ fn event(seq: u64) -> Event {
         prev_rv: rv,
         inferred: false,
         initial: false,
+        from_watch: false,
         data: Bytes::from(vec![b'x'; DATA]),
     }
 }

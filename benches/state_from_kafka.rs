@@ -11,7 +11,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use kubecast::sinks::kafka::checkpoint::read_known;
+use kubecast::sinks::kafka::checkpoint::{PodState, read_known};
 use kubecast::sinks::kafka::txn::Transactions;
 use rdkafka::ClientConfig;
 use support::{Stack, unique_name};
@@ -32,12 +32,17 @@ async fn write(stack: &Stack, topic: &str, n: usize) {
         let mut deliveries = Vec::new();
         for &i in chunk {
             let uid = format!("{i:08x}-7c1e-4b7a-9f2d-000000000000");
-            let rv = format!("{}", 100_000 + i);
+            let rv = PodState {
+                namespace: "bench".to_string(),
+                name: format!("pod-{i}"),
+                rv: format!("{}", 100_000 + i),
+            }
+            .to_bytes();
             let (record, delivery) = Transactions::record(topic);
             let record = if i % 10 == 9 {
                 record.key(uid.as_str())
             } else {
-                record.key(uid.as_str()).payload(rv.as_bytes())
+                record.key(uid.as_str()).payload(&rv[..])
             };
             t.send(record)
                 .map_err(|(e, _)| e)

@@ -54,6 +54,7 @@ fn event(kind: ChangeKind) -> Event {
         prev_rv: String::new(),
         inferred: false,
         initial: false,
+        from_watch: false,
         data: Bytes::from_static(b"{}"),
     }
 }

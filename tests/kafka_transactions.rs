@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
 
-use kubecast::sinks::kafka::checkpoint::{Checkpoint, read_known, read_latest};
+use kubecast::sinks::kafka::checkpoint::{Checkpoint, PodState, read_known, read_latest};
 use kubecast::sinks::kafka::txn::{Transactions, TxnError};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -254,7 +254,7 @@ async fn the_known_state_is_rebuilt_from_committed_state_records_and_tombstones(
         ("uid-c", "12"),
         ("uid-a", "20"),
     ] {
-        send_keyed(&t, &state, uid, Some(rv.as_bytes())).await;
+        send_keyed(&t, &state, uid, Some(&pod_state(uid, rv))).await;
     }
     send_keyed(&t, &state, "uid-b", None).await;
     within(LIMIT, "the commit", t.commit())
@@ -262,7 +262,7 @@ async fn the_known_state_is_rebuilt_from_committed_state_records_and_tombstones(
         .expect("commit");
     // An aborted change and an aborted delete leave no trace.
     t.begin().expect("begin");
-    send_keyed(&t, &state, "uid-c", Some(b"99")).await;
+    send_keyed(&t, &state, "uid-c", Some(&pod_state("uid-c", "99"))).await;
     send_keyed(&t, &state, "uid-a", None).await;
     within(LIMIT, "the abort", t.abort()).await.expect("abort");
 
@@ -271,9 +271,21 @@ async fn the_known_state_is_rebuilt_from_committed_state_records_and_tombstones(
         .await
         .expect("the reader")
         .expect("read");
-    let expected: std::collections::HashMap<String, String> = [("uid-a", "20"), ("uid-c", "12")]
+    let mut known: Vec<(String, String, String)> =
+        known.into_iter().map(|k| (k.uid, k.name, k.rv)).collect();
+    known.sort();
+    let expected: Vec<(String, String, String)> = [("uid-a", "20"), ("uid-c", "12")]
         .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .map(|(uid, rv)| (uid.to_string(), format!("pod-{uid}"), rv.to_string()))
         .collect();
     assert_eq!(known, expected);
+}
+
+fn pod_state(uid: &str, rv: &str) -> Vec<u8> {
+    PodState {
+        namespace: "ns".to_string(),
+        name: format!("pod-{uid}"),
+        rv: rv.to_string(),
+    }
+    .to_bytes()
 }

@@ -153,6 +153,7 @@ impl Config {
                 Err(more) => issues.extend(more),
             }
         }
+        check_keeper(&sinks, &self.state, &mut issues);
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
             issues.push(Issue::new(
                 "log.level",
@@ -196,6 +197,41 @@ impl Config {
             metrics_address,
             shutdown: self.shutdown,
         })
+    }
+}
+
+/// An exactly-once sink keeps the pipeline's state in its destination: there can be one,
+/// there is then no `state.dir` (two sources of truth would disagree after a failover), and
+/// the other sinks must not drop events (it waits for them; a dropped event it would wait
+/// for forever).
+fn check_keeper(sinks: &[(String, ValidSink)], state: &StateConfig, issues: &mut Vec<Issue>) {
+    let keepers: Vec<&str> = sinks
+        .iter()
+        .filter(|(_, v)| v.sink.keeper().is_some())
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let Some(keeper) = keepers.first() else {
+        return;
+    };
+    for other in &keepers[1..] {
+        issues.push(Issue::new(
+            format!("sinks.{other}.exactly_once"),
+            format!("only one sink can be exactly_once (sinks.{keeper} is)"),
+        ));
+    }
+    if state.dir.is_some() {
+        issues.push(Issue::new(
+            "state.dir",
+            format!("must be left out with an exactly_once sink: sinks.{keeper} keeps the state in Kafka"),
+        ));
+    }
+    for (name, v) in sinks {
+        if name != keeper && v.queue.when_full != crate::sinks::WhenFull::Block {
+            issues.push(Issue::new(
+                format!("sinks.{name}.queue.when_full"),
+                format!("must be `block` next to the exactly_once sink sinks.{keeper} (it commits only what every sink has settled)"),
+            ));
+        }
     }
 }
 

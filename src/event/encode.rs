@@ -84,6 +84,7 @@ impl Encoder {
             prev_rv: change.prev_rv.clone(),
             inferred: change.inferred,
             initial: change.initial,
+            from_watch: false,
             data,
         };
         (event, error)

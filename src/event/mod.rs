@@ -85,6 +85,9 @@ pub struct Event {
     pub inferred: bool,
     /// An `added` that comes from the initial list of a start without saved state.
     pub initial: bool,
+    /// Seen on the watch (its resourceVersion is a point the watch can resume after) rather
+    /// than in a list. Given by the pipeline; not an attribute.
+    pub from_watch: bool,
     /// The JSON `data`.
     pub data: Bytes,
 }
@@ -177,6 +180,7 @@ mod tests {
             prev_rv: String::new(),
             inferred: false,
             initial: true,
+            from_watch: false,
             data: Bytes::from_static(br#"{"a":1}"#),
         }
     }

@@ -12,10 +12,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
+
 use crate::classify::{Classifier, Scope};
 use crate::config::{InitialList, StateConfig};
 use crate::event::Event;
 use crate::ops::Ops;
+use crate::sinks::Kept;
 use crate::store::{Record, Snapshot, Store, StoreError, StoreSettings};
 use crate::watch::Observed;
 
@@ -30,6 +33,9 @@ pub struct DurableSettings {
     pub sinks: Vec<String>,
     /// Where the buffer's size and fsync times are recorded.
     pub ops: Arc<Ops>,
+    /// The sink that keeps the resume point in its destination (exactly-once Kafka), with
+    /// what it had committed; then there is no state directory.
+    pub keeper: Option<(String, Option<Kept>)>,
 }
 
 /// What the pipeline starts from.
@@ -51,6 +57,46 @@ pub struct Durable {
     batch: Vec<Record>,
     snapshot_due: bool,
     ops: Arc<Ops>,
+    settled: Settled,
+}
+
+/// What every sink but the keeper has settled, for the keeper
+/// ([`crate::sinks::Acks::settled_by_others`]).
+struct Settled {
+    keeper: Option<String>,
+    /// Per other sink, the highest sequence number it settled.
+    acked: HashMap<String, u64>,
+    tx: watch::Sender<u64>,
+}
+
+impl Settled {
+    fn new(sinks: &[String], keeper: Option<&str>, from: u64) -> Settled {
+        let acked: HashMap<String, u64> = sinks
+            .iter()
+            .filter(|s| Some(s.as_str()) != keeper)
+            .map(|s| (s.clone(), from))
+            .collect();
+        // With no other sink, nothing is waited for.
+        let all = if acked.is_empty() { u64::MAX } else { from };
+        Settled {
+            keeper: keeper.map(str::to_string),
+            acked,
+            tx: watch::channel(all).0,
+        }
+    }
+
+    fn acked(&mut self, sink: &str, seq: u64) {
+        if self.keeper.as_deref() == Some(sink) {
+            return;
+        }
+        if let Some(a) = self.acked.get_mut(sink) {
+            *a = (*a).max(seq);
+        }
+        if let Some(min) = self.acked.values().min().copied() {
+            self.tx
+                .send_if_modified(|v| std::mem::replace(v, min) != min);
+        }
+    }
 }
 
 impl Durable {
@@ -71,7 +117,11 @@ impl Durable {
             batch: Vec::new(),
             snapshot_due: false,
             ops: s.ops.clone(),
+            settled: Settled::new(&s.sinks, s.keeper.as_ref().map(|(n, _)| n.as_str()), 0),
         };
+        if let Some((keeper, kept)) = s.keeper {
+            return Ok(durable.kept(keeper, kept, &s.sinks, s.initial));
+        }
         let Some(dir) = &s.state.dir else {
             let start = Start {
                 classifier: Classifier::new(s.initial),
@@ -130,6 +180,55 @@ impl Durable {
         Ok((durable, start))
     }
 
+    /// Starts from what the keeper had committed (or afresh when it had nothing).
+    fn kept(
+        mut self,
+        keeper: String,
+        kept: Option<Kept>,
+        sinks: &[String],
+        initial: InitialList,
+    ) -> (Durable, Start) {
+        let Some(kept) = kept else {
+            let start = Start {
+                classifier: Classifier::new(initial),
+                resume: HashMap::new(),
+                pending: BTreeMap::new(),
+            };
+            return (self, start);
+        };
+        self.next_seq = kept.seq + 1;
+        self.settled = Settled::new(sinks, Some(&keeper), kept.seq);
+        let resume: HashMap<Scope, Option<String>> = kept
+            .positions
+            .into_iter()
+            .filter(|(scope, _)| self.per_namespace != (scope == "*"))
+            .map(|(scope, rv)| {
+                (
+                    self.per_namespace.then(|| Arc::from(scope.as_str())),
+                    Some(rv),
+                )
+            })
+            .collect();
+        tracing::info!(
+            sink = keeper,
+            seq = kept.seq,
+            known_pods = kept.known.len(),
+            positions = ?resume,
+            "state restored from the exactly-once sink's checkpoint"
+        );
+        let start = Start {
+            classifier: Classifier::restored(initial, kept.known),
+            resume,
+            pending: BTreeMap::new(),
+        };
+        (self, start)
+    }
+
+    /// What every sink but the keeper has settled, followed.
+    pub fn settled(&self) -> watch::Receiver<u64> {
+        self.settled.tx.subscribe()
+    }
+
     fn scope_of(&self, namespace: &str) -> Scope {
         self.per_namespace.then(|| Arc::from(namespace))
     }
@@ -159,6 +258,7 @@ impl Durable {
     /// Gives `event` its place in the stream (its sequence number) and, with a store, queues
     /// its record; `from_watch` events also move their scope's position.
     pub fn event(&mut self, mut event: Event, from_watch: bool) -> Arc<Event> {
+        event.from_watch = from_watch;
         let Some(store) = self.store.as_mut() else {
             event.seq = self.next_seq;
             self.next_seq += 1;
@@ -214,6 +314,7 @@ impl Durable {
 
     /// `sink` settled everything up to `seq`.
     pub fn acked(&mut self, sink: &str, seq: u64) {
+        self.settled.acked(sink, seq);
         if let Some(store) = self.store.as_mut() {
             store.acked(sink, seq);
         }

@@ -17,6 +17,7 @@ fn settings(dir: Option<std::path::PathBuf>, sinks: &[&str]) -> DurableSettings 
         initial: InitialList::Emit,
         sinks: sinks.iter().map(|s| s.to_string()).collect(),
         ops: Arc::default(),
+        keeper: None,
     }
 }
 

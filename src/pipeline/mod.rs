@@ -110,17 +110,29 @@ async fn bridge(
         streaming: config.watch.streaming_list,
         ops: ops.clone(),
     });
+    let per_namespace = !config.watch.namespaces.is_empty();
+    // An exactly-once sink keeps the resume point: it takes over (fencing any other replica)
+    // before anything is read, so what it read is final.
+    let keeper = config
+        .sinks
+        .iter()
+        .find_map(|(name, v)| v.sink.keeper().map(|k| (name.clone(), k)));
+    let kept = match &keeper {
+        Some((_, k)) => Some(k.take_over(per_namespace).await?),
+        None => None,
+    };
     let (durable, start) = Durable::open(DurableSettings {
         state: config.state.clone(),
-        per_namespace: !config.watch.namespaces.is_empty(),
+        per_namespace,
         initial: config.watch.initial_list,
         sinks: config.sinks.iter().map(|(n, _)| n.clone()).collect(),
         ops: ops.clone(),
+        keeper: keeper.map(|(name, _)| (name, kept.flatten())),
     })
     .await?;
     ops.health.restored();
     let (reports_tx, reports) = mpsc::unbounded_channel();
-    let sinks = sinks::start(config.sinks, reports_tx, ops.clone());
+    let sinks = sinks::start(config.sinks, reports_tx, ops.clone(), durable.settled());
 
     // One watch per scope, shared by every sink.
     let (observed_tx, observed) = mpsc::channel::<Observed>(256);

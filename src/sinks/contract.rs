@@ -12,13 +12,14 @@
 //! To add a sink: a folder under `src/sinks/` with its config (implementing [`SinkSpec`]) and
 //! its task (implementing [`Sink`]), and one line in `sink_kinds!` in `src/sinks/mod.rs`.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::config::Common;
 use super::dead_letter::DeadLetter;
@@ -26,6 +27,7 @@ use super::queue::{QueueConfig, QueueRx};
 use crate::config::Issue;
 use crate::event::Event;
 use crate::ops::Ops;
+use crate::store::KnownPod;
 
 /// A sink kind's config (the fields under `sinks.NAME` besides `type`, `queue` and
 /// `dead_letter`).
@@ -56,6 +58,36 @@ pub trait Sink: Debug + Send + 'static {
         queue: QueueRx,
         acks: Acks,
     ) -> BoxFuture<'static, Result<(), SinkError>>;
+
+    /// A sink that keeps the pipeline's resume point at its destination (the exactly-once
+    /// Kafka sink) returns its [`Keeper`]; the pipeline then starts from what it kept.
+    fn keeper(&self) -> Option<Arc<dyn Keeper>> {
+        None
+    }
+}
+
+/// Keeps the pipeline's resume point (the last committed event, the watch positions and the
+/// known state as of it) at the sink's destination, in the same unit of work as the events:
+/// what a restart starts from is then exactly what the destination shows.
+pub trait Keeper: Send + Sync {
+    /// Takes the destination over from any other replica, so that nothing the others send
+    /// from now on becomes visible, then reads what was last committed (`None`: nothing
+    /// ever was). `per_namespace`: the watch positions are per namespace rather than one
+    /// for all. Retries while the destination is unreachable; errors are fatal.
+    fn take_over(&self, per_namespace: bool)
+    -> BoxFuture<'static, Result<Option<Kept>, SinkError>>;
+}
+
+/// What a [`Keeper`] had committed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// The sequence number of the last event committed.
+    pub seq: u64,
+    /// Per scope (a namespace, or `*` for all namespaces), the resourceVersion the watch
+    /// resumes after; a scope missing here is listed again.
+    pub positions: BTreeMap<String, String>,
+    /// Each known pod and the resourceVersion of its last committed event.
+    pub known: Vec<KnownPod>,
 }
 
 /// What a sink says about an event, in the order of its acks.
@@ -99,6 +131,7 @@ pub struct Acks {
     reports: mpsc::UnboundedSender<Report>,
     dead_letter: Arc<DeadLetter>,
     ops: Arc<Ops>,
+    settled: watch::Receiver<u64>,
 }
 
 /// The dead-letter file refused a write: the event would be lost, so the sink stops.
@@ -111,19 +144,29 @@ pub struct DeadLetterError {
 }
 
 impl Acks {
-    /// The acks of sink `sink`, reported into `reports`.
+    /// The acks of sink `sink`, reported into `reports`. `settled` follows the highest
+    /// sequence number every sink but a [`Keeper`] has settled.
     pub fn new(
         sink: Arc<str>,
         reports: mpsc::UnboundedSender<Report>,
         dead_letter: DeadLetter,
         ops: Arc<Ops>,
+        settled: watch::Receiver<u64>,
     ) -> Acks {
         Acks {
             sink,
             reports,
             dead_letter: Arc::new(dead_letter),
             ops,
+            settled,
         }
+    }
+
+    /// The highest sequence number that every sink but the [`Keeper`] has settled: a
+    /// keeper commits no event beyond it, so that a restart from its checkpoint sends the
+    /// others everything they had not acknowledged.
+    pub fn settled_by_others(&self) -> watch::Receiver<u64> {
+        self.settled.clone()
     }
 
     /// The sink is connected to its destination (`true`) or lost it: readiness and the

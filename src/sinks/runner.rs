@@ -8,7 +8,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use super::contract::{Acks, Report, SinkError, ValidSink};
@@ -39,11 +39,13 @@ pub struct Sinks {
     pub tasks: JoinSet<SinkExit>,
 }
 
-/// Spawns every sink; their reports arrive on `reports`.
+/// Spawns every sink; their reports arrive on `reports`. `settled` follows what every sink
+/// but a keeper has settled ([`Acks::settled_by_others`]).
 pub fn start(
     sinks: Vec<(String, ValidSink)>,
     reports: mpsc::UnboundedSender<Report>,
     ops: Arc<Ops>,
+    settled: watch::Receiver<u64>,
 ) -> Sinks {
     let mut out = Sinks {
         queues: Vec::with_capacity(sinks.len()),
@@ -57,6 +59,7 @@ pub fn start(
             reports.clone(),
             valid.dead_letter,
             ops.clone(),
+            settled.clone(),
         );
         let run = valid.sink.run(rx, acks);
         let sink = name.clone();

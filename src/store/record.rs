@@ -112,6 +112,7 @@ impl Record {
                     dataschema: schema_of(&next())?,
                     inferred: flags & 1 != 0,
                     initial: flags & 2 != 0,
+                    from_watch,
                     data,
                 };
                 Some(Record::Event {
@@ -200,6 +201,7 @@ pub(crate) mod tests {
             prev_rv: String::new(),
             inferred: kind == ChangeKind::Deleted,
             initial: false,
+            from_watch: false,
             data: Bytes::from(format!("{{\"rv\":\"{rv}\"}}")),
         }
     }

@@ -73,14 +73,22 @@ pub struct KafkaTopic {
 }
 
 impl KafkaTopic {
-    /// Creates `topic` with [`PARTITIONS`] partitions and starts reading it.
+    /// Creates `topic` with [`PARTITIONS`] partitions and starts reading it
+    /// (`read_committed`, librdkafka's default).
     pub async fn create(stack: &Stack, topic: &str) -> KafkaTopic {
+        create_topic(stack, topic, PARTITIONS).await;
+        KafkaTopic::read(stack, topic, "read_committed")
+    }
+
+    /// Starts reading the existing `topic` with `isolation` (`read_committed` or
+    /// `read_uncommitted`).
+    pub fn read(stack: &Stack, topic: &str, isolation: &str) -> KafkaTopic {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", &stack.kafka_bootstrap);
-        create_topic(stack, topic, PARTITIONS).await;
         let consumer: StreamConsumer = config
             .set("group.id", unique_name("test-reader"))
             .set("enable.auto.commit", "false")
+            .set("isolation.level", isolation)
             .create()
             .expect("Kafka consumer");
         let mut assignment = TopicPartitionList::new();

@@ -16,6 +16,8 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
+use crate::store::KnownPod;
+
 /// One sink's position, as committed with its events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
@@ -43,7 +45,7 @@ pub enum CheckpointError {
         #[source]
         source: KafkaError,
     },
-    #[error("the checkpoint at offset {offset} of `{topic}` partition {partition} is not one: {reason}")]
+    #[error("the record at offset {offset} of `{topic}` partition {partition} is damaged: {reason}")]
     Corrupt {
         topic: String,
         partition: i32,
@@ -93,29 +95,67 @@ pub fn read_latest(
     }
 }
 
-/// The known state kept in a compacted state topic: each pod's uid (the key) and the
-/// resourceVersion of its last delivered event (the value); a tombstone (a delete) removes
-/// it. Read with `read_committed` to the end of every partition.
+/// The value of a pod's record in the state topic (its key is the pod's uid).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodState {
+    pub namespace: String,
+    pub name: String,
+    /// The resourceVersion of the pod's last event committed.
+    pub rv: String,
+}
+
+impl PodState {
+    /// The record's value.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // Three strings always serialize.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// The known state kept in a compacted state topic: each pod's uid (the key) and its
+/// [`PodState`] (the value); a tombstone (a delete) removes it. Read with `read_committed`
+/// to the end of every partition. A record that is not a [`PodState`] is an error naming
+/// its place.
 pub fn read_known(
     config: &ClientConfig,
     topic: &str,
     limit: Duration,
-) -> Result<HashMap<String, String>, CheckpointError> {
-    let mut known = HashMap::new();
+) -> Result<Vec<KnownPod>, CheckpointError> {
+    let mut known: HashMap<String, PodState> = HashMap::new();
+    let mut corrupt = None;
     read_to_end(config, topic, limit, |m| {
         let Some(uid) = m.key().and_then(|k| std::str::from_utf8(k).ok()) else {
             return;
         };
-        match m.payload() {
+        match m.payload().map(serde_json::from_slice::<PodState>) {
             None => {
                 known.remove(uid);
             }
-            Some(rv) => {
-                known.insert(uid.to_string(), String::from_utf8_lossy(rv).into_owned());
+            Some(Ok(state)) => {
+                known.insert(uid.to_string(), state);
+            }
+            Some(Err(e)) => {
+                corrupt.get_or_insert(CheckpointError::Corrupt {
+                    topic: topic.to_string(),
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    reason: format!("not a pod's state: {e}"),
+                });
             }
         }
     })?;
-    Ok(known)
+    if let Some(e) = corrupt {
+        return Err(e);
+    }
+    Ok(known
+        .into_iter()
+        .map(|(uid, s)| KnownPod {
+            uid,
+            namespace: s.namespace,
+            name: s.name,
+            rv: s.rv,
+        })
+        .collect())
 }
 
 /// Calls `each` with every committed record of `topic`, partition by partition in offset

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::txn_config::{TransactionsConfig, TxnSettings};
 use crate::config::Issue;
 use crate::sinks::{Common, Placeholder, Secret, Sink, SinkSpec, Template, TlsConfig};
 
@@ -46,6 +47,15 @@ pub struct KafkaConfig {
     /// rest on (`enable.idempotence`, `acks`, ...) cannot be overridden.
     #[serde(default)]
     pub librdkafka: BTreeMap<String, String>,
+    /// Exactly-once for `read_committed` consumers: events go out in Kafka transactions
+    /// together with this sink's checkpoint and the known state, which then live in Kafka
+    /// instead of `state.dir` (README, "Delivery guarantees"). Default: false (at-least-once
+    /// through the idempotent producer).
+    #[serde(default)]
+    pub exactly_once: bool,
+    /// The transactions of `exactly_once`.
+    #[serde(default)]
+    pub transactions: TransactionsConfig,
 }
 
 fn default_topic() -> String {
@@ -103,6 +113,8 @@ pub struct KafkaSettings {
     pub dead_letter_topic: Option<String>,
     /// Every librdkafka property, kubecast's own and the user's.
     pub properties: Vec<(String, Secret)>,
+    /// With `exactly_once: true`, its transactions.
+    pub exactly_once: Option<TxnSettings>,
 }
 
 /// Properties whose values kubecast's delivery guarantees depend on.
@@ -244,8 +256,14 @@ impl KafkaConfig {
                 format!("`{t}` is not a valid Kafka topic"),
             ));
         }
+        let exactly_once = self.exactly_once.then(|| {
+            let sink = at.strip_prefix("sinks.").unwrap_or(at);
+            self.transactions
+                .settings(at, sink, cluster, valid_topic, &mut issues)
+        });
         match topic {
             Some(topic) if issues.is_empty() => Ok(KafkaSettings {
+                exactly_once,
                 topic,
                 mode: self.mode,
                 max_message_bytes: self.max_message_bytes as usize,

@@ -6,8 +6,11 @@ mod config;
 mod inflight;
 mod producer;
 pub mod checkpoint;
+mod exactly_once;
 mod sink;
 pub mod txn;
+mod txn_config;
 
 pub use config::{Compression, KafkaConfig, KafkaSettings, Mode, SaslConfig};
 pub use sink::{KafkaSinkError, headers_of};
+pub use txn_config::{TransactionsConfig, TxnSettings};

@@ -22,7 +22,8 @@ use super::producer::{Delivered, Delivery, Producer};
 use super::{KafkaSettings, Mode};
 use crate::event::{Event, STRUCTURED_CONTENT_TYPE};
 use crate::sinks::queue::QueueRx;
-use crate::sinks::{Acks, DeadLetter, Sink, SinkError};
+use super::exactly_once::TxnKeeper;
+use crate::sinks::{Acks, DeadLetter, Keeper, Sink, SinkError};
 
 /// Why the Kafka sink stopped.
 #[derive(Debug, thiserror::Error)]
@@ -43,7 +44,7 @@ pub enum KafkaSinkError {
 
 /// Why one record can never be sent: the event is dead-lettered with this as the reason.
 #[derive(Debug, thiserror::Error)]
-enum Unsendable {
+pub(super) enum Unsendable {
     #[error("record of {size} bytes exceeds max_message_bytes {max}")]
     TooLarge { size: usize, max: usize },
     #[error("Kafka refused the record: {0}")]
@@ -52,7 +53,16 @@ enum Unsendable {
 
 impl Sink for KafkaSettings {
     fn run(self: Box<Self>, rx: QueueRx, acks: Acks) -> BoxFuture<'static, Result<(), SinkError>> {
-        Box::pin(run(*self, rx, acks))
+        if self.exactly_once.is_some() {
+            Box::pin(super::exactly_once::run(*self, rx, acks))
+        } else {
+            Box::pin(run(*self, rx, acks))
+        }
+    }
+
+    fn keeper(&self) -> Option<Arc<dyn Keeper>> {
+        let sink = self.exactly_once.as_ref()?.sink.as_str().into();
+        Some(Arc::new(TxnKeeper::new(self.clone(), sink)))
     }
 }
 
@@ -104,7 +114,15 @@ impl ClientContext for Context {
                     | RDKafkaErrorCode::ClusterAuthorizationFailed
             )
         );
-        if fatal {
+        let fenced = matches!(
+            code,
+            Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced)
+        ) || reason.contains("fenced");
+        if fenced {
+            // A newer replica of this exactly-once sink took over: expected at a failover;
+            // the transactional calls report it to the sink.
+            tracing::warn!(sink = %self.sink, reason, "fenced: another kubecast took over this sink's transactional.id");
+        } else if fatal {
             tracing::error!(sink = %self.sink, error = %error, reason, "Kafka rejected kubecast");
             let mut slot = self.shared.error.lock().unwrap_or_else(|p| p.into_inner());
             slot.get_or_insert_with(|| (error.clone(), reason.to_string()));
@@ -243,7 +261,7 @@ async fn submit(
 
 /// Hands one record to librdkafka, waiting for room while its queue is full. The error is
 /// the reason the record can never be sent.
-async fn enqueue(
+pub(super) async fn enqueue(
     producer: &Producer,
     settings: &KafkaSettings,
     sink: &str,
@@ -400,6 +418,7 @@ mod tests {
                 prev_rv: "1".into(),
                 inferred: false,
                 initial: true,
+                from_watch: false,
                 data: bytes::Bytes::new(),
             };
             for (name, _) in event.attributes() {

@@ -36,7 +36,7 @@ pub enum TxnError {
 }
 
 impl TxnError {
-    fn of(e: KafkaError) -> TxnError {
+    pub(super) fn of(e: KafkaError) -> TxnError {
         let fenced = |code| {
             matches!(
                 code,
@@ -100,6 +100,11 @@ impl Transactions {
         self.producer
             .send(record)
             .map_err(|(e, r)| (TxnError::of(e), r))
+    }
+
+    /// The producer, to send records built elsewhere within the open transaction.
+    pub(super) fn producer(&self) -> &Producer {
+        &self.producer
     }
 
     /// A record for `topic` with its delivery report, for [`Transactions::send`].

@@ -1,0 +1,374 @@
+//! The exactly-once Kafka sink (`exactly_once: true`): events go out in Kafka transactions,
+//! each carrying a batch of events, the known state they leave behind (state topic, keyed by
+//! pod uid, a tombstone on delete) and the sink's checkpoint (the last event's sequence
+//! number and the watch positions as of it) — the way Kafka Connect's exactly-once source
+//! tasks commit their offsets with their records. A `read_committed` consumer sees each
+//! change once: a restart starts from the committed checkpoint, so what a crash left
+//! uncommitted is aborted and sent again, and nothing committed is sent twice.
+//!
+//! Entry points: [`TxnKeeper::take_over`] (at the pipeline's start: fence the other
+//! replicas, read the checkpoint and the state) and [`run`] (the sink's loop). A transaction
+//! is cut at `max_events` or `max_ms` after its first event, and commits nothing the other
+//! sinks have not settled yet ([`crate::sinks::Acks::settled_by_others`]), so that a restart
+//! from the checkpoint resends them whatever they had not acknowledged.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::RDKafkaErrorCode;
+
+use super::checkpoint::{self, Checkpoint, CheckpointError, PodState};
+use super::sink::{Unsendable, enqueue};
+use super::txn::{TxnError, Transactions};
+use super::txn_config::TxnSettings;
+use super::KafkaSettings;
+use crate::backoff::Backoff;
+use crate::event::{ChangeKind, Event};
+use crate::sinks::queue::QueueRx;
+use crate::sinks::{Acks, Keeper, Kept, SinkError};
+
+/// How long one blocking transactional call or one read of a topic may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why the exactly-once sink stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ExactlyOnceError {
+    /// Another replica took over (its producer fenced this one): nothing this one sent since
+    /// becomes visible. Under leader election this replica becomes a standby.
+    #[error("another kubecast took over transactional.id `{id}` (this one is fenced)")]
+    Fenced {
+        id: String,
+        #[source]
+        source: TxnError,
+    },
+    #[error("the transactional producer of transactional.id `{id}` failed")]
+    Producer {
+        id: String,
+        #[source]
+        source: TxnError,
+    },
+    #[error("creating the compacted topics")]
+    Topics(#[source] rdkafka::error::KafkaError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+}
+
+impl ExactlyOnceError {
+    fn of(id: &str, e: TxnError) -> ExactlyOnceError {
+        match e {
+            TxnError::Fenced(_) => ExactlyOnceError::Fenced {
+                id: id.to_string(),
+                source: e,
+            },
+            _ => ExactlyOnceError::Producer {
+                id: id.to_string(),
+                source: e,
+            },
+        }
+    }
+}
+
+/// The producer that took over and the position it continues from.
+pub(crate) struct Ready {
+    txns: Transactions,
+    /// Per scope, the watch position as of the last committed event.
+    positions: BTreeMap<String, String>,
+    /// The last committed event's sequence number.
+    committed: u64,
+    per_namespace: bool,
+}
+
+/// The [`Keeper`] of an exactly-once sink.
+pub struct TxnKeeper {
+    settings: KafkaSettings,
+    sink: Arc<str>,
+}
+
+impl TxnKeeper {
+    pub fn new(settings: KafkaSettings, sink: Arc<str>) -> TxnKeeper {
+        TxnKeeper { settings, sink }
+    }
+}
+
+impl Keeper for TxnKeeper {
+    fn take_over(&self, per_namespace: bool) -> BoxFuture<'static, Result<Option<Kept>, SinkError>> {
+        let (settings, sink) = (self.settings.clone(), self.sink.clone());
+        Box::pin(async move {
+            let failed = |e: ExactlyOnceError| SinkError {
+                sink: sink.clone(),
+                cause: Box::new(e),
+            };
+            let Some(txn) = settings.exactly_once.clone() else {
+                return Ok(None);
+            };
+            let (ready, kept) = take_over(&settings, &txn, &sink, per_namespace)
+                .await
+                .map_err(failed)?;
+            *txn.ready.lock().unwrap_or_else(|p| p.into_inner()) = Some(ready);
+            Ok(kept)
+        })
+    }
+}
+
+/// The client settings (brokers, TLS, SASL, the user's properties).
+fn client_config(settings: &KafkaSettings) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    for (k, v) in &settings.properties {
+        config.set(k, &v.0);
+    }
+    config
+}
+
+/// Creates the compacted topics if missing, fences every other producer of the
+/// `transactional.id`, then reads the committed checkpoint and known state.
+async fn take_over(
+    settings: &KafkaSettings,
+    txn: &TxnSettings,
+    sink: &str,
+    per_namespace: bool,
+) -> Result<(Ready, Option<Kept>), ExactlyOnceError> {
+    let config = client_config(settings);
+    create_compacted(&config, &[&txn.checkpoint_topic, &txn.state_topic]).await?;
+    let mut producer = config.clone();
+    // A transaction's records may not outlive it; librdkafka requires this order.
+    producer
+        .set("transaction.timeout.ms", txn.timeout.as_millis().to_string())
+        .set("message.timeout.ms", txn.timeout.as_millis().to_string());
+    let txns = Transactions::create(sink, producer, &txn.id, CALL_TIMEOUT)
+        .map_err(|e| ExactlyOnceError::of(&txn.id, e))?;
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+    loop {
+        match txns.init().await {
+            Ok(()) => break,
+            Err(TxnError::Retriable(e)) => {
+                tracing::warn!(sink, error = %e, "Kafka transaction coordinator not reachable yet, retrying");
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            Err(e) => return Err(ExactlyOnceError::of(&txn.id, e)),
+        }
+    }
+    // Only now, with every other producer fenced, is the checkpoint final.
+    let (t, key, state) = (txn.clone(), txn.checkpoint_key.clone(), txn.state_topic.clone());
+    let read = tokio::task::spawn_blocking(move || -> Result<_, CheckpointError> {
+        let Some(c) = checkpoint::read_latest(&config, &t.checkpoint_topic, &key, CALL_TIMEOUT)?
+        else {
+            return Ok(None);
+        };
+        let known = checkpoint::read_known(&config, &state, CALL_TIMEOUT * 10)?;
+        Ok(Some((c, known)))
+    })
+    .await
+    .map_err(|_| ExactlyOnceError::Topics(rdkafka::error::KafkaError::Canceled))??;
+    let kept = read.map(|(c, known)| Kept {
+        seq: c.seq,
+        positions: c.positions,
+        known,
+    });
+    tracing::info!(
+        sink,
+        transactional_id = %txn.id,
+        committed_seq = kept.as_ref().map_or(0, |k| k.seq),
+        known_pods = kept.as_ref().map_or(0, |k| k.known.len()),
+        "took over the exactly-once sink"
+    );
+    let ready = Ready {
+        txns,
+        positions: kept.as_ref().map(|k| k.positions.clone()).unwrap_or_default(),
+        committed: kept.as_ref().map_or(0, |k| k.seq),
+        per_namespace,
+    };
+    Ok((ready, kept))
+}
+
+/// Creates each of `topics` that does not exist yet, compacted, with one partition.
+async fn create_compacted(config: &ClientConfig, topics: &[&str]) -> Result<(), ExactlyOnceError> {
+    let admin: AdminClient<DefaultClientContext> =
+        config.create().map_err(ExactlyOnceError::Topics)?;
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|t| {
+            NewTopic::new(t, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact")
+        })
+        .collect();
+    let options = AdminOptions::new().operation_timeout(Some(CALL_TIMEOUT));
+    let results = admin
+        .create_topics(&new, &options)
+        .await
+        .map_err(ExactlyOnceError::Topics)?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => {
+                tracing::warn!(topic, error = %code, "could not create the compacted topic; it must exist");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs the sink until its queue closes and everything taken is committed.
+pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result<(), SinkError> {
+    let Some(txn) = settings.exactly_once.clone() else {
+        return Ok(());
+    };
+    let taken = txn.ready.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let mut ready = match taken {
+        Some(r) => r,
+        // The pipeline always takes over first; a sink run alone does it here.
+        None => take_over(&settings, &txn, acks.sink(), false)
+            .await
+            .map_err(|e| acks.failed(e))?
+            .0,
+    };
+    acks.connected(true);
+    let mut settled = acks.settled_by_others();
+    loop {
+        let Some(first) = rx.recv().await else {
+            return Ok(());
+        };
+        let mut batch = vec![first];
+        let deadline = tokio::time::Instant::now() + txn.linger;
+        while batch.len() < txn.max_events {
+            tokio::select! {
+                next = rx.recv() => match next {
+                    Some(e) => batch.push(e),
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        let last = batch.last().map_or(0, |e| e.seq);
+        // What is committed is never sent again after a restart, to any sink: so it waits
+        // until the other sinks have it.
+        if settled.wait_for(|s| *s >= last).await.is_err() {
+            // The pipeline is gone; nothing can be reported any more.
+            return Ok(());
+        }
+        commit(&mut ready, &settings, &txn, &acks, &batch).await?;
+    }
+}
+
+/// Commits `batch` (retrying aborted transactions), then reports it.
+async fn commit(
+    ready: &mut Ready,
+    settings: &KafkaSettings,
+    txn: &TxnSettings,
+    acks: &Acks,
+    batch: &[Arc<Event>],
+) -> Result<(), SinkError> {
+    let fresh: Vec<&Arc<Event>> = batch.iter().filter(|e| e.seq > ready.committed).collect();
+    let Some(last) = fresh.last().map(|e| e.seq) else {
+        // Committed before the restart: settled already.
+        report(acks, batch, &[]).await?;
+        return Ok(());
+    };
+    let mut positions = ready.positions.clone();
+    let mut state: HashMap<&str, Option<Vec<u8>>> = HashMap::new();
+    for e in &fresh {
+        let scope = if ready.per_namespace { e.namespace.as_str() } else { "*" };
+        if e.from_watch {
+            positions.insert(scope.to_string(), e.rv.clone());
+        } else {
+            // Part of a list: a restart lists again (and diffs against the state).
+            positions.remove(scope);
+        }
+        let value = (e.kind != ChangeKind::Deleted).then(|| {
+            PodState {
+                namespace: e.namespace.clone(),
+                name: e.name.clone(),
+                rv: e.rv.clone(),
+            }
+            .to_bytes()
+        });
+        state.insert(&e.uid, value);
+    }
+    let checkpoint = Checkpoint {
+        seq: last,
+        positions: positions.clone(),
+    }
+    .to_bytes();
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+    let dead = loop {
+        match attempt(ready, settings, txn, acks, &fresh, &state, &checkpoint).await {
+            Ok(dead) => break dead,
+            Err(e @ (TxnError::Fenced(_) | TxnError::Fatal(_))) => {
+                acks.connected(false);
+                return Err(acks.failed(ExactlyOnceError::of(&txn.id, e)));
+            }
+            Err(e) => {
+                acks.connected(false);
+                tracing::warn!(sink = %acks.sink(), error = %crate::error_chain(&e), "transaction not committed, sending it again");
+                // An abort may fail when there was nothing open; the next begin says more.
+                let _ = ready.txns.abort().await;
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+        }
+    };
+    acks.connected(true);
+    ready.positions = positions;
+    ready.committed = last;
+    report(acks, batch, &dead).await
+}
+
+/// One transaction: the events, their state records, the checkpoint. Returns the events
+/// that could not be sent (too large) and have no dead-letter topic, with the reason.
+async fn attempt(
+    ready: &Ready,
+    settings: &KafkaSettings,
+    txn: &TxnSettings,
+    acks: &Acks,
+    events: &[&Arc<Event>],
+    state: &HashMap<&str, Option<Vec<u8>>>,
+    checkpoint: &[u8],
+) -> Result<Vec<(u64, String)>, TxnError> {
+    let txns = &ready.txns;
+    txns.begin()?;
+    let mut dead = Vec::new();
+    for e in events {
+        match enqueue(txns.producer(), settings, acks.sink(), e, None).await {
+            Ok(_) => {}
+            Err(Unsendable::TooLarge { size, max }) => {
+                let reason = format!("record of {size} bytes exceeds max_message_bytes {max}");
+                if settings.dead_letter_topic.is_none()
+                    || enqueue(txns.producer(), settings, acks.sink(), e, Some(&reason))
+                        .await
+                        .is_err()
+                {
+                    dead.push((e.seq, reason));
+                }
+            }
+            Err(Unsendable::Refused(e)) => return Err(TxnError::of(e)),
+        }
+    }
+    for (uid, value) in state {
+        let (record, _) = Transactions::record(&txn.state_topic);
+        let record = record.key(*uid);
+        let record = match value {
+            Some(v) => record.payload(&v[..]),
+            None => record,
+        };
+        txns.send(record).map_err(|(e, _)| e)?;
+    }
+    let (record, _) = Transactions::record(&txn.checkpoint_topic);
+    txns.send(record.key(txn.checkpoint_key.as_str()).payload(checkpoint))
+        .map_err(|(e, _)| e)?;
+    txns.commit().await?;
+    Ok(dead)
+}
+
+/// Reports `batch` in order: each event delivered, or dead-lettered with its reason.
+async fn report(acks: &Acks, batch: &[Arc<Event>], dead: &[(u64, String)]) -> Result<(), SinkError> {
+    let dead: HashMap<u64, &str> = dead.iter().map(|(s, r)| (*s, r.as_str())).collect();
+    for e in batch {
+        match dead.get(&e.seq) {
+            Some(reason) => acks.dead_letter(e, reason.to_string()).await?,
+            None => acks.delivered(e.seq),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,159 @@
+//! The settings of an exactly-once Kafka sink (`exactly_once: true` and its `transactions`
+//! block), and their validated form [`TxnSettings`].
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::exactly_once::Ready;
+use crate::config::Issue;
+
+/// `transactions:` of a Kafka sink with `exactly_once: true`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransactionsConfig {
+    /// The `transactional.id` every replica of this sink shares: the replica that starts
+    /// last fences the others, which can then commit nothing more. Default:
+    /// `kubecast.{cluster}.{sink}`.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Compacted topic of the sinks' checkpoints, one record per sink keyed
+    /// `{cluster}/{sink}`; created (compacted) when missing. Default: `kubecast.checkpoints`.
+    #[serde(default = "default_checkpoint_topic")]
+    pub checkpoint_topic: String,
+    /// Compacted topic of the known state (pod uid -> namespace, name and last delivered
+    /// resourceVersion; a tombstone on delete); created when missing. Default:
+    /// `kubecast.state.{cluster}.{sink}`.
+    #[serde(default)]
+    pub state_topic: Option<String>,
+    /// Events per transaction, at most. Default: 500.
+    #[serde(default = "default_max_events")]
+    pub max_events: usize,
+    /// How long a transaction waits for more events after its first one, in milliseconds:
+    /// the latency an event may gain for fewer, larger transactions. Default: 100.
+    #[serde(default = "default_max_ms")]
+    pub max_ms: u64,
+    /// librdkafka's `transaction.timeout.ms`: how long the broker keeps a transaction open
+    /// for a producer that went silent before aborting it. Default: 60000.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u32,
+}
+
+impl Default for TransactionsConfig {
+    fn default() -> TransactionsConfig {
+        TransactionsConfig {
+            id: None,
+            checkpoint_topic: default_checkpoint_topic(),
+            state_topic: None,
+            max_events: default_max_events(),
+            max_ms: default_max_ms(),
+            timeout_ms: default_timeout_ms(),
+        }
+    }
+}
+
+fn default_checkpoint_topic() -> String {
+    "kubecast.checkpoints".to_string()
+}
+fn default_max_events() -> usize {
+    500
+}
+fn default_max_ms() -> u64 {
+    100
+}
+fn default_timeout_ms() -> u32 {
+    60_000
+}
+
+/// The validated transactions of one sink.
+#[derive(Clone)]
+pub struct TxnSettings {
+    /// The sink's name.
+    pub sink: String,
+    pub id: String,
+    pub checkpoint_topic: String,
+    /// This sink's key in the checkpoint topic: `{cluster}/{sink}`.
+    pub checkpoint_key: String,
+    pub state_topic: String,
+    pub max_events: usize,
+    pub linger: Duration,
+    pub timeout: Duration,
+    /// The producer that took over (fenced the others) and the position it read, handed
+    /// from the pipeline's start ([`crate::sinks::Keeper`]) to the running sink.
+    pub(super) ready: Arc<Mutex<Option<Ready>>>,
+}
+
+impl std::fmt::Debug for TxnSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxnSettings")
+            .field("id", &self.id)
+            .field("checkpoint_topic", &self.checkpoint_topic)
+            .field("state_topic", &self.state_topic)
+            .field("max_events", &self.max_events)
+            .field("linger", &self.linger)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TransactionsConfig {
+    /// Checks the values of sink `sink` (at field path `at`); `valid_topic` is the Kafka
+    /// topic-name rule.
+    pub fn settings(
+        &self,
+        at: &str,
+        sink: &str,
+        cluster: &str,
+        valid_topic: fn(&str) -> bool,
+        issues: &mut Vec<Issue>,
+    ) -> TxnSettings {
+        let at = format!("{at}.transactions");
+        let id = self
+            .id
+            .clone()
+            .unwrap_or_else(|| format!("kubecast.{cluster}.{sink}"));
+        if id.trim().is_empty() {
+            issues.push(Issue::new(format!("{at}.id"), "must not be empty"));
+        }
+        let state_topic = self
+            .state_topic
+            .clone()
+            .unwrap_or_else(|| format!("kubecast.state.{cluster}.{sink}"));
+        for (field, topic) in [
+            ("checkpoint_topic", &self.checkpoint_topic),
+            ("state_topic", &state_topic),
+        ] {
+            if !valid_topic(topic) {
+                issues.push(Issue::new(
+                    format!("{at}.{field}"),
+                    format!("`{topic}` is not a valid Kafka topic (at most 249 of [a-zA-Z0-9._-])"),
+                ));
+            }
+        }
+        if self.checkpoint_topic == state_topic {
+            issues.push(Issue::new(
+                format!("{at}.state_topic"),
+                "must differ from checkpoint_topic",
+            ));
+        }
+        Issue::at_least(issues, format!("{at}.max_events"), self.max_events as u64, 1);
+        Issue::at_least(issues, format!("{at}.timeout_ms"), u64::from(self.timeout_ms), 1000);
+        if self.max_ms >= u64::from(self.timeout_ms) {
+            issues.push(Issue::new(
+                format!("{at}.max_ms"),
+                "must be shorter than timeout_ms (the broker would abort the transaction)",
+            ));
+        }
+        TxnSettings {
+            sink: sink.to_string(),
+            id,
+            checkpoint_topic: self.checkpoint_topic.clone(),
+            checkpoint_key: format!("{cluster}/{sink}"),
+            state_topic,
+            max_events: self.max_events,
+            linger: Duration::from_millis(self.max_ms),
+            timeout: Duration::from_millis(u64::from(self.timeout_ms)),
+            ready: Arc::default(),
+        }
+    }
+}

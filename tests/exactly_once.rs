@@ -1,0 +1,166 @@
+//! The exactly-once Kafka sink through `kill -9`: one replica without a state directory,
+//! killed twenty times at random moments while 50 pods churn (and 10 sit still). An
+//! independent observer (its own watch) records the truth; in the end a `read_committed`
+//! consumer holds every change it saw exactly once, a `read_uncommitted` one may hold more,
+//! and the MQTT sink beside it lost nothing (its duplicates keep their ids).
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use support::churn::Churn;
+use support::consume::{KafkaTopic, MqttSubscriber, Record};
+use support::kubecast::Kubecast;
+use support::observer::Observer;
+use support::scene::Scene;
+use support::unique_name;
+
+const LIMIT: Duration = Duration::from_secs(120);
+const STABLE: usize = 10;
+const CHURNING: usize = 50;
+const KILLS: usize = 20;
+
+/// The `exactly_once` lines of a Kafka sink whose transactional id and topics are the
+/// test's own.
+pub fn exactly_once(label: &str) -> Vec<String> {
+    vec![
+        "exactly_once: true".to_string(),
+        format!(
+            "transactions: {{id: {}, checkpoint_topic: {}, state_topic: {}, max_ms: 50}}",
+            unique_name(&format!("{label}-txn")),
+            unique_name(&format!("{label}-checkpoints")),
+            unique_name(&format!("{label}-state")),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn twenty_kill_9s_leave_every_change_exactly_once_for_read_committed_consumers() {
+    let scene = Scene::new("eos-kill").await;
+    let stack = &scene.stack;
+    let topic = unique_name("kc-eos");
+    let committed = KafkaTopic::create(stack, &topic).await;
+    let uncommitted = KafkaTopic::read(stack, &topic, "read_uncommitted");
+    let prefix = unique_name("kc-eos");
+    let mqtt = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
+    let mut stable_uids = BTreeSet::new();
+    for i in 0..STABLE {
+        let p = scene.pods.create(&format!("stable-{i}")).await;
+        stable_uids.insert(
+            p["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    let observer = Observer::start(&scene.client, &scene.ns).await;
+    let eos = exactly_once("eos-kill");
+    let eos: Vec<&str> = eos.iter().map(String::as_str).collect();
+    // No state directory: the state lives in Kafka.
+    let config = scene.config(
+        "",
+        &[
+            scene.kafka_sink("kafka", &topic, &eos),
+            scene.mqtt_sink("mqtt", &prefix, &format!("{prefix}/{{name}}"), &[]),
+        ],
+    );
+    let mut kubecast = Kubecast::start(stack, &scene.dir, &config);
+    kubecast.check(
+        committed
+            .wait_until("the stable pods' events", LIMIT, |r| r.len() >= STABLE)
+            .await,
+    );
+
+    let churn = Churn::start(&scene.client, &scene.ns, CHURNING, Duration::ZERO);
+    let mut logs = Vec::new();
+    for round in 0..KILLS {
+        // A random moment to kill at: the chaos itself, not a wait for anything.
+        tokio::time::sleep(Duration::from_millis(fastrand::u64(300..2500))).await;
+        logs.push(kubecast.kill().await);
+        kubecast = Kubecast::start(stack, &scene.dir, &config);
+        kubecast
+            .wait_for_log("took over the exactly-once sink", 1, LIMIT)
+            .await;
+        assert_eq!(
+            kubecast.count_in_log("committed_seq=0"),
+            0,
+            "round {round}: the checkpoint was read:\n{}",
+            kubecast.log()
+        );
+    }
+    kubecast.check(
+        committed
+            .wait_for_more("delivery after the last restart", 20, LIMIT)
+            .await,
+    );
+    let ops = churn.stop().await;
+
+    observer.catch_up(&scene.pods, LIMIT).await;
+    let want: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
+    let records = kubecast.check(committed.wait_for_ids(&want, LIMIT).await);
+    let messages = kubecast.check(mqtt.wait_for_ids(&want, LIMIT).await);
+    // The uncommitted reader holds at least what the committed one does.
+    let everything = kubecast.check(
+        uncommitted
+            .wait_until("the uncommitted reader to catch up", LIMIT, |r| {
+                r.len() >= records.len()
+            })
+            .await,
+    );
+    let (code, log) = kubecast.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log}");
+
+    let mut times: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in &records {
+        *times.entry(r.ce("id")).or_default() += 1;
+    }
+    let duplicated: Vec<(&&str, &usize)> = times.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        duplicated.is_empty(),
+        "read_committed saw these more than once: {duplicated:?}\nlogs of the killed runs:\n{}",
+        logs.join("\n----\n")
+    );
+    let phantom: Vec<&&str> = times.keys().filter(|id| !want.contains(**id)).collect();
+    assert!(
+        phantom.is_empty(),
+        "changes the apiserver never reported: {phantom:?}"
+    );
+    assert_eq!(times.len(), want.len(), "every observed change once");
+    for uid in &stable_uids {
+        let n = records.iter().filter(|r| r.ce("k8suid") == uid).count();
+        assert_eq!(n, 1, "stable pod {uid} was emitted {n} times");
+    }
+    for m in &messages {
+        assert!(
+            want.contains(m.prop("id")),
+            "MQTT carried {}, never reported",
+            m.prop("id")
+        );
+    }
+    let mqtt_dups = messages.len()
+        - messages
+            .iter()
+            .map(|m| m.prop("id"))
+            .collect::<BTreeSet<_>>()
+            .len();
+    println!(
+        "exactly_once kill: {KILLS} kills, {ops} API operations, {} changes observed; read_committed {} records (0 duplicates, 0 lost); read_uncommitted {} records ({} from aborted transactions, {} of them duplicates of committed ids); MQTT {} messages ({mqtt_dups} duplicates, 0 lost)",
+        want.len(),
+        records.len(),
+        everything.len(),
+        everything.len() - records.len(),
+        uncommitted_duplicates(&everything),
+        messages.len(),
+    );
+}
+
+/// How many records beyond the first carry an id already seen.
+fn uncommitted_duplicates(records: &[Record]) -> usize {
+    records.len()
+        - records
+            .iter()
+            .map(|r| r.ce("id"))
+            .collect::<BTreeSet<_>>()
+            .len()
+}
