@@ -13,27 +13,13 @@ use support::churn::Churn;
 use support::consume::{KafkaTopic, MqttSubscriber, Record};
 use support::kubecast::Kubecast;
 use support::observer::Observer;
-use support::scene::Scene;
+use support::scene::{Scene, exactly_once};
 use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(120);
 const STABLE: usize = 10;
 const CHURNING: usize = 50;
 const KILLS: usize = 20;
-
-/// The `exactly_once` lines of a Kafka sink whose transactional id and topics are the
-/// test's own.
-pub fn exactly_once(label: &str) -> Vec<String> {
-    vec![
-        "exactly_once: true".to_string(),
-        format!(
-            "transactions: {{id: {}, checkpoint_topic: {}, state_topic: {}, max_ms: 50}}",
-            unique_name(&format!("{label}-txn")),
-            unique_name(&format!("{label}-checkpoints")),
-            unique_name(&format!("{label}-state")),
-        ),
-    ]
-}
 
 #[tokio::test]
 async fn twenty_kill_9s_leave_every_change_exactly_once_for_read_committed_consumers() {

@@ -53,6 +53,9 @@ pub struct Config {
     /// Stopping on SIGINT or SIGTERM.
     #[serde(default)]
     pub shutdown: ShutdownConfig,
+    /// Several replicas with one leader (README, "High availability").
+    #[serde(default)]
+    pub leader_election: crate::ha::LeaderElectionConfig,
 }
 
 /// Where `/metrics` (Prometheus text format), `/healthz` and `/readyz` are served.

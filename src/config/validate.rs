@@ -6,6 +6,7 @@ use std::fmt;
 use super::{
     Config, EncodingConfig, KubernetesConfig, LogConfig, ShutdownConfig, StateConfig, WatchConfig,
 };
+use crate::ha::Election;
 use crate::sinks::ValidSink;
 
 /// One problem: the field path and what is wrong with it.
@@ -60,11 +61,17 @@ pub struct Validated {
     /// Where the operations endpoint listens, if anywhere.
     pub metrics_address: Option<std::net::SocketAddr>,
     pub shutdown: ShutdownConfig,
+    /// With `leader_election.enabled`, how to elect.
+    pub leader_election: Option<Election>,
+    /// The config this came from: a replica validates it again for each term it leads
+    /// (the running sinks are used up by a term).
+    pub source: Config,
 }
 
 impl Config {
     /// Checks every value without touching the network or the disk.
     pub fn validate(self) -> Result<Validated, ValidationError> {
+        let source = self.clone();
         let mut issues = Vec::new();
         if !is_dns_label(&self.cluster) {
             issues.push(Issue::new(
@@ -154,6 +161,13 @@ impl Config {
             }
         }
         check_keeper(&sinks, &self.state, &mut issues);
+        let leader_election = self.leader_election.validate(&mut issues);
+        if leader_election.is_some() && !sinks.iter().any(|(_, v)| v.sink.keeper().is_some()) {
+            issues.push(Issue::new(
+                "leader_election.enabled",
+                "needs an exactly_once Kafka sink: a new leader continues from its checkpoint, and its fencing stops a leader that lost the Lease",
+            ));
+        }
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
             issues.push(Issue::new(
                 "log.level",
@@ -196,6 +210,8 @@ impl Config {
             log: self.log,
             metrics_address,
             shutdown: self.shutdown,
+            leader_election,
+            source,
         })
     }
 }

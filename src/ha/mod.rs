@@ -1,6 +1,8 @@
 //! High availability: one leader among kubecast's replicas, elected on a
 //! `coordination.k8s.io/v1` Lease. Entry point: [`Elector`].
 
+mod config;
 mod lease;
 
+pub use config::{Election, LeaderElectionConfig};
 pub use lease::{Elector, LeaseError, LeaseSettings};

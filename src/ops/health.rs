@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// What readiness waits for.
 #[derive(Debug, Default)]
 pub struct Health {
+    /// A replica standing by for the Lease: ready (to take over), whatever else says.
+    standby: AtomicBool,
     restored: AtomicBool,
     /// Per watch scope (`*` or a namespace): synced yet.
     scopes: Mutex<BTreeMap<String, bool>>,
@@ -24,9 +26,21 @@ impl Health {
         sinks: impl IntoIterator<Item = String>,
     ) -> Health {
         Health {
+            standby: AtomicBool::new(false),
             restored: AtomicBool::new(false),
             scopes: Mutex::new(scopes.into_iter().map(|s| (s, false)).collect()),
             sinks: Mutex::new(sinks.into_iter().map(|s| (s, false)).collect()),
+        }
+    }
+
+    /// This replica stands by (`true`) or starts leading: then nothing counts as restored,
+    /// synced or connected until this term's pipeline says so.
+    pub fn standby(&self, standby: bool) {
+        self.standby.store(standby, Ordering::Relaxed);
+        if !standby {
+            self.restored.store(false, Ordering::Relaxed);
+            lock(&self.scopes).values_mut().for_each(|v| *v = false);
+            lock(&self.sinks).values_mut().for_each(|v| *v = false);
         }
     }
 
@@ -47,6 +61,9 @@ impl Health {
 
     /// `Ok` when ready; otherwise every reason it is not.
     pub fn readiness(&self) -> Result<(), Vec<String>> {
+        if self.standby.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         let mut why = Vec::new();
         if !self.restored.load(Ordering::Relaxed) {
             why.push("the state directory is not restored yet".to_string());
@@ -94,6 +111,22 @@ mod tests {
         assert!(
             h.readiness().is_err(),
             "a sink that went down makes it unready again"
+        );
+    }
+
+    #[test]
+    fn a_standby_is_ready_and_a_new_term_starts_unready() {
+        let h = Health::new(["*".to_string()], ["kafka".to_string()]);
+        h.standby(true);
+        assert!(h.readiness().is_ok(), "a standby is ready to take over");
+        h.restored();
+        h.synced("*");
+        h.sink_connected("kafka", true);
+        h.standby(false);
+        assert_eq!(
+            h.readiness().unwrap_err().len(),
+            3,
+            "the last term's state is forgotten"
         );
     }
 }

@@ -130,6 +130,8 @@ pub struct Metrics {
     gone: Family<ScopeLabel, Counter>,
     buffer_bytes: Gauge,
     fsync: Histogram,
+    leader: Gauge,
+    terms: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -162,6 +164,8 @@ impl Metrics {
             gone: Family::default(),
             buffer_bytes: Gauge::default(),
             fsync: fsync_histogram(),
+            leader: Gauge::default(),
+            terms: Counter::default(),
         };
         m.by_kind = [Kind::added, Kind::modified, Kind::deleted]
             .map(|k| m.observed.get_or_create(&TypeLabel { r#type: k }).clone());
@@ -233,6 +237,16 @@ impl Metrics {
             m.gone.clone(),
         );
         r.register(
+            "leader",
+            "With leader_election: 1 while this replica leads (publishes), 0 while it stands by",
+            m.leader.clone(),
+        );
+        r.register(
+            "leader_terms",
+            "With leader_election: terms this replica started leading",
+            m.terms.clone(),
+        );
+        r.register(
             "buffer_bytes",
             "Bytes of the durable buffer's log on disk",
             m.buffer_bytes.clone(),
@@ -301,6 +315,14 @@ impl Metrics {
                 outcome: Outcome::retried,
             })
             .inc_by(n);
+    }
+
+    /// This replica leads (`true`) or stands by.
+    pub fn leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+        if leading {
+            self.terms.inc();
+        }
     }
 
     pub fn connected(&self, sink: &str, up: bool) {

@@ -10,6 +10,7 @@
 
 mod bridge;
 mod durable;
+mod elected;
 mod stats;
 
 use std::future::Future;
@@ -22,6 +23,7 @@ use tokio::task::JoinSet;
 use crate::config::Validated;
 use crate::event::Encoder;
 use crate::ops::{self, Health, Metrics, Ops};
+use crate::sinks::kafka::ExactlyOnceError;
 use crate::sinks::{self, SinkError};
 use crate::store::StoreError;
 use crate::watch::{self, Observed, WatchError, WatchSettings};
@@ -46,6 +48,18 @@ pub enum PipelineError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Metrics(#[from] ops::BindError),
+    #[error("the config no longer validates")]
+    Config(#[source] crate::config::ValidationError),
+    #[error("the leader election task stopped")]
+    ElectorGone,
+}
+
+impl PipelineError {
+    /// A newer leader's exactly-once sink fenced this replica's: it may stand by again.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, PipelineError::Sink(e) if e.cause.downcast_ref::<ExactlyOnceError>()
+            .is_some_and(|c| matches!(c, ExactlyOnceError::Fenced { .. })))
+    }
 }
 
 impl From<sinks::Ended> for PipelineError {
@@ -87,7 +101,10 @@ pub async fn run(
         Some(address) => Some(ops::serve(address, ops.clone()).await?),
         None => None,
     };
-    let outcome = bridge(config, client, shutdown, ops, scopes).await;
+    let outcome = match config.leader_election.clone() {
+        Some(election) => elected::elected(config, client, shutdown, ops, scopes, election).await,
+        None => bridge(config, client, shutdown, ops, scopes).await,
+    };
     if let Some(s) = server {
         s.abort();
     }

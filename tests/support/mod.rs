@@ -15,6 +15,7 @@ pub mod kubecast;
 pub mod observer;
 pub mod pods;
 pub mod proc;
+pub mod replicas;
 pub mod scene;
 pub mod schema;
 

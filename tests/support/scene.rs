@@ -65,6 +65,20 @@ impl Scene {
     }
 }
 
+/// The `exactly_once` lines of a Kafka sink whose transactional id and topics are the
+/// test's own (`label` names them).
+pub fn exactly_once(label: &str) -> Vec<String> {
+    vec![
+        "exactly_once: true".to_string(),
+        format!(
+            "transactions: {{id: {}, checkpoint_topic: {}, state_topic: {}, max_ms: 50}}",
+            unique_name(&format!("{label}-txn")),
+            unique_name(&format!("{label}-checkpoints")),
+            unique_name(&format!("{label}-state")),
+        ),
+    ]
+}
+
 /// A file sink `name` writing to `path`.
 pub fn file_sink(name: &str, path: &std::path::Path) -> String {
     sink(

@@ -10,10 +10,10 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::BorrowedMessage;
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use crate::store::KnownPod;
@@ -158,6 +158,36 @@ pub fn read_known(
         .collect())
 }
 
+/// The reader's client context: partition ends are how it knows it is done, not errors.
+struct Reader;
+
+impl ClientContext for Reader {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_)) {
+            tracing::warn!(error = %error, reason, "reading a compacted topic: Kafka unavailable, retrying");
+        }
+    }
+}
+
+impl ConsumerContext for Reader {}
+
+/// The settings of `config` that say how to connect (brokers, TLS, SASL), without the
+/// producer's own.
+fn connection_only(config: &ClientConfig) -> ClientConfig {
+    let mut out = ClientConfig::new();
+    for (k, v) in config.config_map() {
+        let connection = ["bootstrap.servers", "security.protocol", "client.id"]
+            .contains(&k)
+            || ["ssl.", "sasl.", "socket.", "broker."]
+                .iter()
+                .any(|p| k.starts_with(p));
+        if connection {
+            out.set(k, v);
+        }
+    }
+    out
+}
+
 /// Calls `each` with every committed record of `topic`, partition by partition in offset
 /// order, until every partition's end; nothing when the topic does not exist.
 fn read_to_end(
@@ -170,14 +200,14 @@ fn read_to_end(
         topic: topic.to_string(),
         source,
     };
-    let mut config = config.clone();
-    let consumer: BaseConsumer = config
+    let mut config = connection_only(config);
+    let consumer: BaseConsumer<Reader> = config
         // No group offsets are committed; the id only satisfies the client.
         .set("group.id", format!("kubecast-reader-{}", std::process::id()))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
-        .create()
+        .create_with_context(Reader)
         .map_err(kafka)?;
     let metadata = consumer.fetch_metadata(Some(topic), limit).map_err(kafka)?;
     let Some(t) = metadata.topics().first() else {

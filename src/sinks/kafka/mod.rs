@@ -12,5 +12,6 @@ pub mod txn;
 mod txn_config;
 
 pub use config::{Compression, KafkaConfig, KafkaSettings, Mode, SaslConfig};
+pub use exactly_once::ExactlyOnceError;
 pub use sink::{KafkaSinkError, headers_of};
 pub use txn_config::{TransactionsConfig, TxnSettings};

@@ -1,0 +1,94 @@
+//! One replica among several (`leader_election.enabled`): it stands by until it holds the
+//! Lease, then runs the bridge for as long as it leads (a term), then stands by again.
+//!
+//! Entry point: [`elected`]. A term starts like a restart: the exactly-once sink takes over
+//! (its `init_transactions` fences the previous leader) and the bridge continues from the
+//! committed checkpoint, not from anything this replica saw before. A term ends when the
+//! Lease is lost (the bridge stops as on SIGTERM) or when the sink reports that a newer
+//! leader fenced it; then this replica waits until its elector agrees that it no longer
+//! leads before it may lead again, so that a stale view of the Lease never fences the real
+//! leader.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::watch;
+
+use super::{PipelineError, Stats, bridge};
+use crate::classify::Scope;
+use crate::config::Validated;
+use crate::ha::{Election, Elector};
+use crate::ops::Ops;
+
+/// Runs terms until `shutdown` completes or a fatal error.
+pub(super) async fn elected(
+    config: Validated,
+    client: kube::Client,
+    shutdown: impl Future<Output = ()>,
+    ops: Arc<Ops>,
+    scopes: Vec<Scope>,
+    election: Election,
+) -> Result<Stats, PipelineError> {
+    let settings = election.resolve();
+    let (lease, identity) = (settings.name.clone(), settings.identity.clone());
+    let mut leading = Elector::new(client.clone(), settings).run();
+    let source = config.source.clone();
+    let mut next = Some(config);
+    tokio::pin!(shutdown);
+    loop {
+        ops.health.standby(true);
+        ops.metrics.leader(false);
+        tracing::info!(%lease, %identity, "standing by for the Lease");
+        tokio::select! {
+            _ = &mut shutdown => return Ok(Stats::default()),
+            r = leading.wait_for(|l| *l) => {
+                r.map_err(|_| PipelineError::ElectorGone)?;
+            }
+        }
+        ops.health.standby(false);
+        ops.metrics.leader(true);
+        tracing::info!(%lease, %identity, "leading: taking over from the checkpoint");
+        let config = match next.take() {
+            Some(c) => c,
+            // The same config validated before; it cannot fail now.
+            None => source.clone().validate().map_err(PipelineError::Config)?,
+        };
+        let stopping = AtomicBool::new(false);
+        let term_over = term_over(&mut shutdown, leading.clone(), &stopping);
+        let outcome = bridge(
+            config,
+            client.clone(),
+            term_over,
+            ops.clone(),
+            scopes.clone(),
+        )
+        .await;
+        match outcome {
+            Ok(stats) if stopping.load(Ordering::Relaxed) => return Ok(stats),
+            Ok(_) => {
+                tracing::warn!(%lease, %identity, "lost the Lease: stepped down");
+            }
+            Err(e) if e.is_fenced() => {
+                tracing::warn!(%lease, %identity, error = %crate::error_chain(&e), "a newer leader fenced this replica: stepped down");
+                // Lead again only after the elector has seen the other leader (or the
+                // Lease ran out without anyone else taking it).
+                let _ =
+                    tokio::time::timeout(election.lease_duration, leading.wait_for(|l| !*l)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Completes when `shutdown` does (setting `stopping`) or this replica stops leading.
+async fn term_over(
+    shutdown: &mut (impl Future<Output = ()> + Unpin),
+    mut leading: watch::Receiver<bool>,
+    stopping: &AtomicBool,
+) {
+    tokio::select! {
+        _ = shutdown => stopping.store(true, Ordering::Relaxed),
+        _ = leading.wait_for(|l| !*l) => {}
+    }
+}

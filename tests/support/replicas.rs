@@ -1,0 +1,130 @@
+//! Two or more kubecast replicas electing a leader on a Lease of the test's own, with an
+//! exactly-once Kafka sink and an MQTT sink, for the high-availability tests. Which replica
+//! leads is read from its log: a term starts with `leading: taking over` and ends with
+//! `stepped down`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::kubecast::{Kubecast, scratch_dir};
+use super::scene::{Scene, exactly_once};
+use super::unique_name;
+
+/// The lease settings of the tests: a 2 s Lease renewed every 250 ms.
+pub const LEASE_DURATION_MS: u64 = 2_000;
+pub const RETRY_PERIOD_MS: u64 = 250;
+
+/// The replicas of one group: what they share (sinks, Lease) and the running processes.
+pub struct Replicas {
+    /// The config without `leader_election.identity`, which each replica adds.
+    shared: String,
+    pub lease: String,
+    pub procs: Vec<Kubecast>,
+    dirs: Vec<PathBuf>,
+    started: usize,
+}
+
+impl Replicas {
+    /// `n` replicas watching `scene`'s namespace into Kafka `topic` (exactly-once) and MQTT
+    /// topics under `prefix`.
+    pub fn start(scene: &Scene, n: usize, topic: &str, prefix: &str) -> Replicas {
+        let lease = unique_name("kubecast-lease");
+        let eos = exactly_once(&lease);
+        let eos: Vec<&str> = eos.iter().map(String::as_str).collect();
+        let shared = scene.config(
+            &format!(
+                "leader_election:\n  enabled: true\n  lease: {lease}\n  namespace: {}\n  lease_duration_ms: {LEASE_DURATION_MS}\n  retry_period_ms: {RETRY_PERIOD_MS}\n",
+                scene.ns
+            ),
+            &[
+                scene.kafka_sink("kafka", topic, &eos),
+                scene.mqtt_sink("mqtt", prefix, &format!("{prefix}/{{name}}"), &[]),
+            ],
+        );
+        let mut r = Replicas {
+            shared,
+            lease,
+            procs: Vec::new(),
+            dirs: Vec::new(),
+            started: 0,
+        };
+        for _ in 0..n {
+            let (dir, k) = r.spawn(scene);
+            r.dirs.push(dir);
+            r.procs.push(k);
+        }
+        r
+    }
+
+    /// A new replica process with an identity never used before (a restarted Pod has a
+    /// new name).
+    fn spawn(&mut self, scene: &Scene) -> (PathBuf, Kubecast) {
+        self.started += 1;
+        let identity = format!("replica-{}", self.started);
+        let config = self.shared.replacen(
+            "leader_election:\n",
+            &format!("leader_election:\n  identity: {identity}\n"),
+            1,
+        );
+        let dir = scratch_dir(&identity);
+        let k = Kubecast::start(&scene.stack, &dir, &config);
+        (dir, k)
+    }
+
+    /// `kill -9` of replica `i` and a fresh process in its place; returns the old log.
+    pub async fn kill_and_replace(&mut self, scene: &Scene, i: usize) -> String {
+        let (dir, fresh) = self.spawn(scene);
+        let old = std::mem::replace(&mut self.procs[i], fresh);
+        self.dirs[i] = dir;
+        old.kill().await
+    }
+
+    /// Terms started (takeovers) by replica `i`'s current process.
+    pub fn terms(&self, i: usize) -> usize {
+        self.procs[i].count_in_log("took over the exactly-once sink")
+    }
+
+    /// Whether replica `i` is in a term, by its log.
+    pub fn leading(&self, i: usize) -> bool {
+        let k = &self.procs[i];
+        k.count_in_log("leading: taking over") > k.count_in_log("stepped down")
+    }
+
+    /// Waits until exactly one replica leads and has taken over; returns its index.
+    pub async fn leader(&self, limit: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let leading: Vec<usize> = (0..self.procs.len())
+                .filter(|&i| self.leading(i) && self.terms(i) > 0)
+                .collect();
+            if let [one] = leading[..] {
+                return one;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!(
+                    "no single leader after {limit:?} (leading: {leading:?}); logs:\n{}",
+                    self.logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Every replica's log, labelled.
+    pub fn logs(&self) -> String {
+        self.procs
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("---- replica {i}:\n{}", k.log()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Stops every replica (SIGTERM); each must exit 0.
+    pub async fn stop(self, limit: Duration) {
+        for k in self.procs {
+            let (code, log) = k.stop(limit).await;
+            assert_eq!(code, Some(0), "a replica did not stop cleanly:\n{log}");
+        }
+    }
+}
