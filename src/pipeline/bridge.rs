@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 use tokio::time::Interval;
 
 use super::durable::Durable;
-use super::{PipelineError, Stats};
+use super::{Grace, PipelineError, Stats};
 use crate::classify::{Change, Classifier};
 use crate::event::{Encoder, Event};
 use crate::ops::Ops;
@@ -87,7 +87,7 @@ pub struct Parts {
     pub pending: Vec<(String, Vec<Arc<Event>>)>,
     pub ops: Arc<Ops>,
     /// How long a shutdown waits for the sinks to deliver what they hold.
-    pub grace: Duration,
+    pub grace: Grace,
 }
 
 pub struct Bridge {
@@ -104,7 +104,7 @@ pub struct Bridge {
     encoder: Encoder,
     outbox: VecDeque<Outgoing>,
     ops: Arc<Ops>,
-    grace: Duration,
+    grace: Grace,
 }
 
 impl Bridge {
@@ -300,7 +300,7 @@ impl Bridge {
         let names: Vec<Arc<str>> = self.queues.drain(..).map(|(n, _)| n).collect();
         let mut first_error = outcome.err();
         let mut ended = Vec::new();
-        let deadline = tokio::time::Instant::now() + self.grace;
+        let deadline = tokio::time::Instant::now() + self.grace.get();
         loop {
             match tokio::time::timeout_at(deadline, self.tasks.join_next()).await {
                 Ok(Some(Ok(exit))) => {

@@ -12,10 +12,11 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{PipelineError, Stats, bridge};
+use super::{Grace, PipelineError, Stats, bridge};
 use crate::classify::Scope;
 use crate::config::Validated;
 use crate::ha::{Election, Elector};
@@ -55,13 +56,15 @@ pub(super) async fn elected(
             None => source.clone().validate().map_err(PipelineError::Config)?,
         };
         let stopping = AtomicBool::new(false);
-        let term_over = term_over(&mut shutdown, leading.clone(), &stopping);
+        let grace = Grace::new(Duration::from_secs(config.shutdown.grace_seconds));
+        let term_over = term_over(&mut shutdown, leading.clone(), &stopping, &grace);
         let outcome = bridge(
             config,
             client.clone(),
             term_over,
             ops.clone(),
             scopes.clone(),
+            Some(grace.clone()),
         )
         .await;
         match outcome {
@@ -81,14 +84,18 @@ pub(super) async fn elected(
     }
 }
 
-/// Completes when `shutdown` does (setting `stopping`) or this replica stops leading.
+/// Completes when `shutdown` does (setting `stopping`; the sinks then get their grace
+/// period) or this replica stops leading (then the bridge stops at once: the next leader
+/// continues from the checkpoint, and whatever this one still sent would only compete with
+/// it, on the MQTT session for one).
 async fn term_over(
     shutdown: &mut (impl Future<Output = ()> + Unpin),
     mut leading: watch::Receiver<bool>,
     stopping: &AtomicBool,
+    grace: &Grace,
 ) {
     tokio::select! {
         _ = shutdown => stopping.store(true, Ordering::Relaxed),
-        _ = leading.wait_for(|l| !*l) => {}
+        _ = leading.wait_for(|l| !*l) => grace.set(Duration::ZERO),
     }
 }

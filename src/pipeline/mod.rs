@@ -15,6 +15,7 @@ mod stats;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -103,12 +104,32 @@ pub async fn run(
     };
     let outcome = match config.leader_election.clone() {
         Some(election) => elected::elected(config, client, shutdown, ops, scopes, election).await,
-        None => bridge(config, client, shutdown, ops, scopes).await,
+        None => bridge(config, client, shutdown, ops, scopes, None).await,
     };
     if let Some(s) = server {
         s.abort();
     }
     outcome
+}
+
+/// How long a stop waits for the sinks to deliver what they hold. Shared, so that whoever
+/// stops the bridge can shorten it first: a term that lost its Lease stops at once (the new
+/// leader sends again whatever was not committed).
+#[derive(Debug, Clone)]
+pub(crate) struct Grace(Arc<AtomicU64>);
+
+impl Grace {
+    fn new(d: Duration) -> Grace {
+        Grace(Arc::new(AtomicU64::new(d.as_millis() as u64)))
+    }
+
+    fn get(&self) -> Duration {
+        Duration::from_millis(self.0.load(Ordering::Relaxed))
+    }
+
+    fn set(&self, d: Duration) {
+        self.0.store(d.as_millis() as u64, Ordering::Relaxed);
+    }
 }
 
 async fn bridge(
@@ -117,6 +138,7 @@ async fn bridge(
     shutdown: impl Future<Output = ()>,
     ops: Arc<Ops>,
     scopes: Vec<crate::classify::Scope>,
+    grace: Option<Grace>,
 ) -> Result<Stats, PipelineError> {
     let settings = Arc::new(WatchSettings {
         label_selector: config.watch.label_selector.clone(),
@@ -182,7 +204,8 @@ async fn bridge(
         encoder,
         pending: start.pending.into_iter().collect(),
         ops,
-        grace: Duration::from_secs(config.shutdown.grace_seconds),
+        grace: grace
+            .unwrap_or_else(|| Grace::new(Duration::from_secs(config.shutdown.grace_seconds))),
     })
     .run(shutdown)
     .await

@@ -19,6 +19,19 @@ pub struct Churn {
 impl Churn {
     /// Starts churning `slots` pods named `churn-N` in `ns`, pausing `pause` between calls.
     pub fn start(client: &kube::Client, ns: &str, slots: usize, pause: Duration) -> Churn {
+        Churn::start_named(client, ns, "churn", slots, pause)
+    }
+
+    /// [`Churn::start`] over pods named `{prefix}-N` (a second churn beside the pods a
+    /// first one left).
+    pub fn start_named(
+        client: &kube::Client,
+        ns: &str,
+        prefix: &str,
+        slots: usize,
+        pause: Duration,
+    ) -> Churn {
+        let prefix = prefix.to_string();
         let stop = Arc::new(AtomicBool::new(false));
         let ops = Arc::new(AtomicUsize::new(0));
         let pods = Pods::new(client, ns);
@@ -28,7 +41,7 @@ impl Churn {
             let mut step = 0u32;
             while !s.load(Ordering::Relaxed) {
                 let slot = fastrand::usize(..slots);
-                let name = format!("churn-{slot}");
+                let name = format!("{prefix}-{slot}");
                 step += 1;
                 if !alive[slot] {
                     pods.create(&name).await;

@@ -65,11 +65,22 @@ impl Observer {
                 let stream = match api.watch(&WatchParams::default().timeout(60), &rv).await {
                     Ok(s) => s,
                     Err(kube::Error::Api(e)) if e.code == 410 => {
-                        fail(format!(
-                            "the observer's watch expired at {rv}: {}",
-                            e.message
-                        ));
-                        return;
+                        // A restarted apiserver's watch cache starts after `rv` when anything
+                        // (a Lease) was written meanwhile. The record is still whole if the
+                        // pods listed now are exactly the live ones it holds.
+                        match relist_if_unchanged(&api, &out).await {
+                            Some(now) => {
+                                rv = now;
+                                continue;
+                            }
+                            None => {
+                                fail(format!(
+                                    "the observer's watch expired at {rv} and the pods changed meanwhile: {}",
+                                    e.message
+                                ));
+                                return;
+                            }
+                        }
                     }
                     Err(_) => {
                         // The apiserver is restarting (a test may do that): try again.
@@ -95,6 +106,22 @@ impl Observer {
                         WatchEvent::Bookmark(b) => {
                             rv = b.metadata.resource_version;
                             continue;
+                        }
+                        WatchEvent::Error(e) if e.code == 410 => {
+                            // As above, from within the stream.
+                            match relist_if_unchanged(&api, &out).await {
+                                Some(now) => {
+                                    rv = now;
+                                    break;
+                                }
+                                None => {
+                                    fail(format!(
+                                        "the observer's watch expired at {rv} and the pods changed meanwhile: {}",
+                                        e.message
+                                    ));
+                                    return;
+                                }
+                            }
                         }
                         WatchEvent::Error(e) => {
                             panic!("observer: the apiserver ended its watch: {e:?}")
@@ -145,6 +172,31 @@ impl Observer {
         }
         self.changes.lock().map(|c| c.clone()).unwrap_or_default()
     }
+}
+
+/// Lists the pods; when each one is live in `changes` at the listed resourceVersion and no
+/// other is, returns the list's resourceVersion to watch from.
+async fn relist_if_unchanged(api: &Api<Pod>, changes: &Mutex<Vec<Change>>) -> Option<String> {
+    let list = api.list(&ListParams::default()).await.ok()?;
+    let mut live = std::collections::BTreeMap::new();
+    for c in changes.lock().ok()?.iter() {
+        if c.kind == "deleted" {
+            live.remove(&c.uid);
+        } else {
+            live.insert(c.uid.clone(), c.rv.clone());
+        }
+    }
+    let listed: std::collections::BTreeMap<String, String> = list
+        .items
+        .iter()
+        .map(|p| {
+            (
+                p.metadata.uid.clone().unwrap_or_default(),
+                p.metadata.resource_version.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    (listed == live).then(|| list.metadata.resource_version.unwrap_or_default())
 }
 
 fn push(changes: &Mutex<Vec<Change>>, kind: &'static str, p: &Pod) {

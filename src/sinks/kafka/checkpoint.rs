@@ -163,7 +163,7 @@ struct Reader;
 
 impl ClientContext for Reader {
     fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(error, KafkaError::PartitionEOF(_)) {
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF) {
             tracing::warn!(error = %error, reason, "reading a compacted topic: Kafka unavailable, retrying");
         }
     }

@@ -132,6 +132,7 @@ async fn take_over(
     sink: &str,
     per_namespace: bool,
 ) -> Result<(Ready, Option<Kept>), ExactlyOnceError> {
+    let started = std::time::Instant::now();
     let config = client_config(settings);
     create_compacted(&config, &[&txn.checkpoint_topic, &txn.state_topic]).await?;
     let mut producer = config.clone();
@@ -152,6 +153,7 @@ async fn take_over(
             Err(e) => return Err(ExactlyOnceError::of(&txn.id, e)),
         }
     }
+    let fenced = started.elapsed();
     // Only now, with every other producer fenced, is the checkpoint final.
     let (t, key, state) = (txn.clone(), txn.checkpoint_key.clone(), txn.state_topic.clone());
     let read = tokio::task::spawn_blocking(move || -> Result<_, CheckpointError> {
@@ -174,6 +176,8 @@ async fn take_over(
         transactional_id = %txn.id,
         committed_seq = kept.as_ref().map_or(0, |k| k.seq),
         known_pods = kept.as_ref().map_or(0, |k| k.known.len()),
+        fence_ms = fenced.as_millis() as u64,
+        read_ms = (started.elapsed() - fenced).as_millis() as u64,
         "took over the exactly-once sink"
     );
     let ready = Ready {
