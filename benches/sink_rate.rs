@@ -66,10 +66,12 @@ async fn run(label: &str, sink: &str, events: &[Arc<Event>]) -> Row {
         .validate()
         .expect("the bench's config is valid");
     let (reports_tx, mut reports) = mpsc::unbounded_channel();
-    // No keeper among these sinks: nobody waits for the others.
-    let (_settled, settled) = tokio::sync::watch::channel(u64::MAX);
-    let mut sinks =
-        kubecast::sinks::start(config.sinks, reports_tx, Arc::new(Ops::default()), settled);
+    let mut sinks = kubecast::sinks::start(
+        config.sinks,
+        reports_tx,
+        Arc::new(Ops::default()),
+        kubecast::sinks::KeeperFeed::idle(),
+    );
     let (_, queue) = sinks.queues.pop().expect("one sink");
     let last = events.len() as u64;
     let pid = std::process::id();

@@ -292,4 +292,44 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.issues[0].field, "sinks");
     }
+
+    fn issues_of(text: &str) -> Vec<String> {
+        match load_str("t.yaml", text, Vec::new()).unwrap().validate() {
+            Ok(_) => Vec::new(),
+            Err(e) => e.issues.iter().map(|i| i.field.clone()).collect(),
+        }
+    }
+
+    const EOS: &str = "    type: kafka\n    brokers: b:1\n    exactly_once: true\n";
+
+    #[test]
+    fn one_exactly_once_sink_and_no_state_dir_beside_it() {
+        let two = format!("cluster: c\nsinks:\n  a:\n{EOS}  b:\n{EOS}");
+        assert_eq!(issues_of(&two), vec!["sinks.b.exactly_once"]);
+        let stateful = format!("cluster: c\nstate:\n  dir: /tmp/x\nsinks:\n  a:\n{EOS}");
+        assert_eq!(issues_of(&stateful), vec!["state.dir"]);
+        let alone = format!("cluster: c\nsinks:\n  a:\n{EOS}");
+        assert!(issues_of(&alone).is_empty());
+    }
+
+    #[test]
+    fn sinks_beside_an_exactly_once_sink_must_not_drop_events() {
+        let text = format!(
+            "cluster: c\nsinks:\n  a:\n{EOS}  m:\n    type: stdout\n    queue: {{when_full: drop}}\n"
+        );
+        assert_eq!(issues_of(&text), vec!["sinks.m.queue.when_full"]);
+    }
+
+    #[test]
+    fn leader_election_needs_an_exactly_once_sink_and_a_lease_that_outlasts_renewals() {
+        let plain =
+            "cluster: c\nleader_election: {enabled: true}\nsinks:\n  a:\n    type: stdout\n";
+        assert_eq!(issues_of(plain), vec!["leader_election.enabled"]);
+        let short = format!(
+            "cluster: c\nleader_election: {{enabled: true, lease_duration_ms: 1000, retry_period_ms: 800}}\nsinks:\n  a:\n{EOS}"
+        );
+        assert_eq!(issues_of(&short), vec!["leader_election.lease_duration_ms"]);
+        let good = format!("cluster: c\nleader_election: {{enabled: true}}\nsinks:\n  a:\n{EOS}");
+        assert!(issues_of(&good).is_empty());
+    }
 }

@@ -12,15 +12,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
 use crate::classify::{Classifier, Scope};
 use crate::config::{InitialList, StateConfig};
 use crate::event::Event;
 use crate::ops::Ops;
-use crate::sinks::Kept;
+use crate::sinks::{KeeperFeed, Kept};
 use crate::store::{Record, Snapshot, Store, StoreError, StoreSettings};
 use crate::watch::Observed;
+
+use super::feed::Feed;
 
 /// What the durable state needs to know of the config.
 #[derive(Debug, Clone)]
@@ -57,46 +57,7 @@ pub struct Durable {
     batch: Vec<Record>,
     snapshot_due: bool,
     ops: Arc<Ops>,
-    settled: Settled,
-}
-
-/// What every sink but the keeper has settled, for the keeper
-/// ([`crate::sinks::Acks::settled_by_others`]).
-struct Settled {
-    keeper: Option<String>,
-    /// Per other sink, the highest sequence number it settled.
-    acked: HashMap<String, u64>,
-    tx: watch::Sender<u64>,
-}
-
-impl Settled {
-    fn new(sinks: &[String], keeper: Option<&str>, from: u64) -> Settled {
-        let acked: HashMap<String, u64> = sinks
-            .iter()
-            .filter(|s| Some(s.as_str()) != keeper)
-            .map(|s| (s.clone(), from))
-            .collect();
-        // With no other sink, nothing is waited for.
-        let all = if acked.is_empty() { u64::MAX } else { from };
-        Settled {
-            keeper: keeper.map(str::to_string),
-            acked,
-            tx: watch::channel(all).0,
-        }
-    }
-
-    fn acked(&mut self, sink: &str, seq: u64) {
-        if self.keeper.as_deref() == Some(sink) {
-            return;
-        }
-        if let Some(a) = self.acked.get_mut(sink) {
-            *a = (*a).max(seq);
-        }
-        if let Some(min) = self.acked.values().min().copied() {
-            self.tx
-                .send_if_modified(|v| std::mem::replace(v, min) != min);
-        }
-    }
+    feed: Feed,
 }
 
 impl Durable {
@@ -117,7 +78,7 @@ impl Durable {
             batch: Vec::new(),
             snapshot_due: false,
             ops: s.ops.clone(),
-            settled: Settled::new(&s.sinks, s.keeper.as_ref().map(|(n, _)| n.as_str()), 0),
+            feed: Feed::new(&s.sinks, s.keeper.as_ref().map(|(n, _)| n.as_str()), 0),
         };
         if let Some((keeper, kept)) = s.keeper {
             return Ok(durable.kept(keeper, kept, &s.sinks, s.initial));
@@ -197,8 +158,8 @@ impl Durable {
             return (self, start);
         };
         self.next_seq = kept.seq + 1;
-        self.settled = Settled::new(sinks, Some(&keeper), kept.seq);
-        let resume: HashMap<Scope, Option<String>> = kept
+        self.feed = Feed::new(sinks, Some(&keeper), kept.seq);
+        self.positions = kept
             .positions
             .into_iter()
             .filter(|(scope, _)| self.per_namespace != (scope == "*"))
@@ -213,20 +174,20 @@ impl Durable {
             sink = keeper,
             seq = kept.seq,
             known_pods = kept.known.len(),
-            positions = ?resume,
+            positions = ?self.positions,
             "state restored from the exactly-once sink's checkpoint"
         );
         let start = Start {
             classifier: Classifier::restored(initial, kept.known),
-            resume,
+            resume: self.positions.clone(),
             pending: BTreeMap::new(),
         };
         (self, start)
     }
 
-    /// What every sink but the keeper has settled, followed.
-    pub fn settled(&self) -> watch::Receiver<u64> {
-        self.settled.tx.subscribe()
+    /// What the keeper is told as the pipeline goes.
+    pub fn feed(&self) -> KeeperFeed {
+        self.feed.subscribe()
     }
 
     fn scope_of(&self, namespace: &str) -> Scope {
@@ -259,6 +220,10 @@ impl Durable {
     /// its record; `from_watch` events also move their scope's position.
     pub fn event(&mut self, mut event: Event, from_watch: bool) -> Arc<Event> {
         event.from_watch = from_watch;
+        if from_watch {
+            let scope = self.scope_of(&event.namespace);
+            self.positions.insert(scope, Some(event.rv.clone()));
+        }
         let Some(store) = self.store.as_mut() else {
             event.seq = self.next_seq;
             self.next_seq += 1;
@@ -266,10 +231,6 @@ impl Durable {
         };
         event.seq = store.take_seq();
         let event = Arc::new(event);
-        if from_watch {
-            let scope = self.scope_of(&event.namespace);
-            self.positions.insert(scope, Some(event.rv.clone()));
-        }
         self.batch.push(Record::Event {
             event: event.clone(),
             from_watch,
@@ -280,9 +241,6 @@ impl Durable {
     /// Records the watch position an observation moves (after its events): a list under
     /// way means "list again" on restart; a finished list or a bookmark is a resume point.
     pub fn observed(&mut self, item: &Observed) {
-        let Some(store) = self.store.as_mut() else {
-            return;
-        };
         let (scope, rv) = match item {
             Observed::ListStart { scope } => (scope.clone(), None),
             Observed::ListDone { scope, rv } => {
@@ -293,8 +251,11 @@ impl Durable {
             Observed::Bookmark { scope, rv } => (scope.clone(), Some(rv.clone())),
             _ => return,
         };
-        let seq = store.take_seq();
         self.positions.insert(scope.clone(), rv.clone());
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        let seq = store.take_seq();
         self.batch.push(Record::Position {
             seq,
             scope: scope.map(|s| s.to_string()),
@@ -305,6 +266,10 @@ impl Durable {
     /// Logs the queued records (synced as `state.fsync` says). Call before the batch's
     /// events go to the sinks.
     pub async fn commit(&mut self) -> Result<(), StoreError> {
+        if self.feed.has_keeper() {
+            // No store with a keeper: the events were numbered by `next_seq`.
+            self.feed.moved(self.next_seq - 1, &self.positions);
+        }
         if self.batch.is_empty() {
             return Ok(());
         }
@@ -314,7 +279,7 @@ impl Durable {
 
     /// `sink` settled everything up to `seq`.
     pub fn acked(&mut self, sink: &str, seq: u64) {
-        self.settled.acked(sink, seq);
+        self.feed.acked(sink, seq);
         if let Some(store) = self.store.as_mut() {
             store.acked(sink, seq);
         }

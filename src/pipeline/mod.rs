@@ -11,6 +11,7 @@
 mod bridge;
 mod durable;
 mod elected;
+mod feed;
 mod stats;
 
 use std::future::Future;
@@ -171,7 +172,7 @@ async fn bridge(
     .await?;
     ops.health.restored();
     let (reports_tx, reports) = mpsc::unbounded_channel();
-    let sinks = sinks::start(config.sinks, reports_tx, ops.clone(), durable.settled());
+    let sinks = sinks::start(config.sinks, reports_tx, ops.clone(), durable.feed());
 
     // One watch per scope, shared by every sink.
     let (observed_tx, observed) = mpsc::channel::<Observed>(256);

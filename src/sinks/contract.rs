@@ -131,7 +131,36 @@ pub struct Acks {
     reports: mpsc::UnboundedSender<Report>,
     dead_letter: Arc<DeadLetter>,
     ops: Arc<Ops>,
-    settled: watch::Receiver<u64>,
+    feed: KeeperFeed,
+}
+
+/// What the pipeline tells a [`Keeper`] as it goes (other sinks ignore it).
+#[derive(Debug, Clone)]
+pub struct KeeperFeed {
+    /// The highest sequence number every sink but the keeper has settled.
+    pub settled: watch::Receiver<u64>,
+    /// The watch positions after the last event numbered so far: they move without an
+    /// event when a list completes or a bookmark arrives.
+    pub positions: watch::Receiver<Positions>,
+}
+
+impl KeeperFeed {
+    /// A feed for sinks run without a pipeline around them (benchmarks): nothing is waited
+    /// for and no position moves.
+    pub fn idle() -> KeeperFeed {
+        KeeperFeed {
+            settled: watch::channel(u64::MAX).1,
+            positions: watch::channel(Positions::default()).1,
+        }
+    }
+}
+
+/// The watch positions after event `seq`: per scope (a namespace, or `*`), the
+/// resourceVersion to resume after; a scope missing is listed again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Positions {
+    pub seq: u64,
+    pub positions: BTreeMap<String, String>,
 }
 
 /// The dead-letter file refused a write: the event would be lost, so the sink stops.
@@ -144,29 +173,33 @@ pub struct DeadLetterError {
 }
 
 impl Acks {
-    /// The acks of sink `sink`, reported into `reports`. `settled` follows the highest
-    /// sequence number every sink but a [`Keeper`] has settled.
+    /// The acks of sink `sink`, reported into `reports`; `feed` is for a [`Keeper`].
     pub fn new(
         sink: Arc<str>,
         reports: mpsc::UnboundedSender<Report>,
         dead_letter: DeadLetter,
         ops: Arc<Ops>,
-        settled: watch::Receiver<u64>,
+        feed: KeeperFeed,
     ) -> Acks {
         Acks {
             sink,
             reports,
             dead_letter: Arc::new(dead_letter),
             ops,
-            settled,
+            feed,
         }
+    }
+
+    /// The watch positions as the pipeline moves them ([`KeeperFeed::positions`]).
+    pub fn positions(&self) -> watch::Receiver<Positions> {
+        self.feed.positions.clone()
     }
 
     /// The highest sequence number that every sink but the [`Keeper`] has settled: a
     /// keeper commits no event beyond it, so that a restart from its checkpoint sends the
     /// others everything they had not acknowledged.
     pub fn settled_by_others(&self) -> watch::Receiver<u64> {
-        self.settled.clone()
+        self.feed.settled.clone()
     }
 
     /// The sink is connected to its destination (`true`) or lost it: readiness and the

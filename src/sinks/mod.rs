@@ -16,7 +16,9 @@ pub mod queue;
 mod runner;
 
 pub use config::{Common, DeadLetterConfig, Placeholder, Secret, SinkConfig, Template, TlsConfig};
-pub use contract::{Acks, Keeper, Kept, Report, Sink, SinkError, SinkSpec, ValidSink};
+pub use contract::{
+    Acks, Keeper, KeeperFeed, Kept, Positions, Report, Sink, SinkError, SinkSpec, ValidSink,
+};
 pub use dead_letter::DeadLetter;
 pub use queue::{NotPushed, Pushed, QueueConfig, WhenFull};
 pub use runner::{Ended, SinkExit, Sinks, start};

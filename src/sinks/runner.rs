@@ -8,10 +8,10 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::contract::{Acks, Report, SinkError, ValidSink};
+use super::contract::{Acks, KeeperFeed, Report, SinkError, ValidSink};
 use super::queue::{QueueTx, queue};
 use crate::ops::Ops;
 
@@ -39,13 +39,12 @@ pub struct Sinks {
     pub tasks: JoinSet<SinkExit>,
 }
 
-/// Spawns every sink; their reports arrive on `reports`. `settled` follows what every sink
-/// but a keeper has settled ([`Acks::settled_by_others`]).
+/// Spawns every sink; their reports arrive on `reports`; `feed` is for a keeper.
 pub fn start(
     sinks: Vec<(String, ValidSink)>,
     reports: mpsc::UnboundedSender<Report>,
     ops: Arc<Ops>,
-    settled: watch::Receiver<u64>,
+    feed: KeeperFeed,
 ) -> Sinks {
     let mut out = Sinks {
         queues: Vec::with_capacity(sinks.len()),
@@ -59,7 +58,7 @@ pub fn start(
             reports.clone(),
             valid.dead_letter,
             ops.clone(),
-            settled.clone(),
+            feed.clone(),
         );
         let run = valid.sink.run(rx, acks);
         let sink = name.clone();

@@ -208,9 +208,14 @@ pub(crate) mod tests {
 
     #[test]
     fn records_survive_their_encoding() {
+        // An event's own flag says what its record's does.
+        let watched = Event {
+            from_watch: true,
+            ..event(7, "u", "12", ChangeKind::Deleted)
+        };
         for r in [
             Record::Event {
-                event: Arc::new(event(7, "u", "12", ChangeKind::Deleted)),
+                event: Arc::new(watched),
                 from_watch: true,
             },
             Record::Position {

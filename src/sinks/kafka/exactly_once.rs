@@ -30,7 +30,7 @@ use super::KafkaSettings;
 use crate::backoff::Backoff;
 use crate::event::{ChangeKind, Event};
 use crate::sinks::queue::QueueRx;
-use crate::sinks::{Acks, Keeper, Kept, SinkError};
+use crate::sinks::{Acks, Keeper, Kept, Positions, SinkError};
 
 /// How long one blocking transactional call or one read of a topic may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -231,9 +231,20 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
     };
     acks.connected(true);
     let mut settled = acks.settled_by_others();
+    let mut moved = acks.positions();
+    let mut feed_open = true;
     loop {
-        let Some(first) = rx.recv().await else {
-            return Ok(());
+        let first = tokio::select! {
+            next = rx.recv() => match next {
+                Some(e) => e,
+                None => return Ok(()),
+            },
+            changed = moved.changed(), if feed_open => {
+                feed_open = changed.is_ok();
+                let p = moved.borrow_and_update().clone();
+                advance(&mut ready, &settings, &txn, &acks, p).await?;
+                continue;
+            }
         };
         let mut batch = vec![first];
         let deadline = tokio::time::Instant::now() + txn.linger;
@@ -254,7 +265,31 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
             return Ok(());
         }
         commit(&mut ready, &settings, &txn, &acks, &batch).await?;
+        let p = moved.borrow().clone();
+        advance(&mut ready, &settings, &txn, &acks, p).await?;
     }
+}
+
+/// Commits the watch positions alone when they moved past the last committed event without
+/// an event (a list completed, a bookmark): a restart then resumes there.
+async fn advance(
+    ready: &mut Ready,
+    settings: &KafkaSettings,
+    txn: &TxnSettings,
+    acks: &Acks,
+    moved: Positions,
+) -> Result<(), SinkError> {
+    if moved.seq != ready.committed || moved.positions == ready.positions {
+        return Ok(());
+    }
+    let checkpoint = Checkpoint {
+        seq: ready.committed,
+        positions: moved.positions.clone(),
+    }
+    .to_bytes();
+    transact(ready, settings, txn, acks, &[], &HashMap::new(), &checkpoint).await?;
+    ready.positions = moved.positions;
+    Ok(())
 }
 
 /// Commits `batch` (retrying aborted transactions), then reports it.
@@ -296,10 +331,30 @@ async fn commit(
         positions: positions.clone(),
     }
     .to_bytes();
+    let dead = transact(ready, settings, txn, acks, &fresh, &state, &checkpoint).await?;
+    ready.positions = positions;
+    ready.committed = last;
+    report(acks, batch, &dead).await
+}
+
+/// Runs one transaction to its commit, sending it again after an abort; fencing and fatal
+/// errors end the sink.
+async fn transact(
+    ready: &Ready,
+    settings: &KafkaSettings,
+    txn: &TxnSettings,
+    acks: &Acks,
+    events: &[&Arc<Event>],
+    state: &HashMap<&str, Option<Vec<u8>>>,
+    checkpoint: &[u8],
+) -> Result<Vec<(u64, String)>, SinkError> {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
-    let dead = loop {
-        match attempt(ready, settings, txn, acks, &fresh, &state, &checkpoint).await {
-            Ok(dead) => break dead,
+    loop {
+        match attempt(ready, settings, txn, acks, events, state, checkpoint).await {
+            Ok(dead) => {
+                acks.connected(true);
+                return Ok(dead);
+            }
             Err(e @ (TxnError::Fenced(_) | TxnError::Fatal(_))) => {
                 acks.connected(false);
                 return Err(acks.failed(ExactlyOnceError::of(&txn.id, e)));
@@ -312,11 +367,7 @@ async fn commit(
                 tokio::time::sleep(backoff.next_delay()).await;
             }
         }
-    };
-    acks.connected(true);
-    ready.positions = positions;
-    ready.committed = last;
-    report(acks, batch, &dead).await
+    }
 }
 
 /// One transaction: the events, their state records, the checkpoint. Returns the events
