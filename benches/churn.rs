@@ -16,7 +16,7 @@
 //! Prints a Markdown table for BENCHMARKS.md; nothing is asserted.
 //!
 //! Run through `bench/run churn [PODS [SECONDS [RATE [BRIDGES]]]]` (defaults 200, 20, 100,
-//! and every bridge; BRIDGES picks some, comma-separated: kubecast,franz,sarama,mqtt).
+//! and every bridge; BRIDGES picks some, comma-separated: kubecast,eos,franz,sarama,mqtt).
 
 #[path = "bridges/mod.rs"]
 mod bridges;
@@ -267,6 +267,7 @@ fn main() {
         let mut base = 0;
         for (key, bridge) in [
             ("kubecast", "kubecast"),
+            ("eos", "kubecast (exactly-once)"),
             ("franz", "baseline (franz)"),
             ("sarama", "baseline (sarama)"),
             ("mqtt", "kubecast (MQTT)"),
@@ -293,6 +294,9 @@ fn main() {
                     &ns,
                     &format!("    type: kafka\n    brokers: {}\n    topic: {topic}\n", stack.kafka_bootstrap),
                 ),
+                "kubecast (exactly-once)" => {
+                    bridges::kubecast_exactly_once(&stack, &bridge_dir, &ns, &topic)
+                }
                 "kubecast (MQTT)" => bridges::kubecast(
                     &stack,
                     &bridge_dir,

@@ -7,10 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
-use kube::api::{ListParams, PostParams, WatchParams};
-use kube::{Api, Client};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::Api;
+use kube::api::{ListParams, WatchParams};
 use support::deploy;
 use support::kubecast::Kubecast;
 use support::scene::{Scene, file_events, file_sink};
@@ -28,36 +27,8 @@ async fn the_base_identity_bridges_pods_and_nothing_else() {
         .unwrap_or_else(|e| panic!("applying deploy/base: {e}"));
 
     // A token of deploy/'s ServiceAccount, in a kubeconfig of its own.
-    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), "kubecast");
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let token = sa
-        .create_token_request("kubecast", &PostParams::default(), &request)
-        .await
-        .expect("a token for the kubecast ServiceAccount")
-        .status
-        .expect("the token request's status")
-        .token
-        .expect("the token request's token");
-    let server = std::fs::read_to_string(&scene.stack.kubeconfig)
-        .expect("the stack's kubeconfig")
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string))
-        .expect("the stack's kubeconfig names its server");
-    let kubeconfig = scene.dir.join("sa.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: kubecast\n  user:\n    token: {token}\ncontexts:\n- name: x\n  context: {{cluster: c, user: kubecast}}\ncurrent-context: x\n",
-            scene.stack.dir.join("pki/ca.crt").display()
-        ),
-    )
-    .expect("writing the kubeconfig");
+    let (kubeconfig, as_kubecast) =
+        deploy::as_service_account(&scene.stack, client, &scene.dir).await;
 
     // kubecast with that identity, watching all namespaces as deployed, bridges a pod.
     let out = scene.dir.join("events.jsonl");
@@ -84,13 +55,6 @@ async fn the_base_identity_bridges_pods_and_nothing_else() {
     assert_eq!(code, Some(0), "{log}");
 
     // The same identity may do nothing else.
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&kubeconfig).expect("reading the kubeconfig"),
-        &Default::default(),
-    )
-    .await
-    .expect("loading the kubeconfig");
-    let as_kubecast = Client::try_from(config).expect("a client as kubecast");
     let forbidden = |what: &str, r: Result<(), kube::Error>| match r {
         Err(kube::Error::Api(s)) if s.code == 403 => {}
         other => panic!("{what}: expected 403 Forbidden, got {other:?}"),

@@ -89,9 +89,31 @@ pub fn spawn(program: &Path, args: &[String], log: &Path) -> Child {
 /// `fsync: always`, `initial_list: emit`, and `sink` (YAML of one sink named `out`,
 /// indented by four spaces). Its metrics are served on 127.0.0.1:19465.
 pub fn kubecast(stack: &Stack, dir: &Path, ns: &str, sink: &str) -> (Child, PathBuf) {
+    let state = format!(
+        "state:\n  dir: {}\n  fsync: always\n",
+        dir.join("state").display()
+    );
+    start_kubecast(stack, dir, ns, &state, sink)
+}
+
+/// [`kubecast`] with an exactly-once Kafka sink into `topic` and no state directory.
+pub fn kubecast_exactly_once(stack: &Stack, dir: &Path, ns: &str, topic: &str) -> (Child, PathBuf) {
+    let sink = format!(
+        "    type: kafka\n    brokers: {}\n    topic: {topic}\n    exactly_once: true\n    transactions: {{id: {topic}-txn, checkpoint_topic: {topic}-checkpoints, state_topic: {topic}-state}}\n",
+        stack.kafka_bootstrap
+    );
+    start_kubecast(stack, dir, ns, "", &sink)
+}
+
+fn start_kubecast(
+    stack: &Stack,
+    dir: &Path,
+    ns: &str,
+    state: &str,
+    sink: &str,
+) -> (Child, PathBuf) {
     let config = format!(
-        "cluster: bench\nwatch:\n  namespaces: [{ns}]\n  initial_list: emit\nstate:\n  dir: {}\n  fsync: always\nmetrics:\n  address: 127.0.0.1:19465\nsinks:\n  out:\n{sink}",
-        dir.join("state").display(),
+        "cluster: bench\nwatch:\n  namespaces: [{ns}]\n  initial_list: emit\n{state}metrics:\n  address: 127.0.0.1:19465\nsinks:\n  out:\n{sink}",
     );
     let config_path = dir.join("kubecast.yaml");
     std::fs::write(&config_path, config).expect("writing the config");

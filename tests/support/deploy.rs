@@ -49,7 +49,59 @@ fn render(program: &Path, args: &[&str]) -> Vec<Value> {
 
 /// `kustomize build deploy/base`.
 pub fn kustomize_base(stack: &Stack) -> Vec<Value> {
-    render(&tool(stack, "kustomize"), &["build", "deploy/base"])
+    kustomize(stack, "deploy/base")
+}
+
+/// `kustomize build DIR` (a path in the repository).
+pub fn kustomize(stack: &Stack, dir: &str) -> Vec<Value> {
+    render(&tool(stack, "kustomize"), &["build", dir])
+}
+
+/// A kubeconfig (written into `dir`) with a fresh token of deploy/'s ServiceAccount
+/// `kubecast/kubecast`, and a client with it.
+pub async fn as_service_account(stack: &Stack, admin: &Client, dir: &Path) -> (PathBuf, Client) {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let sa: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kubecast");
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = sa
+        .create_token_request("kubecast", &Default::default(), &request)
+        .await
+        .expect("a token for the kubecast ServiceAccount")
+        .status
+        .expect("the token request's status")
+        .token
+        .expect("the token request's token");
+    let server = std::fs::read_to_string(&stack.kubeconfig)
+        .expect("the stack's kubeconfig")
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string))
+        .expect("the stack's kubeconfig names its server");
+    let kubeconfig = dir.join("sa.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: kubecast\n  user:\n    token: {token}\ncontexts:\n- name: x\n  context: {{cluster: c, user: kubecast}}\ncurrent-context: x\n",
+            stack.dir.join("pki/ca.crt").display()
+        ),
+    )
+    .expect("writing the kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig).expect("reading the kubeconfig"),
+        &Default::default(),
+    )
+    .await
+    .expect("loading the kubeconfig");
+    (
+        kubeconfig,
+        Client::try_from(config).expect("a client as kubecast"),
+    )
 }
 
 /// `helm template RELEASE deploy/helm/kubecast --namespace NAMESPACE EXTRA...`.
@@ -141,6 +193,8 @@ pub async fn apply_all(client: &Client, objects: &[Value]) -> Result<(), String>
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
     ] {
         for obj in objects.iter().filter(|o| o["kind"] == kind) {
             apply(client, &discovery, obj, false).await?;

@@ -1,0 +1,194 @@
+//! `deploy/ha` (kustomize overlay): two replicas, leader election, an exactly-once Kafka sink
+//! and no state volume. Rendered by the real kustomize and applied to the real apiserver;
+//! then two kubecast replicas with deploy/'s ServiceAccount token elect a leader on the Lease
+//! `kubecast/kubecast` and publish, while the same identity is refused every other Lease
+//! operation (403).
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::Value;
+use support::consume::KafkaTopic;
+use support::deploy;
+use support::kubecast::{Kubecast, run_to_end, scratch_dir};
+use support::scene::Scene;
+use support::unique_name;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn strs(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_overlay_runs_two_replicas_without_a_state_volume_and_may_touch_one_lease() {
+    let stack = support::Stack::load();
+    let objects = deploy::kustomize(&stack, "deploy/ha");
+    let kinds: BTreeSet<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert!(!kinds.contains("PersistentVolumeClaim"), "{kinds:?}");
+    let deployment = deploy::of_kind(&objects, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .is_some_and(|v| v.iter().all(|v| v["name"] != "state")),
+        "no state volume: {}",
+        pod["volumes"]
+    );
+    let env: BTreeSet<&str> = pod["containers"][0]["env"]
+        .as_array()
+        .map(|e| e.iter().filter_map(|v| v["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(env, BTreeSet::from(["POD_NAME", "POD_NAMESPACE"]));
+
+    let role = deploy::of_kind(&objects, "Role");
+    assert_eq!(role["metadata"]["namespace"], "kubecast");
+    let rules: Vec<(Vec<&str>, Vec<&str>, Option<Vec<&str>>)> = role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .map(|r| {
+            (
+                strs(&r["resources"]),
+                strs(&r["verbs"]),
+                r.get("resourceNames").map(strs),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        vec![
+            (
+                vec!["leases"],
+                vec!["get", "update"],
+                Some(vec!["kubecast"])
+            ),
+            (vec!["leases"], vec!["create"], None),
+        ]
+    );
+    let binding = deploy::of_kind(&objects, "RoleBinding");
+    assert_eq!(binding["subjects"][0]["name"], "kubecast");
+    assert_eq!(binding["roleRef"]["name"], "kubecast-leader-election");
+
+    // kubecast accepts the config the overlay deploys.
+    let dir = scratch_dir("deploy-ha");
+    let file = dir.join("kubecast.yaml");
+    std::fs::write(&file, deploy::config_text(&objects)).expect("writing the config");
+    let (code, out, err) = run_to_end(&["validate-config", file.to_str().unwrap_or_default()], &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+}
+
+#[tokio::test]
+async fn two_replicas_with_the_overlays_identity_elect_a_leader_and_publish() {
+    let scene = Scene::new("deploy-ha").await;
+    let client = &scene.client;
+    let objects = deploy::kustomize(&scene.stack, "deploy/ha");
+    deploy::apply_all(client, &objects)
+        .await
+        .unwrap_or_else(|e| panic!("applying deploy/ha: {e}"));
+    let (kubeconfig, as_kubecast) =
+        deploy::as_service_account(&scene.stack, client, &scene.dir).await;
+    // Another run may have left the Lease; a fresh one makes this run's election its own.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kubecast");
+    let _ = leases.delete("kubecast", &Default::default()).await;
+
+    // The overlay's settings, pointed at the test's namespace, brokers and topics.
+    let topic = unique_name("kc-deploy-ha");
+    let committed = KafkaTopic::create(&scene.stack, &topic).await;
+    let eos = support::scene::exactly_once("deploy-ha");
+    let eos: Vec<&str> = eos.iter().map(String::as_str).collect();
+    let config = |identity: &str| {
+        scene.config(
+            &format!(
+                "kubernetes:\n  kubeconfig: {}\nleader_election:\n  enabled: true\n  lease: kubecast\n  namespace: kubecast\n  identity: {identity}\n  lease_duration_ms: 2000\n  retry_period_ms: 250\n",
+                kubeconfig.display()
+            ),
+            &[scene.kafka_sink("kafka", &topic, &eos)],
+        )
+    };
+    let a = Kubecast::start(
+        &scene.stack,
+        &scratch_dir("deploy-ha-a"),
+        &config("deploy-ha-a"),
+    );
+    let b = Kubecast::start(
+        &scene.stack,
+        &scratch_dir("deploy-ha-b"),
+        &config("deploy-ha-b"),
+    );
+    let pod = scene.pods.create("p").await;
+    let uid = pod["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let arrived = committed
+        .wait_until("the pod's event", LIMIT, |r| {
+            r.iter().any(|x| x.ce("k8suid") == uid)
+        })
+        .await;
+    if let Err(e) = arrived {
+        panic!("{e}\nreplica a:\n{}\nreplica b:\n{}", a.log(), b.log());
+    }
+    let leaders = [&a, &b]
+        .iter()
+        .filter(|k| k.count_in_log("took over the exactly-once sink") > 0)
+        .count();
+    assert_eq!(leaders, 1, "one leader:\n{}\n----\n{}", a.log(), b.log());
+    for k in [a, b] {
+        let (code, log) = k.stop(LIMIT).await;
+        assert_eq!(code, Some(0), "{log}");
+    }
+
+    // Any other Lease operation is refused.
+    let forbidden = |what: &str, r: Result<(), kube::Error>| match r {
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
+        other => panic!("{what}: expected 403 Forbidden, got {other:?}"),
+    };
+    let lease = |name: &str| Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        spec: None,
+    };
+    let mine: Api<Lease> = Api::namespaced(as_kubecast.clone(), "kubecast");
+    let elsewhere: Api<Lease> = Api::namespaced(as_kubecast.clone(), &scene.ns);
+    forbidden(
+        "creating a Lease in another namespace",
+        elsewhere
+            .create(&PostParams::default(), &lease("kubecast"))
+            .await
+            .map(drop),
+    );
+    let other = unique_name("other");
+    leases
+        .create(&PostParams::default(), &lease(&other))
+        .await
+        .expect("the admin creates another Lease");
+    forbidden("reading another Lease", mine.get(&other).await.map(drop));
+    let mut taken = leases.get(&other).await.expect("the other Lease");
+    taken.metadata.managed_fields = None;
+    forbidden(
+        "updating another Lease",
+        mine.replace(&other, &PostParams::default(), &taken)
+            .await
+            .map(drop),
+    );
+    forbidden(
+        "deleting the Lease",
+        mine.delete("kubecast", &Default::default()).await.map(drop),
+    );
+    forbidden(
+        "listing Leases",
+        mine.list(&Default::default()).await.map(drop),
+    );
+    let _ = leases.delete(&other, &Default::default()).await;
+}
