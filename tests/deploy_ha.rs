@@ -21,6 +21,9 @@ use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
+/// A Role rule's resources, verbs and resource names.
+type Rule<'a> = (Vec<&'a str>, Vec<&'a str>, Option<Vec<&'a str>>);
+
 fn strs(v: &Value) -> Vec<&str> {
     v.as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
@@ -51,7 +54,7 @@ fn the_overlay_runs_two_replicas_without_a_state_volume_and_may_touch_one_lease(
 
     let role = deploy::of_kind(&objects, "Role");
     assert_eq!(role["metadata"]["namespace"], "kubecast");
-    let rules: Vec<(Vec<&str>, Vec<&str>, Option<Vec<&str>>)> = role["rules"]
+    let rules: Vec<Rule> = role["rules"]
         .as_array()
         .expect("rules")
         .iter()
