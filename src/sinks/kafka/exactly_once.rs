@@ -6,34 +6,29 @@
 //! change once: a restart starts from the committed checkpoint, so what a crash left
 //! uncommitted is aborted and sent again, and nothing committed is sent twice.
 //!
-//! Entry points: [`TxnKeeper::take_over`] (at the pipeline's start: fence the other
+//! Entry points: [`super::take_over::TxnKeeper`] (at the pipeline's start: fence the other
 //! replicas, read the checkpoint and the state) and [`run`] (the sink's loop). A transaction
 //! is cut at `max_events` or `max_ms` after its first event, and commits nothing the other
 //! sinks have not settled yet ([`crate::sinks::Acks::settled_by_others`]), so that a restart
 //! from the checkpoint resends them whatever they had not acknowledged.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::error::RDKafkaErrorCode;
-
-use super::checkpoint::{self, Checkpoint, CheckpointError, PodState};
-use super::sink::{Unsendable, enqueue};
-use super::txn::{TxnError, Transactions};
-use super::txn_config::TxnSettings;
 use super::KafkaSettings;
+use super::checkpoint::{Checkpoint, CheckpointError, PodState};
+use super::sink::{Unsendable, enqueue};
+use super::take_over::{Ready, take_over};
+use super::txn::{Transactions, TxnError};
+use super::txn_config::TxnSettings;
 use crate::backoff::Backoff;
 use crate::event::{ChangeKind, Event};
 use crate::sinks::queue::QueueRx;
-use crate::sinks::{Acks, Keeper, Kept, Positions, SinkError};
+use crate::sinks::{Acks, Positions, SinkError};
 
 /// How long one blocking transactional call or one read of a topic may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why the exactly-once sink stopped.
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +54,7 @@ pub enum ExactlyOnceError {
 }
 
 impl ExactlyOnceError {
-    fn of(id: &str, e: TxnError) -> ExactlyOnceError {
+    pub(super) fn of(id: &str, e: TxnError) -> ExactlyOnceError {
         match e {
             TxnError::Fenced(_) => ExactlyOnceError::Fenced {
                 id: id.to_string(),
@@ -71,148 +66,6 @@ impl ExactlyOnceError {
             },
         }
     }
-}
-
-/// The producer that took over and the position it continues from.
-pub(crate) struct Ready {
-    txns: Transactions,
-    /// Per scope, the watch position as of the last committed event.
-    positions: BTreeMap<String, String>,
-    /// The last committed event's sequence number.
-    committed: u64,
-    per_namespace: bool,
-}
-
-/// The [`Keeper`] of an exactly-once sink.
-pub struct TxnKeeper {
-    settings: KafkaSettings,
-    sink: Arc<str>,
-}
-
-impl TxnKeeper {
-    pub fn new(settings: KafkaSettings, sink: Arc<str>) -> TxnKeeper {
-        TxnKeeper { settings, sink }
-    }
-}
-
-impl Keeper for TxnKeeper {
-    fn take_over(&self, per_namespace: bool) -> BoxFuture<'static, Result<Option<Kept>, SinkError>> {
-        let (settings, sink) = (self.settings.clone(), self.sink.clone());
-        Box::pin(async move {
-            let failed = |e: ExactlyOnceError| SinkError {
-                sink: sink.clone(),
-                cause: Box::new(e),
-            };
-            let Some(txn) = settings.exactly_once.clone() else {
-                return Ok(None);
-            };
-            let (ready, kept) = take_over(&settings, &txn, &sink, per_namespace)
-                .await
-                .map_err(failed)?;
-            *txn.ready.lock().unwrap_or_else(|p| p.into_inner()) = Some(ready);
-            Ok(kept)
-        })
-    }
-}
-
-/// The client settings (brokers, TLS, SASL, the user's properties).
-fn client_config(settings: &KafkaSettings) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    for (k, v) in &settings.properties {
-        config.set(k, &v.0);
-    }
-    config
-}
-
-/// Creates the compacted topics if missing, fences every other producer of the
-/// `transactional.id`, then reads the committed checkpoint and known state.
-async fn take_over(
-    settings: &KafkaSettings,
-    txn: &TxnSettings,
-    sink: &str,
-    per_namespace: bool,
-) -> Result<(Ready, Option<Kept>), ExactlyOnceError> {
-    let started = std::time::Instant::now();
-    let config = client_config(settings);
-    create_compacted(&config, &[&txn.checkpoint_topic, &txn.state_topic]).await?;
-    let mut producer = config.clone();
-    // A transaction's records may not outlive it; librdkafka requires this order.
-    producer
-        .set("transaction.timeout.ms", txn.timeout.as_millis().to_string())
-        .set("message.timeout.ms", txn.timeout.as_millis().to_string());
-    let txns = Transactions::create(sink, producer, &txn.id, CALL_TIMEOUT)
-        .map_err(|e| ExactlyOnceError::of(&txn.id, e))?;
-    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
-    loop {
-        match txns.init().await {
-            Ok(()) => break,
-            Err(TxnError::Retriable(e)) => {
-                tracing::warn!(sink, error = %e, "Kafka transaction coordinator not reachable yet, retrying");
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-            Err(e) => return Err(ExactlyOnceError::of(&txn.id, e)),
-        }
-    }
-    let fenced = started.elapsed();
-    // Only now, with every other producer fenced, is the checkpoint final.
-    let (t, key, state) = (txn.clone(), txn.checkpoint_key.clone(), txn.state_topic.clone());
-    let read = tokio::task::spawn_blocking(move || -> Result<_, CheckpointError> {
-        let Some(c) = checkpoint::read_latest(&config, &t.checkpoint_topic, &key, CALL_TIMEOUT)?
-        else {
-            return Ok(None);
-        };
-        let known = checkpoint::read_known(&config, &state, CALL_TIMEOUT * 10)?;
-        Ok(Some((c, known)))
-    })
-    .await
-    .map_err(|_| ExactlyOnceError::Topics(rdkafka::error::KafkaError::Canceled))??;
-    let kept = read.map(|(c, known)| Kept {
-        seq: c.seq,
-        positions: c.positions,
-        known,
-    });
-    tracing::info!(
-        sink,
-        transactional_id = %txn.id,
-        committed_seq = kept.as_ref().map_or(0, |k| k.seq),
-        known_pods = kept.as_ref().map_or(0, |k| k.known.len()),
-        fence_ms = fenced.as_millis() as u64,
-        read_ms = (started.elapsed() - fenced).as_millis() as u64,
-        "took over the exactly-once sink"
-    );
-    let ready = Ready {
-        txns,
-        positions: kept.as_ref().map(|k| k.positions.clone()).unwrap_or_default(),
-        committed: kept.as_ref().map_or(0, |k| k.seq),
-        per_namespace,
-    };
-    Ok((ready, kept))
-}
-
-/// Creates each of `topics` that does not exist yet, compacted, with one partition.
-async fn create_compacted(config: &ClientConfig, topics: &[&str]) -> Result<(), ExactlyOnceError> {
-    let admin: AdminClient<DefaultClientContext> =
-        config.create().map_err(ExactlyOnceError::Topics)?;
-    let new: Vec<NewTopic<'_>> = topics
-        .iter()
-        .map(|t| {
-            NewTopic::new(t, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact")
-        })
-        .collect();
-    let options = AdminOptions::new().operation_timeout(Some(CALL_TIMEOUT));
-    let results = admin
-        .create_topics(&new, &options)
-        .await
-        .map_err(ExactlyOnceError::Topics)?;
-    for r in results {
-        match r {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((topic, code)) => {
-                tracing::warn!(topic, error = %code, "could not create the compacted topic; it must exist");
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Runs the sink until its queue closes and everything taken is committed.

@@ -22,7 +22,7 @@ use super::producer::{Delivered, Delivery, Producer};
 use super::{KafkaSettings, Mode};
 use crate::event::{Event, STRUCTURED_CONTENT_TYPE};
 use crate::sinks::queue::QueueRx;
-use super::exactly_once::TxnKeeper;
+use super::take_over::TxnKeeper;
 use crate::sinks::{Acks, DeadLetter, Keeper, Sink, SinkError};
 
 /// Why the Kafka sink stopped.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::exactly_once::Ready;
+use super::take_over::Ready;
 use crate::config::Issue;
 
 /// `transactions:` of a Kafka sink with `exactly_once: true`.
