@@ -46,6 +46,15 @@ fn the_overlay_runs_two_replicas_without_a_state_volume_and_may_touch_one_lease(
         "no state volume: {}",
         pod["volumes"]
     );
+    let mounts: Vec<&str> = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|v| v["mountPath"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        mounts,
+        vec!["/etc/kubecast"],
+        "the config stays mounted, the state does not"
+    );
     let env: BTreeSet<&str> = pod["containers"][0]["env"]
         .as_array()
         .map(|e| e.iter().filter_map(|v| v["name"].as_str()).collect())

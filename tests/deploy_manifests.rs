@@ -53,20 +53,46 @@ fn by_key(objects: Vec<Value>) -> BTreeMap<String, Value> {
 #[test]
 fn helm_template_renders_the_objects_of_the_kustomize_base() {
     let stack = Stack::load();
-    let base = by_key(kustomize_base(&stack));
     let rendered = helm_template(&stack, "kubecast", "kubecast", &[]);
+    assert_renders(kustomize_base(&stack), rendered, "deploy/base");
+}
+
+#[test]
+fn helm_with_high_availability_renders_the_objects_of_deploy_ha() {
+    let stack = Stack::load();
+    let rendered = helm_template(
+        &stack,
+        "kubecast",
+        "kubecast",
+        &[
+            "--set",
+            "highAvailability.enabled=true",
+            "--set",
+            "config.sinks.kafka.exactly_once=true",
+        ],
+    );
+    assert_renders(
+        deploy::kustomize(&stack, "deploy/ha"),
+        rendered,
+        "deploy/ha",
+    );
+}
+
+/// The chart's `rendered` objects are `kustomized`'s (built from `dir`), Helm's labels aside.
+fn assert_renders(kustomized: Vec<Value>, rendered: Vec<Value>, dir: &str) {
+    let base = by_key(kustomized);
     let chart = by_key(rendered.clone());
     assert_eq!(
         base.keys().collect::<Vec<_>>(),
         chart.keys().collect::<Vec<_>>(),
-        "the chart renders other objects than the base"
+        "the chart renders other objects than {dir}"
     );
     let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
     for (k, b) in &base {
         let c = &chart[k];
         assert!(
             b == c,
-            "{k} differs\n--- kustomize build deploy/base\n{}\n--- helm template\n{}",
+            "{k} differs\n--- kustomize build {dir}\n{}\n--- helm template\n{}",
             pretty(b),
             pretty(c)
         );

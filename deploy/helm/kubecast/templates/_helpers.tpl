@@ -40,7 +40,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{/* The config file: the user's config, with the parts the Deployment decides. */}}
 {{- define "kubecast.config" -}}
 {{- $config := deepCopy .Values.config }}
+{{- if .Values.highAvailability.enabled }}
+{{- $_ := set $config "leader_election" (merge (dict "enabled" true "lease" .Values.highAvailability.lease) (default dict $config.leader_election)) }}
+{{- else }}
 {{- $_ := set $config "state" (merge (dict "dir" (include "kubecast.stateDir" .)) (default dict $config.state)) }}
+{{- end }}
 {{- $_ := set $config "metrics" (dict "address" (printf "0.0.0.0:%v" .Values.metrics.port)) }}
 {{- toYaml $config }}
 {{- end }}
