@@ -208,6 +208,7 @@ fn main() {
                 eprintln!("{row}");
                 rows.push(row);
             }
+            support::pods::delete_each(&pods, (0..n).map(bridges::pod_name)).await;
         }
         println!("| known pods | mode | start to first event after kill -9 (s) | of which |");
         println!("| --- | --- | --- | --- |");

@@ -150,3 +150,33 @@ fn uncommitted_duplicates(records: &[Record]) -> usize {
             .collect::<BTreeSet<_>>()
             .len()
 }
+
+#[tokio::test]
+async fn unreachable_brokers_are_waited_for_at_take_over_and_sigterm_still_stops_it() {
+    let scene = Scene::new("eos-unreachable").await;
+    let eos = exactly_once("eos-unreachable");
+    let mut lines = vec![
+        "type: kafka".to_string(),
+        "brokers: 127.0.0.1:1".to_string(),
+        "topic: nowhere".to_string(),
+    ];
+    lines.extend(eos);
+    let sink = format!(
+        "  kafka:\n{}",
+        lines
+            .iter()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    );
+    let config = scene.config("", &[sink]);
+    let mut kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
+    kubecast
+        .wait_for_log("Kafka not reachable yet, retrying", 1, LIMIT)
+        .await;
+    let (code, log) = kubecast.stop(LIMIT).await;
+    assert_eq!(
+        code,
+        Some(0),
+        "SIGTERM during the take-over stops it cleanly:\n{log}"
+    );
+}

@@ -157,8 +157,13 @@ async fn bridge(
         .sinks
         .iter()
         .find_map(|(name, v)| v.sink.keeper().map(|k| (name.clone(), k)));
+    tokio::pin!(shutdown);
     let kept = match &keeper {
-        Some((_, k)) => Some(k.take_over(per_namespace).await?),
+        // Taking over waits for unreachable brokers; a shutdown meanwhile ends it.
+        Some((_, k)) => tokio::select! {
+            kept = k.take_over(per_namespace) => Some(kept?),
+            _ = &mut shutdown => return Ok(Stats::default()),
+        },
         None => None,
     };
     let (durable, start) = Durable::open(DurableSettings {

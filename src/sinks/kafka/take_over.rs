@@ -83,7 +83,14 @@ pub(super) async fn take_over(
 ) -> Result<(Ready, Option<Kept>), ExactlyOnceError> {
     let started = std::time::Instant::now();
     let config = client_config(settings);
-    create_compacted(&config, &[&txn.checkpoint_topic, &txn.state_topic]).await?;
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+    let admin: AdminClient<DefaultClientContext> =
+        config.create().map_err(ExactlyOnceError::Topics)?;
+    // Brokers not reachable yet are waited for, as every sink does.
+    while let Err(e) = create_compacted(&admin, &[&txn.checkpoint_topic, &txn.state_topic]).await {
+        tracing::warn!(sink, error = %crate::error_chain(&e), "Kafka not reachable yet, retrying");
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
     let mut producer = config.clone();
     // A transaction's records may not outlive it; librdkafka requires this order.
     producer
@@ -91,7 +98,7 @@ pub(super) async fn take_over(
         .set("message.timeout.ms", txn.timeout.as_millis().to_string());
     let txns = Transactions::create(sink, producer, &txn.id, CALL_TIMEOUT)
         .map_err(|e| ExactlyOnceError::of(&txn.id, e))?;
-    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+    backoff.reset();
     loop {
         match txns.init().await {
             Ok(()) => break,
@@ -139,16 +146,20 @@ pub(super) async fn take_over(
 }
 
 /// Creates each of `topics` that does not exist yet, compacted, with one partition.
-async fn create_compacted(config: &ClientConfig, topics: &[&str]) -> Result<(), ExactlyOnceError> {
-    let admin: AdminClient<DefaultClientContext> =
-        config.create().map_err(ExactlyOnceError::Topics)?;
+async fn create_compacted(
+    admin: &AdminClient<DefaultClientContext>,
+    topics: &[&str],
+) -> Result<(), ExactlyOnceError> {
     let new: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|t| {
             NewTopic::new(t, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact")
         })
         .collect();
-    let options = AdminOptions::new().operation_timeout(Some(CALL_TIMEOUT));
+    let options = AdminOptions::new()
+        .operation_timeout(Some(CALL_TIMEOUT))
+        // Unreachable brokers are reported (and retried) after this, not librdkafka's 60 s.
+        .request_timeout(Some(Duration::from_secs(5)));
     let results = admin
         .create_topics(&new, &options)
         .await
