@@ -16,7 +16,8 @@
 //! Prints a Markdown table for BENCHMARKS.md; nothing is asserted.
 //!
 //! Run through `bench/run churn [PODS [SECONDS [RATE [BRIDGES]]]]` (defaults 200, 20, 100,
-//! and every bridge; BRIDGES picks some, comma-separated: kubecast,eos,franz,sarama,mqtt).
+//! and every bridge; BRIDGES picks some, comma-separated: kubecast,eos,eos10,franz,sarama,
+//! mqtt; eos is the exactly-once sink with its default `max_ms` 100, eos10 with 10).
 
 #[path = "bridges/mod.rs"]
 mod bridges;
@@ -268,6 +269,7 @@ fn main() {
         for (key, bridge) in [
             ("kubecast", "kubecast"),
             ("eos", "kubecast (exactly-once)"),
+            ("eos10", "kubecast (exactly-once, max_ms 10)"),
             ("franz", "baseline (franz)"),
             ("sarama", "baseline (sarama)"),
             ("mqtt", "kubecast (MQTT)"),
@@ -276,7 +278,7 @@ fn main() {
                 continue;
             }
             let arrivals: Arrivals = Arc::default();
-            let slug = bridge.replace(['(', ')', ' '], "");
+            let slug = bridge.replace(['(', ')', ' ', ','], "");
             let topic = unique_name(&format!("churn-{slug}"));
             let bridge_dir = dir.join(&slug);
             std::fs::create_dir_all(&bridge_dir).expect("a scratch directory");
@@ -295,7 +297,10 @@ fn main() {
                     &format!("    type: kafka\n    brokers: {}\n    topic: {topic}\n", stack.kafka_bootstrap),
                 ),
                 "kubecast (exactly-once)" => {
-                    bridges::kubecast_exactly_once(&stack, &bridge_dir, &ns, &topic)
+                    bridges::kubecast_exactly_once(&stack, &bridge_dir, &ns, &topic, 100)
+                }
+                "kubecast (exactly-once, max_ms 10)" => {
+                    bridges::kubecast_exactly_once(&stack, &bridge_dir, &ns, &topic, 10)
                 }
                 "kubecast (MQTT)" => bridges::kubecast(
                     &stack,
