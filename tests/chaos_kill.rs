@@ -28,16 +28,7 @@ async fn every_change_arrives_through_ten_kill_9s_and_duplicates_keep_their_ids(
     let kafka = KafkaTopic::create(stack, &topic).await;
     let prefix = unique_name("kc-chaos");
     let mqtt = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
-    let mut stable_uids = BTreeSet::new();
-    for i in 0..STABLE {
-        let p = scene.pods.create(&format!("stable-{i}")).await;
-        stable_uids.insert(
-            p["metadata"]["uid"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        );
-    }
+    let stable_uids = scene.pods.create_each("stable", STABLE).await;
     let observer = Observer::start(&scene.client, &scene.ns).await;
     let state = scene.dir.join("state");
     let config = scene.config(

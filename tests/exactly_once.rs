@@ -30,16 +30,7 @@ async fn twenty_kill_9s_leave_every_change_exactly_once_for_read_committed_consu
     let uncommitted = KafkaTopic::read(stack, &topic, "read_uncommitted");
     let prefix = unique_name("kc-eos");
     let mqtt = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
-    let mut stable_uids = BTreeSet::new();
-    for i in 0..STABLE {
-        let p = scene.pods.create(&format!("stable-{i}")).await;
-        stable_uids.insert(
-            p["metadata"]["uid"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        );
-    }
+    let stable_uids = scene.pods.create_each("stable", STABLE).await;
     let observer = Observer::start(&scene.client, &scene.ns).await;
     let eos = exactly_once("eos-kill");
     let eos: Vec<&str> = eos.iter().map(String::as_str).collect();

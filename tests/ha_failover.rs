@@ -28,9 +28,7 @@ async fn ten_leader_kills_lose_nothing_and_read_committed_sees_each_change_once(
     let committed = KafkaTopic::create(stack, &topic).await;
     let prefix = unique_name("kc-ha");
     let mqtt = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
-    for i in 0..5 {
-        scene.pods.create(&format!("stable-{i}")).await;
-    }
+    scene.pods.create_each("stable", 5).await;
     let observer = Observer::start(&scene.client, &scene.ns).await;
     let mut replicas = Replicas::start(&scene, 2, &topic, &prefix);
     replicas.leader(LIMIT).await;
@@ -86,6 +84,9 @@ async fn ten_leader_kills_lose_nothing_and_read_committed_sees_each_change_once(
         Ok(m) => m,
         Err(e) => panic!("{e}\n{}", replicas.logs()),
     };
+    let all_logs = format!("{}\n{}", logs.join("\n"), replicas.logs());
+    let warm = all_logs.matches("warm=true").count();
+    let cold = all_logs.matches("warm=false").count();
     replicas.stop(LIMIT).await;
 
     let ids: Vec<&str> = records.iter().map(|r| r.ce("id")).collect();
@@ -117,7 +118,7 @@ async fn ten_leader_kills_lose_nothing_and_read_committed_sees_each_change_once(
     let mut ms: Vec<u128> = takeovers.iter().map(Duration::as_millis).collect();
     ms.sort_unstable();
     println!(
-        "ha_failover: {FAILOVERS} leader kills, {ops} API operations, {} changes; read_committed {} records (0 duplicates, 0 lost); MQTT {} messages ({} duplicates, 0 lost); kill -> a replica took over (lease {LEASE_DURATION_MS} ms, retry {RETRY_PERIOD_MS} ms), sorted: {ms:?} ms",
+        "ha_failover: {FAILOVERS} leader kills, {ops} API operations, {} changes; read_committed {} records (0 duplicates, 0 lost); MQTT {} messages ({} duplicates, 0 lost); kill -> a replica took over (lease {LEASE_DURATION_MS} ms, retry {RETRY_PERIOD_MS} ms), sorted: {ms:?} ms; take-overs from a warm standby {warm}, cold {cold}",
         want.len(),
         records.len(),
         messages.len(),

@@ -71,6 +71,12 @@ async fn a_frozen_leader_is_fenced_and_a_deleted_lease_or_a_restarted_apiserver_
         r.terms(other) > 0
     })
     .await;
+    assert_eq!(
+        replicas.procs[other].count_in_log("warm=true"),
+        1,
+        "the standby had read the committed state while standing by:\n{}",
+        replicas.procs[other].log()
+    );
     check(
         committed
             .wait_for_more("the new leader publishing", 20, LIMIT)

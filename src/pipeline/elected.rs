@@ -1,11 +1,13 @@
 //! One replica among several (`leader_election.enabled`): it stands by until it holds the
 //! Lease, then runs the bridge for as long as it leads (a term), then stands by again.
 //!
-//! Entry point: [`elected`]. A term starts like a restart: the exactly-once sink takes over
-//! (its `init_transactions` fences the previous leader) and the bridge continues from the
-//! committed checkpoint, not from anything this replica saw before. A term ends when the
-//! Lease is lost (the bridge stops as on SIGTERM) or when the sink reports that a newer
-//! leader fenced it; then this replica waits until its elector agrees that it no longer
+//! Entry point: [`elected`]. While it stands by, the exactly-once sink reads what the leader
+//! commits (checkpoint and known state, every second), so that a take-over has only the
+//! rest to read. A term starts like a restart: the exactly-once sink takes over (its
+//! `init_transactions` fences the previous leader), reads what was committed since, and the
+//! bridge continues from the committed checkpoint, not from anything this replica saw itself.
+//! A term ends when the Lease is lost (the bridge stops at once) or when the sink reports
+//! that a newer leader fenced it; then this replica waits until its elector agrees that it no longer
 //! leads before it may lead again, so that a stale view of the Lease never fences the real
 //! leader.
 
@@ -38,6 +40,16 @@ pub(super) async fn elected(
     let mut next = Some(config);
     tokio::pin!(shutdown);
     loop {
+        let config = match next.take() {
+            Some(c) => c,
+            // The same config validated before; it cannot fail now.
+            None => source.clone().validate().map_err(PipelineError::Config)?,
+        };
+        // The exactly-once sink reads what the leader commits meanwhile.
+        let warm = match config.sinks.iter().find_map(|(_, v)| v.sink.keeper()) {
+            Some(k) => k.keep_warm(),
+            None => Box::pin(std::future::pending()),
+        };
         ops.health.standby(true);
         ops.metrics.leader(false);
         tracing::info!(%lease, %identity, "standing by for the Lease");
@@ -46,15 +58,11 @@ pub(super) async fn elected(
             r = leading.wait_for(|l| *l) => {
                 r.map_err(|_| PipelineError::ElectorGone)?;
             }
+            () = warm => {}
         }
         ops.health.standby(false);
         ops.metrics.leader(true);
         tracing::info!(%lease, %identity, "leading: taking over from the checkpoint");
-        let config = match next.take() {
-            Some(c) => c,
-            // The same config validated before; it cannot fail now.
-            None => source.clone().validate().map_err(PipelineError::Config)?,
-        };
         let stopping = AtomicBool::new(false);
         let grace = Grace::new(Duration::from_secs(config.shutdown.grace_seconds));
         let term_over = term_over(&mut shutdown, leading.clone(), &stopping, &grace);

@@ -76,6 +76,12 @@ pub trait Keeper: Send + Sync {
     /// for all. Retries while the destination is unreachable; errors are fatal.
     fn take_over(&self, per_namespace: bool)
     -> BoxFuture<'static, Result<Option<Kept>, SinkError>>;
+
+    /// While this replica stands by: keeps reading what the leader commits, so that a
+    /// take-over has only the rest to read. Runs until dropped.
+    fn keep_warm(&self) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::pending())
+    }
 }
 
 /// What a [`Keeper`] had committed.

@@ -93,6 +93,21 @@ impl Pods {
         .await
     }
 
+    /// Creates `n` pods named `{prefix}-0`... and returns their uids.
+    pub async fn create_each(&self, prefix: &str, n: usize) -> std::collections::BTreeSet<String> {
+        let mut uids = std::collections::BTreeSet::new();
+        for i in 0..n {
+            let p = self.create(&format!("{prefix}-{i}")).await;
+            uids.insert(
+                p["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+        }
+        uids
+    }
+
     /// Sets a label (a user's change).
     pub async fn label(&self, name: &str, key: &str, value: &str) -> Pod {
         let patch = json!({"metadata": {"labels": {key: value}}});

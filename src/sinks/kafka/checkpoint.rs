@@ -68,31 +68,40 @@ pub fn read_latest(
 ) -> Result<Option<Checkpoint>, CheckpointError> {
     let mut latest = None;
     let mut corrupt = None;
-    read_to_end(config, topic, limit, |m| {
-        if corrupt.is_some() || m.key() != Some(key.as_bytes()) {
-            return;
+    read_from(config, topic, &mut HashMap::new(), limit, |m| {
+        if corrupt.is_none()
+            && let Err(e) = apply_checkpoint(m, topic, key, &mut latest)
+        {
+            corrupt = Some(e);
         }
-        latest = match m.payload() {
-            // A tombstone: the sink's checkpoint was removed.
-            None => None,
-            Some(bytes) => match serde_json::from_slice(bytes) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    corrupt = Some(CheckpointError::Corrupt {
-                        topic: topic.to_string(),
-                        partition: m.partition(),
-                        offset: m.offset(),
-                        reason: e.to_string(),
-                    });
-                    None
-                }
-            },
-        };
     })?;
     match corrupt {
         Some(e) => Err(e),
         None => Ok(latest),
     }
+}
+
+/// Applies one record of the checkpoint topic: the checkpoint of `key`, or its removal.
+pub(super) fn apply_checkpoint(
+    m: &BorrowedMessage<'_>,
+    topic: &str,
+    key: &str,
+    latest: &mut Option<Checkpoint>,
+) -> Result<(), CheckpointError> {
+    if m.key() != Some(key.as_bytes()) {
+        return Ok(());
+    }
+    *latest = match m.payload() {
+        // A tombstone: the sink's checkpoint was removed.
+        None => None,
+        Some(bytes) => Some(serde_json::from_slice(bytes).map_err(|e| CheckpointError::Corrupt {
+            topic: topic.to_string(),
+            partition: m.partition(),
+            offset: m.offset(),
+            reason: e.to_string(),
+        })?),
+    };
+    Ok(())
 }
 
 /// The value of a pod's record in the state topic (its key is the pod's uid).
@@ -123,39 +132,58 @@ pub fn read_known(
 ) -> Result<Vec<KnownPod>, CheckpointError> {
     let mut known: HashMap<String, PodState> = HashMap::new();
     let mut corrupt = None;
-    read_to_end(config, topic, limit, |m| {
-        let Some(uid) = m.key().and_then(|k| std::str::from_utf8(k).ok()) else {
-            return;
-        };
-        match m.payload().map(serde_json::from_slice::<PodState>) {
-            None => {
-                known.remove(uid);
-            }
-            Some(Ok(state)) => {
-                known.insert(uid.to_string(), state);
-            }
-            Some(Err(e)) => {
-                corrupt.get_or_insert(CheckpointError::Corrupt {
-                    topic: topic.to_string(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    reason: format!("not a pod's state: {e}"),
-                });
-            }
+    read_from(config, topic, &mut HashMap::new(), limit, |m| {
+        if corrupt.is_none()
+            && let Err(e) = apply_state(m, topic, &mut known)
+        {
+            corrupt = Some(e);
         }
     })?;
-    if let Some(e) = corrupt {
-        return Err(e);
+    match corrupt {
+        Some(e) => Err(e),
+        None => Ok(known_pods(&known)),
     }
-    Ok(known
-        .into_iter()
+}
+
+/// Applies one record of the state topic: a pod's state, or (a tombstone) its removal.
+pub(super) fn apply_state(
+    m: &BorrowedMessage<'_>,
+    topic: &str,
+    known: &mut HashMap<String, PodState>,
+) -> Result<(), CheckpointError> {
+    let Some(uid) = m.key().and_then(|k| std::str::from_utf8(k).ok()) else {
+        return Ok(());
+    };
+    match m.payload().map(serde_json::from_slice::<PodState>) {
+        None => {
+            known.remove(uid);
+        }
+        Some(Ok(state)) => {
+            known.insert(uid.to_string(), state);
+        }
+        Some(Err(e)) => {
+            return Err(CheckpointError::Corrupt {
+                topic: topic.to_string(),
+                partition: m.partition(),
+                offset: m.offset(),
+                reason: format!("not a pod's state: {e}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The known pods of a state read.
+pub(super) fn known_pods(known: &HashMap<String, PodState>) -> Vec<KnownPod> {
+    known
+        .iter()
         .map(|(uid, s)| KnownPod {
-            uid,
-            namespace: s.namespace,
-            name: s.name,
-            rv: s.rv,
+            uid: uid.clone(),
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
+            rv: s.rv.clone(),
         })
-        .collect())
+        .collect()
 }
 
 /// The reader's client context: partition ends are how it knows it is done, not errors.
@@ -188,11 +216,14 @@ fn connection_only(config: &ClientConfig) -> ClientConfig {
     out
 }
 
-/// Calls `each` with every committed record of `topic`, partition by partition in offset
-/// order, until every partition's end; nothing when the topic does not exist.
-fn read_to_end(
+/// Calls `each` with every committed record of `topic` from `next` (per partition, the
+/// offset to read from; the beginning for a partition not in it) to every partition's end,
+/// in offset order per partition, and moves `next` past what it read; nothing when the topic
+/// does not exist.
+pub(super) fn read_from(
     config: &ClientConfig,
     topic: &str,
+    next: &mut HashMap<i32, i64>,
     limit: Duration,
     mut each: impl FnMut(&BorrowedMessage<'_>),
 ) -> Result<(), CheckpointError> {
@@ -222,8 +253,11 @@ fn read_to_end(
     }
     let mut partitions = TopicPartitionList::new();
     for p in t.partitions() {
+        let from = next
+            .get(&p.id())
+            .map_or(Offset::Beginning, |o| Offset::Offset(*o));
         partitions
-            .add_partition_offset(topic, p.id(), Offset::Beginning)
+            .add_partition_offset(topic, p.id(), from)
             .map_err(kafka)?;
     }
     consumer.assign(&partitions).map_err(kafka)?;
@@ -248,7 +282,10 @@ fn read_to_end(
                 return Ok(());
             }
             Some(Err(e)) => return Err(kafka(e)),
-            Some(Ok(m)) => each(&m),
+            Some(Ok(m)) => {
+                next.insert(m.partition(), m.offset() + 1);
+                each(&m);
+            }
         }
     }
     Ok(())

@@ -8,6 +8,7 @@ mod producer;
 pub mod checkpoint;
 mod exactly_once;
 mod sink;
+mod state_reader;
 mod take_over;
 pub mod txn;
 mod txn_config;

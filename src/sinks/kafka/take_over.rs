@@ -15,7 +15,8 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
 
 use super::KafkaSettings;
-use super::checkpoint::{self, CheckpointError};
+use super::checkpoint::CheckpointError;
+use super::state_reader::StateReader;
 use super::exactly_once::{CALL_TIMEOUT, ExactlyOnceError};
 use super::txn::{Transactions, TxnError};
 use super::txn_config::TxnSettings;
@@ -30,6 +31,18 @@ pub(crate) struct Ready {
     /// The last committed event's sequence number.
     pub(super) committed: u64,
     pub(super) per_namespace: bool,
+}
+
+/// How long a standby's reader stays resumable without reading (module docs of
+/// `state_reader`: far below the topics' tombstone retention).
+const WARM_FOR: Duration = Duration::from_secs(60);
+
+/// How often a standby reads what the leader committed.
+const WARM_EVERY: Duration = Duration::from_secs(1);
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The slot holds a whole value or none; a panic elsewhere does not spoil it.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The [`Keeper`] of an exactly-once sink.
@@ -58,8 +71,37 @@ impl Keeper for TxnKeeper {
             let (ready, kept) = take_over(&settings, &txn, &sink, per_namespace)
                 .await
                 .map_err(failed)?;
-            *txn.ready.lock().unwrap_or_else(|p| p.into_inner()) = Some(ready);
+            *lock(&txn.ready) = Some(ready);
             Ok(kept)
+        })
+    }
+
+    fn keep_warm(&self) -> BoxFuture<'static, ()> {
+        let Some(txn) = self.settings.exactly_once.clone() else {
+            return Box::pin(std::future::pending());
+        };
+        let (config, sink) = (client_config(&self.settings), self.sink.clone());
+        Box::pin(async move {
+            loop {
+                let mut reader = lock(&txn.warm)
+                    .take()
+                    .filter(|r| r.fresh(WARM_FOR))
+                    .unwrap_or_else(|| StateReader::new(&txn));
+                let config = config.clone();
+                let read = tokio::task::spawn_blocking(move || {
+                    reader.read(&config, CALL_TIMEOUT).map(|()| reader)
+                })
+                .await;
+                match read {
+                    // Only a reader that read to the ends goes back: a take-over resumes it.
+                    Ok(Ok(reader)) => *lock(&txn.warm) = Some(reader),
+                    Ok(Err(e)) => {
+                        tracing::warn!(%sink, error = %crate::error_chain(&e), "standby: reading the committed state failed; the take-over reads it whole")
+                    }
+                    Err(_) => {}
+                }
+                tokio::time::sleep(WARM_EVERY).await;
+            }
         })
     }
 }
@@ -110,23 +152,18 @@ pub(super) async fn take_over(
         }
     }
     let fenced = started.elapsed();
-    // Only now, with every other producer fenced, is the checkpoint final.
-    let (t, key, state) = (txn.clone(), txn.checkpoint_key.clone(), txn.state_topic.clone());
-    let read = tokio::task::spawn_blocking(move || -> Result<_, CheckpointError> {
-        let Some(c) = checkpoint::read_latest(&config, &t.checkpoint_topic, &key, CALL_TIMEOUT)?
-        else {
-            return Ok(None);
-        };
-        let known = checkpoint::read_known(&config, &state, CALL_TIMEOUT * 10)?;
-        Ok(Some((c, known)))
+    // Only now, with every other producer fenced, is the checkpoint final. A standby's
+    // reader has only what was committed since its last read left to read.
+    let warm = lock(&txn.warm).take().filter(|r| r.fresh(WARM_FOR));
+    let was_warm = warm.is_some();
+    let mut reader = warm.unwrap_or_else(|| StateReader::new(txn));
+    let reader = tokio::task::spawn_blocking(move || -> Result<_, CheckpointError> {
+        reader.read(&config, CALL_TIMEOUT * 10)?;
+        Ok(reader)
     })
     .await
     .map_err(|_| ExactlyOnceError::Topics(rdkafka::error::KafkaError::Canceled))??;
-    let kept = read.map(|(c, known)| Kept {
-        seq: c.seq,
-        positions: c.positions,
-        known,
-    });
+    let kept = reader.kept();
     tracing::info!(
         sink,
         transactional_id = %txn.id,
@@ -134,6 +171,8 @@ pub(super) async fn take_over(
         known_pods = kept.as_ref().map_or(0, |k| k.known.len()),
         fence_ms = fenced.as_millis() as u64,
         read_ms = (started.elapsed() - fenced).as_millis() as u64,
+        warm = was_warm,
+        records_read = reader.last_read,
         "took over the exactly-once sink"
     );
     let ready = Ready {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::state_reader::StateReader;
 use super::take_over::Ready;
 use crate::config::Issue;
 
@@ -82,6 +83,8 @@ pub struct TxnSettings {
     /// The producer that took over (fenced the others) and the position it read, handed
     /// from the pipeline's start ([`crate::sinks::Keeper`]) to the running sink.
     pub(super) ready: Arc<Mutex<Option<Ready>>>,
+    /// What a standby has read of the topics so far, for its take-over.
+    pub(super) warm: Arc<Mutex<Option<StateReader>>>,
 }
 
 impl std::fmt::Debug for TxnSettings {
@@ -154,6 +157,7 @@ impl TransactionsConfig {
             linger: Duration::from_millis(self.max_ms),
             timeout: Duration::from_millis(u64::from(self.timeout_ms)),
             ready: Arc::default(),
+            warm: Arc::default(),
         }
     }
 }
