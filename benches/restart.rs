@@ -73,21 +73,7 @@ fn start(
         "cluster: bench\nwatch:\n  namespaces: [{ns}]\n  initial_list: emit\n{state}sinks:\n  out:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n{eos}",
         stack.kafka_bootstrap
     );
-    let path = dir.join("kubecast.yaml");
-    std::fs::write(&path, config).expect("writing the config");
-    let log = dir.join(format!("kubecast-{run}.log"));
-    let child = bridges::spawn(
-        Path::new(env!("CARGO_BIN_EXE_kubecast")),
-        &[
-            "run".into(),
-            "--config".into(),
-            path.display().to_string(),
-            "--kubeconfig".into(),
-            stack.kubeconfig.display().to_string(),
-        ],
-        &log,
-    );
-    (child, log)
+    bridges::spawn_kubecast(stack, dir, &config, &format!("kubecast-{run}.log"))
 }
 
 /// The value of `key=` in the first log line containing `needle`.

@@ -48,19 +48,22 @@ async fn every_change_arrives_through_ten_kill_9s_and_duplicates_keep_their_ids(
 
     let churn = Churn::start(&scene.client, &scene.ns, CHURNING, Duration::ZERO);
 
-    let mut logs = Vec::new();
-    for round in 0..KILLS {
-        // A random moment to kill at: the chaos itself, not a wait for anything.
-        tokio::time::sleep(Duration::from_millis(fastrand::u64(300..2500))).await;
-        logs.push(kubecast.kill().await);
-        kubecast = Kubecast::start(stack, &scene.dir, &config);
-        kubecast.wait_for_log("state restored", 1, LIMIT).await;
-        assert!(
-            kubecast.count_in_log("fresh=false") == 1,
-            "round {round}: the state was restored:\n{}",
-            kubecast.log()
-        );
-    }
+    let (kubecast, logs) = kubecast
+        .kill_at_random(
+            stack,
+            &scene.dir,
+            &config,
+            KILLS,
+            "state restored",
+            |round, k| {
+                assert!(
+                    k.count_in_log("fresh=false") == 1,
+                    "round {round}: the state was restored:\n{}",
+                    k.log()
+                );
+            },
+        )
+        .await;
     // Churn goes on until the last restart has visibly resumed delivery.
     kubecast.check(
         kafka

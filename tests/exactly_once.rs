@@ -42,7 +42,7 @@ async fn twenty_kill_9s_leave_every_change_exactly_once_for_read_committed_consu
             scene.mqtt_sink("mqtt", &prefix, &format!("{prefix}/{{name}}"), &[]),
         ],
     );
-    let mut kubecast = Kubecast::start(stack, &scene.dir, &config);
+    let kubecast = Kubecast::start(stack, &scene.dir, &config);
     kubecast.check(
         committed
             .wait_until("the stable pods' events", LIMIT, |r| r.len() >= STABLE)
@@ -50,22 +50,23 @@ async fn twenty_kill_9s_leave_every_change_exactly_once_for_read_committed_consu
     );
 
     let churn = Churn::start(&scene.client, &scene.ns, CHURNING, Duration::ZERO);
-    let mut logs = Vec::new();
-    for round in 0..KILLS {
-        // A random moment to kill at: the chaos itself, not a wait for anything.
-        tokio::time::sleep(Duration::from_millis(fastrand::u64(300..2500))).await;
-        logs.push(kubecast.kill().await);
-        kubecast = Kubecast::start(stack, &scene.dir, &config);
-        kubecast
-            .wait_for_log("took over the exactly-once sink", 1, LIMIT)
-            .await;
-        assert_eq!(
-            kubecast.count_in_log("committed_seq=0"),
-            0,
-            "round {round}: the checkpoint was read:\n{}",
-            kubecast.log()
-        );
-    }
+    let (kubecast, logs) = kubecast
+        .kill_at_random(
+            stack,
+            &scene.dir,
+            &config,
+            KILLS,
+            "took over the exactly-once sink",
+            |round, k| {
+                assert_eq!(
+                    k.count_in_log("committed_seq=0"),
+                    0,
+                    "round {round}: the checkpoint was read:\n{}",
+                    k.log()
+                );
+            },
+        )
+        .await;
     kubecast.check(
         committed
             .wait_for_more("delivery after the last restart", 20, LIMIT)

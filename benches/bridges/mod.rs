@@ -122,9 +122,14 @@ fn start_kubecast(
     let config = format!(
         "cluster: bench\nwatch:\n  namespaces: [{ns}]\n  initial_list: emit\n{state}metrics:\n  address: 127.0.0.1:19465\nsinks:\n  out:\n{sink}",
     );
+    spawn_kubecast(stack, dir, &config, "kubecast.log")
+}
+
+/// This build's kubecast with `config` (written into `dir`), logging to `dir/log`.
+pub fn spawn_kubecast(stack: &Stack, dir: &Path, config: &str, log: &str) -> (Child, PathBuf) {
     let config_path = dir.join("kubecast.yaml");
     std::fs::write(&config_path, config).expect("writing the config");
-    let log = dir.join("kubecast.log");
+    let log = dir.join(log);
     let child = spawn(
         Path::new(env!("CARGO_BIN_EXE_kubecast")),
         &[

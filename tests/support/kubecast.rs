@@ -178,3 +178,30 @@ pub fn run_to_end(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, 
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+impl Kubecast {
+    /// `kill -9` at `rounds` random moments (0.3 to 2.5 s apart: the chaos itself, not a
+    /// wait for anything), each time starting kubecast again with `config` and waiting until
+    /// it logs `restored`, where `check` looks at it. Returns the last process and the
+    /// killed ones' logs.
+    pub async fn kill_at_random(
+        mut self,
+        stack: &Stack,
+        dir: &Path,
+        config: &str,
+        rounds: usize,
+        restored: &str,
+        check: impl Fn(usize, &Kubecast),
+    ) -> (Kubecast, Vec<String>) {
+        let mut logs = Vec::new();
+        for round in 0..rounds {
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(300..2500))).await;
+            logs.push(self.kill().await);
+            self = Kubecast::start(stack, dir, config);
+            self.wait_for_log(restored, 1, Duration::from_secs(120))
+                .await;
+            check(round, &self);
+        }
+        (self, logs)
+    }
+}
