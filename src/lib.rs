@@ -48,6 +48,7 @@ pub mod event;
 pub mod ha;
 pub mod ops;
 pub mod pipeline;
+pub mod route;
 pub mod sinks;
 pub mod store;
 pub mod watch;
