@@ -1,0 +1,225 @@
+//! `routes:` in the config: each route names its sinks and what it takes — change types,
+//! namespaces (names or glob patterns with `*` and `?`), a label selector, and a change
+//! predicate (the aspects whose change makes a `modified` worth sending). A pure
+//! [`RouteConfig::validate`] turns one into a [`Route`], naming the field of each problem.
+
+use std::collections::BTreeSet;
+
+use kube::core::{Selector, SelectorExt};
+use serde::{Deserialize, Serialize};
+
+use super::aspects::Aspect;
+use super::selector;
+use crate::config::Issue;
+use crate::event::ChangeKind;
+
+/// One route.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// The sinks (names under `sinks`) this route feeds. Required.
+    pub sinks: Vec<String>,
+    /// Change types taken: `added`, `modified`, `deleted`. Default: all three.
+    #[serde(default)]
+    pub types: Vec<String>,
+    /// Namespaces taken: names or glob patterns (`prod-*`, `team-?`). Default: all.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// A label selector on the pod (Kubernetes syntax, set-based included). Default: all.
+    #[serde(default)]
+    pub selector: Option<String>,
+    /// A `modified` passes only when one of these aspects changed: `phase`, `readiness`,
+    /// `container_states`, `restart_counts`, `node`, `ips`, `labels`, `annotations`,
+    /// `spec`, or a field path (`status.qosClass`). Default: every `modified` passes.
+    #[serde(default)]
+    pub changes: Vec<String>,
+}
+
+/// A validated route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub name: String,
+    pub sinks: Vec<String>,
+    types: BTreeSet<&'static str>,
+    namespaces: Vec<String>,
+    selector: Option<Selector>,
+    pub changes: Vec<Aspect>,
+}
+
+impl RouteConfig {
+    /// Checks route `name` against the configured `sinks`, without any I/O.
+    pub fn validate(&self, name: &str, sinks: &[&str]) -> Result<Route, Vec<Issue>> {
+        let at = format!("routes.{name}");
+        let mut issues = Vec::new();
+        if self.sinks.is_empty() {
+            issues.push(Issue::new(
+                format!("{at}.sinks"),
+                "must name at least one sink",
+            ));
+        }
+        for (i, s) in self.sinks.iter().enumerate() {
+            if !sinks.contains(&s.as_str()) {
+                issues.push(Issue::new(
+                    format!("{at}.sinks[{i}]"),
+                    format!("`{s}` is not a sink (configured: {})", sinks.join(", ")),
+                ));
+            }
+        }
+        let mut types = BTreeSet::new();
+        for (i, t) in self.types.iter().enumerate() {
+            match [ChangeKind::Added, ChangeKind::Modified, ChangeKind::Deleted]
+                .into_iter()
+                .find(|k| k.word() == t)
+            {
+                Some(k) => {
+                    types.insert(k.word());
+                }
+                None => issues.push(Issue::new(
+                    format!("{at}.types[{i}]"),
+                    format!("`{t}` is not added, modified or deleted"),
+                )),
+            }
+        }
+        for (i, ns) in self.namespaces.iter().enumerate() {
+            let ok = !ns.is_empty()
+                && ns
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-*?".contains(&b));
+            if !ok {
+                issues.push(Issue::new(
+                    format!("{at}.namespaces[{i}]"),
+                    format!("`{ns}` is not a namespace name or pattern (lower-case letters, digits, `-`, `*`, `?`)"),
+                ));
+            }
+        }
+        let selector = match self.selector.as_deref().map(selector::parse) {
+            None => None,
+            Some(Ok(s)) => Some(s),
+            Some(Err(e)) => {
+                issues.push(Issue::new(format!("{at}.selector"), e.to_string()));
+                None
+            }
+        };
+        let mut changes = Vec::new();
+        for (i, c) in self.changes.iter().enumerate() {
+            match Aspect::parse(c) {
+                Ok(a) => changes.push(a),
+                Err(e) => issues.push(Issue::new(format!("{at}.changes[{i}]"), e)),
+            }
+        }
+        if !issues.is_empty() {
+            return Err(issues);
+        }
+        Ok(Route {
+            name: name.to_string(),
+            sinks: self.sinks.clone(),
+            types,
+            namespaces: self.namespaces.clone(),
+            selector,
+            changes,
+        })
+    }
+}
+
+impl Route {
+    /// Whether this route takes a change of `kind` to a pod in `namespace` with `labels`
+    /// (the change predicate aside).
+    pub fn takes(
+        &self,
+        kind: ChangeKind,
+        namespace: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> bool {
+        (self.types.is_empty() || self.types.contains(kind.word()))
+            && (self.namespaces.is_empty() || self.namespaces.iter().any(|p| glob(p, namespace)))
+            && self.selector.as_ref().is_none_or(|s| s.matches(labels))
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` stands for any run of characters and `?` for
+/// one.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    // Iterative matching with one backtrack point (the last `*`): linear in practice.
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn route(yaml: &str) -> Result<Route, Vec<Issue>> {
+        let c: RouteConfig = serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{e}"));
+        c.validate("r", &["kafka", "edge"])
+    }
+
+    #[test]
+    fn globs_match_names_and_patterns() {
+        for (p, t, m) in [
+            ("prod", "prod", true),
+            ("prod", "prod-1", false),
+            ("prod-*", "prod-eu-1", true),
+            ("*-db", "orders-db", true),
+            ("team-?", "team-a", true),
+            ("team-?", "team-ab", false),
+            ("*", "", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxbyy", false),
+        ] {
+            assert_eq!(glob(p, t), m, "{p} ~ {t}");
+        }
+    }
+
+    #[test]
+    fn a_route_takes_its_types_namespaces_and_labels_only() {
+        let r = route("sinks: [edge]\ntypes: [modified]\nnamespaces: ['prod-*']\nselector: 'app in (web), !canary'\n")
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let web: BTreeMap<String, String> = [("app".to_string(), "web".to_string())].into();
+        assert!(r.takes(ChangeKind::Modified, "prod-eu", &web));
+        assert!(!r.takes(ChangeKind::Added, "prod-eu", &web), "type");
+        assert!(!r.takes(ChangeKind::Modified, "staging", &web), "namespace");
+        assert!(
+            !r.takes(ChangeKind::Modified, "prod-eu", &BTreeMap::new()),
+            "selector"
+        );
+    }
+
+    #[test]
+    fn every_bad_entry_is_named_by_its_path() {
+        let issues = route("sinks: [kafka, nowhere]\ntypes: [created]\nnamespaces: [Prod]\nselector: 'app in a'\nchanges: [phase, colour, 'spec..x']\n")
+            .expect_err("invalid");
+        let fields: Vec<&str> = issues.iter().map(|i| i.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            vec![
+                "routes.r.sinks[1]",
+                "routes.r.types[0]",
+                "routes.r.namespaces[0]",
+                "routes.r.selector",
+                "routes.r.changes[1]",
+                "routes.r.changes[2]",
+            ]
+        );
+        let empty = route("sinks: []\n").expect_err("no sinks");
+        assert_eq!(empty[0].field, "routes.r.sinks");
+    }
+}
