@@ -40,6 +40,7 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+pub mod alert;
 pub mod backoff;
 pub mod classify;
 pub mod cluster;
