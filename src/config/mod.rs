@@ -12,6 +12,7 @@ mod validate;
 mod proptests;
 
 pub use load::{ConfigError, load, load_str};
+pub(crate) use validate::is_dns_label;
 pub use validate::{Issue, Validated, ValidationError};
 
 use std::collections::BTreeMap;

@@ -251,7 +251,8 @@ fn check_keeper(sinks: &[(String, ValidSink)], state: &StateConfig, issues: &mut
     }
 }
 
-fn is_dns_label(s: &str) -> bool {
+/// A DNS-1123 label: 1 to 63 of [a-z0-9-], not beginning or ending with `-`.
+pub(crate) fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes()

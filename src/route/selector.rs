@@ -203,20 +203,12 @@ fn check_key(key: &str) -> Result<(), String> {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
-    if let Some(p) = prefix {
-        let label_ok = |l: &str| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        };
-        if p.len() > 253 || !p.split('.').all(label_ok) {
-            return Err(format!(
-                "`{p}` in key `{key}` is not a DNS subdomain prefix"
-            ));
-        }
+    if let Some(p) = prefix
+        && (p.len() > 253 || !p.split('.').all(crate::config::is_dns_label))
+    {
+        return Err(format!(
+            "`{p}` in key `{key}` is not a DNS subdomain prefix"
+        ));
     }
     if name.is_empty() || name.len() > 63 || !name_chars(name) {
         return Err(format!(
