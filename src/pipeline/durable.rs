@@ -190,6 +190,12 @@ impl Durable {
         self.feed.subscribe()
     }
 
+    /// Whether anyone needs the watch positions: the store (the resume point) or a keeper.
+    /// Without either, the per-event path does not track them.
+    fn keeps_positions(&self) -> bool {
+        self.store.is_some() || self.feed.has_keeper()
+    }
+
     fn scope_of(&self, namespace: &str) -> Scope {
         self.per_namespace.then(|| Arc::from(namespace))
     }
@@ -220,7 +226,7 @@ impl Durable {
     /// its record; `from_watch` events also move their scope's position.
     pub fn event(&mut self, mut event: Event, from_watch: bool) -> Arc<Event> {
         event.from_watch = from_watch;
-        if from_watch {
+        if from_watch && self.keeps_positions() {
             let scope = self.scope_of(&event.namespace);
             self.positions.insert(scope, Some(event.rv.clone()));
         }
@@ -251,6 +257,9 @@ impl Durable {
             Observed::Bookmark { scope, rv } => (scope.clone(), Some(rv.clone())),
             _ => return,
         };
+        if !self.keeps_positions() {
+            return;
+        }
         self.positions.insert(scope.clone(), rv.clone());
         let Some(store) = self.store.as_mut() else {
             return;
