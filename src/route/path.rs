@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// One step of a path.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Step {
+pub enum Step {
     Key(String),
     Index(usize),
     Every,
@@ -105,6 +105,11 @@ impl FieldPath {
     /// The path as written.
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// Its steps, from the root.
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
     }
 
     /// The values the path reaches in `root`, in document order.

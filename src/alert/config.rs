@@ -1,0 +1,421 @@
+//! `alerts:` in the config: the built-in rules (each on unless `enabled: false`, with its
+//! thresholds) and user rules in the shape of a Prometheus alerting rule (`expr`, `for`,
+//! `labels`, a message template). A pure [`AlertsConfig::validate`] turns it into [`Rule`]s,
+//! naming the field of each problem (`alerts.rules.NAME.expr`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::builtin::Condition;
+use super::expr::Expr;
+use super::rule::{Message, Rule, When};
+use crate::config::Issue;
+
+/// The alert rules. Present (even empty: `alerts: {}`) turns the built-in rules on.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// A container restarted more than `threshold` times (default 5). Severity `warning`.
+    #[serde(default)]
+    pub restarts: Builtin,
+    /// The pod's phase is `Failed`. Severity `critical`.
+    #[serde(default)]
+    pub failed: Builtin,
+    /// A pod that has not finished is not Ready for `for` (default `5m`), firing on time
+    /// with no further change needed. Severity `warning`.
+    #[serde(default)]
+    pub not_ready: Builtin,
+    /// A container was OOMKilled. Severity `warning`.
+    #[serde(default)]
+    pub oom_killed: Builtin,
+    /// A container was OOMKilled in a pod that requests a GPU (`resources`, default
+    /// `[nvidia.com/gpu, amd.com/gpu]`). Severity `critical`.
+    #[serde(default)]
+    pub oom_killed_gpu: Builtin,
+    /// A container waits in `CrashLoopBackOff`. Severity `warning`.
+    #[serde(default)]
+    pub crash_loop_backoff: Builtin,
+    /// A container waits in `ImagePullBackOff` or `ErrImagePull`. Severity `warning`.
+    #[serde(default)]
+    pub image_pull_backoff: Builtin,
+    /// The pod is Pending and unscheduled for `for` (default `5m`). Severity `warning`.
+    #[serde(default)]
+    pub unscheduled: Builtin,
+    /// Your own rules, keyed by the rule's name (which goes into the alert's id).
+    #[serde(default)]
+    pub rules: BTreeMap<String, UserRule>,
+}
+
+/// The settings of a built-in rule; each has its own defaults (above).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Builtin {
+    /// Whether the rule runs. Default: true.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// How long the condition must hold before the alert fires (`30s`, `5m`, `1h`).
+    /// Default: the rule's (`5m` for `not_ready` and `unscheduled`, else `0s`).
+    #[serde(default, rename = "for")]
+    pub for_: Option<String>,
+    /// The alert's severity. Default: the rule's.
+    #[serde(default)]
+    pub severity: Option<String>,
+    /// `restarts` only: the restart count to exceed. Default: 5.
+    #[serde(default)]
+    pub threshold: Option<u64>,
+    /// `oom_killed_gpu` only: the extended resources that make a pod a GPU pod.
+    /// Default: `[nvidia.com/gpu, amd.com/gpu]`.
+    #[serde(default)]
+    pub resources: Option<Vec<String>>,
+    /// Labels copied into the alert's data (`team: payments`). Default: none.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for Builtin {
+    fn default() -> Self {
+        Builtin {
+            enabled: true,
+            for_: None,
+            severity: None,
+            threshold: None,
+            resources: None,
+            labels: BTreeMap::new(),
+        }
+    }
+}
+
+/// A rule of your own.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserRule {
+    /// The condition: field comparisons with `and`, `or`, `not`
+    /// (`status.phase == "Pending" and status.containerStatuses[*].restartCount > 3`).
+    /// Required.
+    pub expr: String,
+    /// How long `expr` must hold before the alert fires. Default: `0s`.
+    #[serde(default, rename = "for")]
+    pub for_: Option<String>,
+    /// The alert's severity. Default: `warning`.
+    #[serde(default)]
+    pub severity: Option<String>,
+    /// The alert's message; `{{ path }}` is replaced by the pod's field
+    /// (`{{ metadata.name }} has restarted {{ status.containerStatuses[0].restartCount }} times`).
+    /// Default: `{rule} holds for {namespace}/{name}`.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Labels copied into the alert's data. Default: none.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The GPU resources of `oom_killed_gpu` by default.
+const GPU_RESOURCES: [&str; 2] = ["nvidia.com/gpu", "amd.com/gpu"];
+
+impl AlertsConfig {
+    /// The rules, checked without any I/O.
+    pub fn validate(&self) -> Result<Vec<Rule>, Vec<Issue>> {
+        let mut issues = Vec::new();
+        let mut rules = Vec::new();
+        let builtins: [(&str, &Builtin, &str, &str); 8] = [
+            ("restarts", &self.restarts, "0s", "warning"),
+            ("failed", &self.failed, "0s", "critical"),
+            ("not_ready", &self.not_ready, "5m", "warning"),
+            ("oom_killed", &self.oom_killed, "0s", "warning"),
+            ("oom_killed_gpu", &self.oom_killed_gpu, "0s", "critical"),
+            (
+                "crash_loop_backoff",
+                &self.crash_loop_backoff,
+                "0s",
+                "warning",
+            ),
+            (
+                "image_pull_backoff",
+                &self.image_pull_backoff,
+                "0s",
+                "warning",
+            ),
+            ("unscheduled", &self.unscheduled, "5m", "warning"),
+        ];
+        for (name, b, default_for, default_severity) in builtins {
+            let at = format!("alerts.{name}");
+            if b.threshold.is_some() && name != "restarts" {
+                issues.push(Issue::new(
+                    format!("{at}.threshold"),
+                    "only `restarts` has a threshold",
+                ));
+            }
+            if b.resources.is_some() && name != "oom_killed_gpu" {
+                issues.push(Issue::new(
+                    format!("{at}.resources"),
+                    "only `oom_killed_gpu` has resources",
+                ));
+            }
+            if b.resources.as_ref().is_some_and(Vec::is_empty) {
+                issues.push(Issue::new(
+                    format!("{at}.resources"),
+                    "is empty; leave it out for the default GPU resources",
+                ));
+            }
+            let for_ms = duration(
+                b.for_.as_deref().unwrap_or(default_for),
+                &format!("{at}.for"),
+                &mut issues,
+            );
+            let severity = severity(
+                b.severity.as_deref().unwrap_or(default_severity),
+                &at,
+                &mut issues,
+            );
+            if !b.enabled {
+                continue;
+            }
+            let condition = match name {
+                "restarts" => Condition::RestartsAbove(b.threshold.unwrap_or(5)),
+                "failed" => Condition::PhaseFailed,
+                "not_ready" => Condition::NotReady,
+                "oom_killed" => Condition::OomKilled { gpu: None },
+                "oom_killed_gpu" => Condition::OomKilled {
+                    gpu: Some(
+                        b.resources
+                            .clone()
+                            .unwrap_or_else(|| GPU_RESOURCES.map(String::from).to_vec()),
+                    ),
+                },
+                "crash_loop_backoff" => Condition::CrashLoopBackOff,
+                "image_pull_backoff" => Condition::ImagePullBackOff,
+                _ => Condition::Unscheduled,
+            };
+            rules.push(Rule {
+                name: name.to_string(),
+                when: When::Builtin(condition),
+                for_ms,
+                severity,
+                message: Message::builtin(name),
+                labels: b.labels.clone(),
+            });
+        }
+        for (name, r) in &self.rules {
+            let at = format!("alerts.rules.{name}");
+            if !crate::config::is_dns_label(&name.replace('_', "-")) {
+                issues.push(Issue::new(at.clone(), format!("`{name}` is not a rule name (lower-case letters, digits, `-`, `_`; at most 63)")));
+            }
+            if builtins.iter().any(|(b, ..)| b == name) {
+                issues.push(Issue::new(
+                    at.clone(),
+                    format!("`{name}` is a built-in rule's name; configure it as `alerts.{name}`"),
+                ));
+            }
+            let expr = match Expr::parse(&r.expr) {
+                Ok(e) => Some(e),
+                Err(e) => {
+                    issues.push(Issue::new(
+                        format!("{at}.expr"),
+                        format!("`{}` {e}", r.expr),
+                    ));
+                    None
+                }
+            };
+            if let Some(e) = &expr {
+                for p in e.paths() {
+                    if let Err(why) = super::fields::check(p) {
+                        issues.push(Issue::new(format!("{at}.expr"), why));
+                    }
+                }
+            }
+            let for_ms = duration(
+                r.for_.as_deref().unwrap_or("0s"),
+                &format!("{at}.for"),
+                &mut issues,
+            );
+            let severity = severity(r.severity.as_deref().unwrap_or("warning"), &at, &mut issues);
+            let message = match Message::parse(
+                r.message
+                    .as_deref()
+                    .unwrap_or("{{ metadata.namespace }}/{{ metadata.name }}: rule `RULE` holds")
+                    .replace("RULE", name)
+                    .as_str(),
+            ) {
+                Ok(m) => Some(m),
+                Err(why) => {
+                    issues.push(Issue::new(format!("{at}.message"), why));
+                    None
+                }
+            };
+            if let (Some(expr), Some(message)) = (expr, message) {
+                rules.push(Rule {
+                    name: name.clone(),
+                    when: When::Expr(expr),
+                    for_ms,
+                    severity,
+                    message,
+                    labels: r.labels.clone(),
+                });
+            }
+        }
+        if issues.is_empty() {
+            Ok(rules)
+        } else {
+            Err(issues)
+        }
+    }
+}
+
+fn severity(s: &str, at: &str, issues: &mut Vec<Issue>) -> String {
+    if s.is_empty()
+        || s.len() > 63
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+    {
+        issues.push(Issue::new(format!("{at}.severity"), format!("`{s}` is not a severity (letters, digits, `-`, `_`, such as `warning` or `critical`)")));
+    }
+    s.to_string()
+}
+
+/// Parses a Prometheus-style duration (`500ms`, `30s`, `5m`, `1h30m`, `1d`) into milliseconds;
+/// a bad one is reported at `field`.
+pub fn duration(text: &str, field: &str, issues: &mut Vec<Issue>) -> i64 {
+    match parse_duration(text) {
+        Some(ms) => ms,
+        None => {
+            issues.push(Issue::new(
+                field,
+                format!("`{text}` is not a duration (such as `30s`, `5m`, `1h30m`)"),
+            ));
+            0
+        }
+    }
+}
+
+fn parse_duration(text: &str) -> Option<i64> {
+    let mut total: i64 = 0;
+    let mut rest = text;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let n: i64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (unit, ms) = [
+            ("ms", 1),
+            ("s", 1_000),
+            ("m", 60_000),
+            ("h", 3_600_000),
+            ("d", 86_400_000),
+        ]
+        .into_iter()
+        .find(|(u, _)| rest.starts_with(u) && !(*u == "m" && rest.starts_with("ms")))?;
+        rest = &rest[unit.len()..];
+        total = total.checked_add(n.checked_mul(ms)?)?;
+    }
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alerts(yaml: &str) -> Result<Vec<Rule>, Vec<Issue>> {
+        let c: AlertsConfig = serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{e}"));
+        c.validate()
+    }
+
+    #[test]
+    fn durations_read_like_prometheus_ones() {
+        for (t, ms) in [
+            ("0s", Some(0)),
+            ("500ms", Some(500)),
+            ("30s", Some(30_000)),
+            ("5m", Some(300_000)),
+            ("1h30m", Some(5_400_000)),
+            ("1d", Some(86_400_000)),
+            ("5", None),
+            ("m", None),
+            ("", None),
+            ("5x", None),
+        ] {
+            assert_eq!(parse_duration(t), ms, "{t}");
+        }
+    }
+
+    #[test]
+    fn an_empty_alerts_section_turns_every_builtin_on_with_its_defaults() {
+        let rules = alerts("{}").expect("valid");
+        let names: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "restarts",
+                "failed",
+                "not_ready",
+                "oom_killed",
+                "oom_killed_gpu",
+                "crash_loop_backoff",
+                "image_pull_backoff",
+                "unscheduled"
+            ]
+        );
+        let not_ready = &rules[2];
+        assert_eq!(
+            (not_ready.for_ms, not_ready.severity.as_str()),
+            (300_000, "warning")
+        );
+        assert!(matches!(
+            rules[0].when,
+            When::Builtin(Condition::RestartsAbove(5))
+        ));
+    }
+
+    #[test]
+    fn builtins_take_their_thresholds_and_can_be_turned_off() {
+        let rules = alerts("restarts: {threshold: 2, severity: page}\nfailed: {enabled: false}\nnot_ready: {for: 10s}\n").expect("valid");
+        assert!(matches!(
+            rules[0].when,
+            When::Builtin(Condition::RestartsAbove(2))
+        ));
+        assert_eq!(rules[0].severity, "page");
+        assert!(rules.iter().all(|r| r.name != "failed"));
+        assert_eq!(
+            rules
+                .iter()
+                .find(|r| r.name == "not_ready")
+                .map(|r| r.for_ms),
+            Some(10_000)
+        );
+    }
+
+    #[test]
+    fn every_bad_rule_entry_is_named_by_its_path() {
+        let issues = alerts(concat!(
+            "failed: {threshold: 3}\n",
+            "not_ready: {for: soon}\n",
+            "rules:\n",
+            "  slow: {expr: 'status.phase ==', for: 1m}\n",
+            "  tmpl: {expr: 'status.phase == \"Pending\"', message: '{{ status.nothing }}'}\n",
+            "  field: {expr: 'status.colour == \"red\"', severity: 'very bad'}\n",
+        ))
+        .expect_err("invalid");
+        let fields: Vec<&str> = issues.iter().map(|i| i.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            vec![
+                "alerts.failed.threshold",
+                "alerts.not_ready.for",
+                "alerts.rules.field.expr",
+                "alerts.rules.field.severity",
+                "alerts.rules.slow.expr",
+                "alerts.rules.tmpl.message"
+            ]
+        );
+    }
+}

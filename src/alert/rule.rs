@@ -1,0 +1,225 @@
+//! A validated alert rule: its condition (built-in or a user expression), `for`, severity,
+//! labels and message template. Entry points: [`Rule::evaluate`] (does the condition hold for
+//! this Pod, with what evidence) and [`Message::render`].
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::builtin::{self, Condition, Evidence};
+use super::expr::Expr;
+use crate::route::path::FieldPath;
+
+/// What makes a rule hold.
+#[derive(Debug, Clone)]
+pub enum When {
+    Builtin(Condition),
+    Expr(Expr),
+}
+
+/// One rule, ready to evaluate.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// The rule's name (`restarts`, or the key under `alerts.rules`); part of alert ids.
+    pub name: String,
+    pub when: When,
+    /// How long the condition must hold before the alert fires, in milliseconds.
+    pub for_ms: i64,
+    pub severity: String,
+    pub message: Message,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Rule {
+    /// Whether the rule's condition holds for `pod` (a Pod as JSON), with its evidence. A user
+    /// rule's evidence is the value of every field its expression reads.
+    pub fn evaluate(&self, pod: &Value) -> Option<Evidence> {
+        match &self.when {
+            When::Builtin(c) => builtin::holds(c, pod),
+            When::Expr(e) => e.eval(pod).then(|| {
+                let mut facts = Map::new();
+                for p in e.paths() {
+                    facts.insert(p.as_str().to_string(), one_or_many(p.select(pod)));
+                }
+                Evidence {
+                    container: None,
+                    facts,
+                }
+            }),
+        }
+    }
+}
+
+fn one_or_many(values: Vec<&Value>) -> Value {
+    match values.as_slice() {
+        [] => Value::Null,
+        [one] => (*one).clone(),
+        many => Value::Array(many.iter().map(|v| (*v).clone()).collect()),
+    }
+}
+
+/// A message template: text with `{{ path }}` replaced by the pod's field (several values
+/// joined with `, `; a missing one is empty), and, for built-in rules, `{{ container }}` and
+/// `{{ evidence.KEY }}`.
+#[derive(Debug, Clone)]
+pub struct Message {
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone)]
+enum Part {
+    Text(String),
+    Field(FieldPath),
+    Container,
+    Fact(String),
+}
+
+impl Message {
+    /// Parses a user template; every field must be one a Pod has.
+    pub fn parse(text: &str) -> Result<Message, String> {
+        let mut parts = Vec::new();
+        let mut rest = text;
+        while let Some(open) = rest.find("{{") {
+            if open > 0 {
+                parts.push(Part::Text(rest[..open].to_string()));
+            }
+            let close = rest[open..]
+                .find("}}")
+                .ok_or_else(|| format!("`{text}`: a `{{{{` without its `}}}}`"))?;
+            let inner = rest[open + 2..open + close].trim();
+            let path = FieldPath::parse(inner).map_err(|e| e.to_string())?;
+            super::fields::check(&path)?;
+            parts.push(Part::Field(path));
+            rest = &rest[open + close + 2..];
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Text(rest.to_string()));
+        }
+        Ok(Message { parts })
+    }
+
+    /// The message of a built-in rule.
+    pub fn builtin(rule: &str) -> Message {
+        let field = |p: &str| {
+            // The paths below are fixed and valid.
+            Part::Field(FieldPath::parse(p).unwrap_or_else(|_| unreachable!("fixed path {p}")))
+        };
+        let text = |t: &str| Part::Text(t.to_string());
+        let pod = || {
+            [
+                field("metadata.namespace"),
+                text("/"),
+                field("metadata.name"),
+            ]
+        };
+        let mut parts: Vec<Part> = pod().into();
+        match rule {
+            "restarts" => parts.extend([
+                text(": container "),
+                Part::Container,
+                text(" restarted "),
+                Part::Fact("restartCount".into()),
+                text(" times (last: "),
+                Part::Fact("lastReason".into()),
+                text(")"),
+            ]),
+            "failed" => parts.extend([text(" failed: "), Part::Fact("reason".into())]),
+            "not_ready" => parts.extend([text(" is not Ready since "), Part::Fact("since".into())]),
+            "oom_killed" | "oom_killed_gpu" => parts.extend([
+                text(": container "),
+                Part::Container,
+                text(" was OOMKilled"),
+            ]),
+            "crash_loop_backoff" | "image_pull_backoff" => parts.extend([
+                text(": container "),
+                Part::Container,
+                text(" waits in "),
+                Part::Fact("reason".into()),
+            ]),
+            _ => parts.extend([text(" is unscheduled: "), Part::Fact("message".into())]),
+        }
+        Message { parts }
+    }
+
+    /// The message for `pod` (`Value::Null` when only the evidence is known).
+    pub fn render(&self, pod: &Value, evidence: &Evidence) -> String {
+        let mut out = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => out.push_str(t),
+                Part::Field(p) => {
+                    let values: Vec<String> = p.select(pod).into_iter().map(plain).collect();
+                    out.push_str(&values.join(", "));
+                }
+                Part::Container => out.push_str(evidence.container.as_deref().unwrap_or("")),
+                Part::Fact(k) => {
+                    out.push_str(&evidence.facts.get(k).map(plain).unwrap_or_default())
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A value as text: strings without quotes, `null` as nothing.
+fn plain(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_template_substitutes_fields_and_refuses_unknown_ones() {
+        let m = Message::parse(
+            "{{ metadata.name }} restarted {{status.containerStatuses[*].restartCount}} times",
+        )
+        .expect("valid");
+        let pod = json!({"metadata": {"name": "web"}, "status": {"containerStatuses": [{"restartCount": 3}, {"restartCount": 0}]}});
+        let none = Evidence {
+            container: None,
+            facts: Map::new(),
+        };
+        assert_eq!(m.render(&pod, &none), "web restarted 3, 0 times");
+        assert!(
+            Message::parse("{{ status.nothing }}")
+                .unwrap_err()
+                .contains("`status` has no `nothing`")
+        );
+        assert!(Message::parse("{{ metadata.name").is_err());
+    }
+
+    #[test]
+    fn a_user_rule_gives_the_fields_it_read_as_evidence() {
+        let rule = Rule {
+            name: "pending".into(),
+            when: When::Expr(
+                Expr::parse(
+                    r#"status.phase == "Pending" and spec.containers[*].image =~ ".*:latest""#,
+                )
+                .expect("valid"),
+            ),
+            for_ms: 0,
+            severity: "warning".into(),
+            message: Message::parse("x").expect("valid"),
+            labels: BTreeMap::new(),
+        };
+        let pod = json!({"status": {"phase": "Pending"}, "spec": {"containers": [{"image": "a:latest"}, {"image": "b:1"}]}});
+        let e = rule.evaluate(&pod).expect("holds");
+        assert_eq!(
+            Value::Object(e.facts),
+            json!({"status.phase": "Pending", "spec.containers[*].image": ["a:latest", "b:1"]})
+        );
+        assert!(
+            rule.evaluate(&json!({"status": {"phase": "Running"}}))
+                .is_none()
+        );
+    }
+}
