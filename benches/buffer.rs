@@ -31,6 +31,7 @@ fn event(seq: u64) -> Event {
         inferred: false,
         initial: false,
         from_watch: false,
+        route: None,
         data: Bytes::from(vec![b'x'; DATA]),
     }
 }

@@ -55,6 +55,7 @@ fn event(kind: ChangeKind) -> Event {
         inferred: false,
         initial: false,
         from_watch: false,
+        route: None,
         data: Bytes::from_static(b"{}"),
     }
 }

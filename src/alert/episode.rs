@@ -27,15 +27,20 @@ pub fn alert_id(rule: &str, uid: &str, began_rv: &str) -> String {
 pub struct Episode {
     pub rule: String,
     pub uid: String,
+    pub namespace: String,
+    pub name: String,
     pub began_rv: String,
     /// When the change that began it was observed.
     pub began_at: i64,
     /// When it fires (began_at + for).
     pub deadline: i64,
     pub fired: bool,
-    /// The evidence last seen while it held.
+    /// The pod's resourceVersion when last seen.
+    pub rv: String,
+    /// The evidence and the message last seen while it held.
     pub container: Option<String>,
     pub facts: Map<String, Value>,
+    pub message: String,
 }
 
 /// What an observation or the passing of time did.
@@ -45,6 +50,16 @@ pub enum Transition {
     Resolved(Episode),
 }
 
+/// The pod as one change shows it, observed at `now` (ms since the epoch).
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    pub uid: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub rv: &'a str,
+    pub now: i64,
+}
+
 /// Every open episode, keyed `{uid}/{rule}` (a JSON map key, so they can be saved).
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Episodes {
@@ -52,48 +67,89 @@ pub struct Episodes {
 }
 
 impl Episodes {
-    /// Pod `uid` changed (to resourceVersion `rv`, observed at `now`); `holds` says whether
-    /// `rule`'s condition holds now. `for_ms` is the rule's `for`.
+    /// A change of the pod `seen`; `holds` says whether `rule`'s condition holds now, with its
+    /// evidence and message. `for_ms` is the rule's `for`.
     pub fn observe(
         &mut self,
         rule: &str,
-        uid: &str,
-        rv: &str,
-        holds: Option<Evidence>,
-        now: i64,
         for_ms: i64,
+        seen: &Seen,
+        holds: Option<(Evidence, String)>,
     ) -> Vec<Transition> {
-        let key = format!("{uid}/{rule}");
+        let key = format!("{}/{rule}", seen.uid);
         match (holds, self.open.get_mut(&key)) {
-            (Some(e), Some(ep)) => {
+            (Some((e, message)), Some(ep)) => {
                 ep.container = e.container;
                 ep.facts = e.facts;
+                ep.message = message;
+                ep.rv = seen.rv.to_string();
                 // Still holding: it fires when its deadline passes (tick), not again.
-                self.tick(now)
+                self.tick(seen.now)
             }
-            (Some(e), None) => {
+            (Some((e, message)), None) => {
                 self.open.insert(
                     key,
                     Episode {
                         rule: rule.to_string(),
-                        uid: uid.to_string(),
-                        began_rv: rv.to_string(),
-                        began_at: now,
-                        deadline: now.saturating_add(for_ms),
+                        uid: seen.uid.to_string(),
+                        namespace: seen.namespace.to_string(),
+                        name: seen.name.to_string(),
+                        began_rv: seen.rv.to_string(),
+                        began_at: seen.now,
+                        deadline: seen.now.saturating_add(for_ms),
                         fired: false,
+                        rv: seen.rv.to_string(),
                         container: e.container,
                         facts: e.facts,
+                        message,
                     },
                 );
-                self.tick(now)
+                self.tick(seen.now)
             }
             (None, Some(_)) => match self.open.remove(&key) {
-                Some(ep) if ep.fired => vec![Transition::Resolved(ep)],
+                Some(mut ep) if ep.fired => {
+                    ep.rv = seen.rv.to_string();
+                    vec![Transition::Resolved(ep)]
+                }
                 // It stopped holding before its `for`: nothing was said, nothing to resolve.
                 _ => Vec::new(),
             },
             (None, None) => Vec::new(),
         }
+    }
+
+    /// The open episodes of pod `uid`.
+    pub fn of(&self, uid: &str) -> Vec<Episode> {
+        let from = format!("{uid}/");
+        self.open
+            .range(from.clone()..)
+            .take_while(|(k, _)| k.starts_with(&from))
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+
+    /// Replaces the open episodes of pod `uid` (restoring a saved state).
+    pub fn restore(&mut self, uid: &str, episodes: Vec<Episode>) {
+        let from = format!("{uid}/");
+        self.open.retain(|k, _| !k.starts_with(&from));
+        for e in episodes {
+            self.open.insert(format!("{uid}/{}", e.rule), e);
+        }
+    }
+
+    /// The pods with an open episode.
+    pub fn uids(&self) -> std::collections::BTreeSet<String> {
+        self.open.values().map(|e| e.uid.clone()).collect()
+    }
+
+    /// Open episodes.
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    /// Whether none is open.
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
     }
 
     /// Fires every pending episode whose deadline is at or before `now`.
@@ -139,14 +195,28 @@ mod tests {
 
     use super::*;
 
-    fn evidence(n: u64) -> Option<Evidence> {
-        Some(Evidence {
-            container: Some("app".into()),
-            facts: match json!({"restartCount": n}) {
-                Value::Object(m) => m,
-                _ => Map::new(),
+    fn evidence(n: u64) -> Option<(Evidence, String)> {
+        let facts = match json!({"restartCount": n}) {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        Some((
+            Evidence {
+                container: Some("app".into()),
+                facts,
             },
-        })
+            format!("{n} restarts"),
+        ))
+    }
+
+    fn seen<'a>(uid: &'a str, rv: &'a str, now: i64) -> Seen<'a> {
+        Seen {
+            uid,
+            namespace: "ns",
+            name: "p",
+            rv,
+            now,
+        }
     }
 
     fn kinds(ts: &[Transition]) -> Vec<String> {
@@ -166,12 +236,12 @@ mod tests {
     fn an_episode_fires_once_after_its_for_and_resolves_once() {
         let mut eps = Episodes::default();
         assert!(
-            eps.observe("restarts", "u", "10", evidence(6), 1_000, 5_000)
+            eps.observe("restarts", 5_000, &seen("u", "10", 1_000), evidence(6))
                 .is_empty(),
             "pending"
         );
         assert!(
-            eps.observe("restarts", "u", "11", evidence(7), 2_000, 5_000)
+            eps.observe("restarts", 5_000, &seen("u", "11", 2_000), evidence(7))
                 .is_empty(),
             "still pending"
         );
@@ -185,15 +255,15 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(
-            eps.observe("restarts", "u", "12", evidence(8), 7_000, 5_000)
+            eps.observe("restarts", 5_000, &seen("u", "12", 7_000), evidence(8))
                 .is_empty(),
             "not again"
         );
         assert!(eps.tick(100_000).is_empty());
-        let resolved = eps.observe("restarts", "u", "13", None, 8_000, 5_000);
+        let resolved = eps.observe("restarts", 5_000, &seen("u", "13", 8_000), None);
         assert_eq!(kinds(&resolved), vec!["resolved u:10:alert:restarts"]);
         // A new episode has a new id.
-        eps.observe("restarts", "u", "20", evidence(9), 9_000, 0);
+        eps.observe("restarts", 0, &seen("u", "20", 9_000), evidence(9));
         assert_eq!(
             kinds(&eps.tick(9_000)),
             Vec::<String>::new(),
@@ -205,13 +275,13 @@ mod tests {
     fn zero_for_fires_at_once_and_a_short_episode_says_nothing() {
         let mut eps = Episodes::default();
         assert_eq!(
-            kinds(&eps.observe("failed", "u", "5", evidence(0), 1_000, 0)),
+            kinds(&eps.observe("failed", 0, &seen("u", "5", 1_000), evidence(0))),
             vec!["firing u:5:alert:failed"]
         );
         let mut eps = Episodes::default();
-        eps.observe("notready", "u", "5", evidence(0), 1_000, 300_000);
+        eps.observe("notready", 300_000, &seen("u", "5", 1_000), evidence(0));
         assert!(
-            eps.observe("notready", "u", "6", None, 2_000, 300_000)
+            eps.observe("notready", 300_000, &seen("u", "6", 2_000), None)
                 .is_empty()
         );
         assert_eq!(eps.next_deadline(), None);
@@ -220,7 +290,7 @@ mod tests {
     #[test]
     fn a_restored_copy_fires_at_the_original_deadline_with_the_same_id() {
         let mut eps = Episodes::default();
-        eps.observe("notready", "u", "42", evidence(0), 1_000, 60_000);
+        eps.observe("notready", 60_000, &seen("u", "42", 1_000), evidence(0));
         // Saved and restored, as a restart does.
         let saved = serde_json::to_string(&eps).expect("episodes serialize");
         let mut restored: Episodes = serde_json::from_str(&saved).expect("and read back");
@@ -239,8 +309,8 @@ mod tests {
     #[test]
     fn deleting_a_pod_resolves_what_fired_and_drops_what_was_pending() {
         let mut eps = Episodes::default();
-        eps.observe("failed", "u", "5", evidence(0), 1_000, 0);
-        eps.observe("notready", "u", "5", evidence(0), 1_000, 60_000);
+        eps.observe("failed", 0, &seen("u", "5", 1_000), evidence(0));
+        eps.observe("notready", 60_000, &seen("u", "5", 1_000), evidence(0));
         assert_eq!(kinds(&eps.deleted("u")), vec!["resolved u:5:alert:failed"]);
         assert_eq!(eps.next_deadline(), None);
     }

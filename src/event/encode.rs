@@ -12,6 +12,8 @@ use crate::config::{DataMode, RedactConfig};
 pub const SCHEMA_FULL: &str = "urn:kubecast:schema:pod-full:v1";
 pub const SCHEMA_SUMMARY: &str = "urn:kubecast:schema:pod-summary:v1";
 pub const SCHEMA_REFERENCE: &str = "urn:kubecast:schema:pod-reference:v1";
+/// The schema of an alert event's data (`schemas/alert.v1.json`).
+pub const SCHEMA_ALERT: &str = "urn:kubecast:schema:alert:v1";
 
 /// Why an object could not be encoded in the configured mode; the encoder then falls back
 /// to reference data so the change itself is not lost.
@@ -85,6 +87,7 @@ impl Encoder {
             inferred: change.inferred,
             initial: change.initial,
             from_watch: false,
+            route: None,
             data,
         };
         (event, error)

@@ -11,7 +11,9 @@ mod redact;
 mod redact_proptests;
 mod summary;
 
-pub use encode::{EncodeError, Encoder, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY};
+pub use encode::{
+    EncodeError, Encoder, SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY,
+};
 
 use bytes::Bytes;
 
@@ -21,6 +23,10 @@ pub enum ChangeKind {
     Added,
     Modified,
     Deleted,
+    /// An alert rule began to hold for the pod (after its `for`).
+    AlertFiring,
+    /// A firing alert stopped holding, or its pod was deleted.
+    AlertResolved,
 }
 
 impl ChangeKind {
@@ -30,6 +36,8 @@ impl ChangeKind {
             ChangeKind::Added => "io.k8s.core.v1.pod.added",
             ChangeKind::Modified => "io.k8s.core.v1.pod.modified",
             ChangeKind::Deleted => "io.k8s.core.v1.pod.deleted",
+            ChangeKind::AlertFiring => "io.kubecast.alert.firing",
+            ChangeKind::AlertResolved => "io.kubecast.alert.resolved",
         }
     }
 
@@ -39,7 +47,14 @@ impl ChangeKind {
             ChangeKind::Added => "added",
             ChangeKind::Modified => "modified",
             ChangeKind::Deleted => "deleted",
+            ChangeKind::AlertFiring => "alert.firing",
+            ChangeKind::AlertResolved => "alert.resolved",
         }
+    }
+
+    /// Whether this is an alert event rather than a change of the pod.
+    pub fn is_alert(self) -> bool {
+        matches!(self, ChangeKind::AlertFiring | ChangeKind::AlertResolved)
     }
 }
 
@@ -88,6 +103,9 @@ pub struct Event {
     /// Seen on the watch (its resourceVersion is a point the watch can resume after) rather
     /// than in a list. Given by the pipeline; not an attribute.
     pub from_watch: bool,
+    /// The route that emitted it (`routes:` in the config); `None`: every sink takes it.
+    /// Sinks use it to pick the route's topic. Not an attribute.
+    pub route: Option<std::sync::Arc<str>>,
     /// The JSON `data`.
     pub data: Bytes,
 }
@@ -121,7 +139,7 @@ impl Event {
         match self.kind {
             ChangeKind::Added => out.push(("k8sinitial", self.initial.to_string())),
             ChangeKind::Deleted => out.push(("k8sinferred", self.inferred.to_string())),
-            ChangeKind::Modified => {}
+            ChangeKind::Modified | ChangeKind::AlertFiring | ChangeKind::AlertResolved => {}
         }
         out
     }
@@ -181,6 +199,7 @@ mod tests {
             inferred: false,
             initial: true,
             from_watch: false,
+            route: None,
             data: Bytes::from_static(br#"{"a":1}"#),
         }
     }

@@ -272,6 +272,8 @@ impl Metrics {
             ChangeKind::Added => 0,
             ChangeKind::Modified => 1,
             ChangeKind::Deleted => 2,
+            // Alerts are not changes of pods; they are counted by the alerts' own metric.
+            ChangeKind::AlertFiring | ChangeKind::AlertResolved => return,
         };
         self.by_kind[i].inc();
         if inferred {

@@ -66,6 +66,8 @@ pub struct Stats {
     pub modified: u64,
     pub deleted: u64,
     pub inferred_deletes: u64,
+    pub alerts_fired: u64,
+    pub alerts_resolved: u64,
     pub sinks: BTreeMap<String, SinkStats>,
     /// Where the counts are recorded as metrics.
     ops: Arc<Ops>,
@@ -105,6 +107,8 @@ impl Stats {
                 self.deleted += 1;
                 self.inferred_deletes += u64::from(e.inferred);
             }
+            ChangeKind::AlertFiring => self.alerts_fired += 1,
+            ChangeKind::AlertResolved => self.alerts_resolved += 1,
         }
     }
 
@@ -159,6 +163,8 @@ impl Stats {
             modified = self.modified,
             deleted = self.deleted,
             inferred_deletes = self.inferred_deletes,
+            alerts_fired = self.alerts_fired,
+            alerts_resolved = self.alerts_resolved,
             known_pods,
             "kubecast stopped"
         );

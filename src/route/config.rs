@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::aspects::Aspect;
 use super::selector;
-use crate::config::Issue;
+use crate::config::{DataMode, Issue};
 use crate::event::ChangeKind;
 
 /// One route.
@@ -19,7 +19,9 @@ use crate::event::ChangeKind;
 pub struct RouteConfig {
     /// The sinks (names under `sinks`) this route feeds. Required.
     pub sinks: Vec<String>,
-    /// Change types taken: `added`, `modified`, `deleted`. Default: all three.
+    /// Event types taken: `added`, `modified`, `deleted`, and the alert events
+    /// `alert.firing`, `alert.resolved` (`alerts` for both). Default: the three pod changes
+    /// (alerts go only to routes that name them).
     #[serde(default)]
     pub types: Vec<String>,
     /// Namespaces taken: names or glob patterns (`prod-*`, `team-?`). Default: all.
@@ -33,7 +35,24 @@ pub struct RouteConfig {
     /// `spec`, or a field path (`status.qosClass`). Default: every `modified` passes.
     #[serde(default)]
     pub changes: Vec<String>,
+    /// What `data` holds on this route: `full`, `summary` or `reference`. Default:
+    /// `encoding.data`.
+    #[serde(default)]
+    pub data: Option<DataMode>,
+    /// The topic on this route, instead of each of its sinks' own `topic` (a template with the
+    /// placeholders that sink's `topic` takes). Default: the sink's.
+    #[serde(default)]
+    pub topic: Option<String>,
 }
+
+/// The event types a route can name, as written.
+const TYPES: [&str; 5] = [
+    "added",
+    "modified",
+    "deleted",
+    "alert.firing",
+    "alert.resolved",
+];
 
 /// A validated route.
 #[derive(Debug, Clone)]
@@ -42,8 +61,11 @@ pub struct Route {
     pub sinks: Vec<String>,
     types: BTreeSet<&'static str>,
     namespaces: Vec<String>,
-    selector: Option<Selector>,
+    pub selector: Option<Selector>,
     pub changes: Vec<Aspect>,
+    /// The data mode, when the route sets its own.
+    pub data: Option<DataMode>,
+    pub topic: Option<String>,
 }
 
 impl RouteConfig {
@@ -67,18 +89,19 @@ impl RouteConfig {
         }
         let mut types = BTreeSet::new();
         for (i, t) in self.types.iter().enumerate() {
-            match [ChangeKind::Added, ChangeKind::Modified, ChangeKind::Deleted]
-                .into_iter()
-                .find(|k| k.word() == t)
-            {
+            match TYPES.into_iter().find(|k| k == t) {
                 Some(k) => {
-                    types.insert(k.word());
+                    types.insert(k);
                 }
+                None if t == "alerts" => types.extend(&TYPES[3..]),
                 None => issues.push(Issue::new(
                     format!("{at}.types[{i}]"),
-                    format!("`{t}` is not added, modified or deleted"),
+                    format!("`{t}` is not one of {}, alerts", TYPES.join(", ")),
                 )),
             }
+        }
+        if types.is_empty() {
+            types.extend(&TYPES[..3]);
         }
         for (i, ns) in self.namespaces.iter().enumerate() {
             let ok = !ns.is_empty()
@@ -102,10 +125,20 @@ impl RouteConfig {
         };
         let mut changes = Vec::new();
         for (i, c) in self.changes.iter().enumerate() {
-            match Aspect::parse(c) {
+            let checked = Aspect::parse(c).and_then(|a| match &a {
+                Aspect::Path(p) => crate::alert::fields::check(p).map(|()| a),
+                _ => Ok(a),
+            });
+            match checked {
                 Ok(a) => changes.push(a),
                 Err(e) => issues.push(Issue::new(format!("{at}.changes[{i}]"), e)),
             }
+        }
+        if !changes.is_empty() && !types.contains("modified") {
+            issues.push(Issue::new(
+                format!("{at}.changes"),
+                "filters `modified` events, which `types` leaves out",
+            ));
         }
         if !issues.is_empty() {
             return Err(issues);
@@ -117,11 +150,28 @@ impl RouteConfig {
             namespaces: self.namespaces.clone(),
             selector,
             changes,
+            data: self.data,
+            topic: self.topic.clone(),
         })
     }
 }
 
 impl Route {
+    /// Whether this route takes events of `kind`.
+    pub fn takes_kind(&self, kind: ChangeKind) -> bool {
+        self.types.contains(kind.word())
+    }
+
+    /// Whether this route takes a pod in `namespace` with `labels`.
+    pub fn selects(
+        &self,
+        namespace: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> bool {
+        (self.namespaces.is_empty() || self.namespaces.iter().any(|p| glob(p, namespace)))
+            && self.selector.as_ref().is_none_or(|s| s.matches(labels))
+    }
+
     /// Whether this route takes a change of `kind` to a pod in `namespace` with `labels`
     /// (the change predicate aside).
     pub fn takes(
@@ -130,9 +180,7 @@ impl Route {
         namespace: &str,
         labels: &std::collections::BTreeMap<String, String>,
     ) -> bool {
-        (self.types.is_empty() || self.types.contains(kind.word()))
-            && (self.namespaces.is_empty() || self.namespaces.iter().any(|p| glob(p, namespace)))
-            && self.selector.as_ref().is_none_or(|s| s.matches(labels))
+        self.takes_kind(kind) && self.selects(namespace, labels)
     }
 }
 

@@ -6,5 +6,6 @@
 
 pub mod aspects;
 pub mod config;
+pub mod engine;
 pub mod path;
 pub mod selector;

@@ -51,6 +51,8 @@ impl Record {
                     ChangeKind::Added => 0,
                     ChangeKind::Modified => 1,
                     ChangeKind::Deleted => 2,
+                    ChangeKind::AlertFiring => 3,
+                    ChangeKind::AlertResolved => 4,
                 });
                 out.put_u8(u8::from(e.inferred) | (u8::from(e.initial) << 1));
                 for s in [
@@ -67,6 +69,10 @@ impl Record {
                 }
                 put_bytes(out, e.dataschema.as_bytes());
                 put_bytes(out, &e.data);
+                // After the data, so that records written before routes existed still read.
+                if let Some(route) = &e.route {
+                    put_opt(out, Some(route));
+                }
             }
             Record::Position { seq, scope, rv } => {
                 out.put_u8(2);
@@ -88,6 +94,8 @@ impl Record {
                     0 => ChangeKind::Added,
                     1 => ChangeKind::Modified,
                     2 => ChangeKind::Deleted,
+                    3 => ChangeKind::AlertFiring,
+                    4 => ChangeKind::AlertResolved,
                     _ => return None,
                 };
                 let flags = get_u8(&mut b)?;
@@ -96,6 +104,11 @@ impl Record {
                     strings.push(get_string(&mut b)?);
                 }
                 let data = get_bytes(&mut b)?;
+                let route = if b.has_remaining() {
+                    get_opt(&mut b)?.map(Arc::from)
+                } else {
+                    None
+                };
                 let mut s = strings.into_iter();
                 let mut next = || s.next().unwrap_or_default();
                 let event = Event {
@@ -113,6 +126,7 @@ impl Record {
                     inferred: flags & 1 != 0,
                     initial: flags & 2 != 0,
                     from_watch,
+                    route,
                     data,
                 };
                 Some(Record::Event {
@@ -133,8 +147,8 @@ impl Record {
 
 /// The `&'static` schema URN named by `s`.
 fn schema_of(s: &str) -> Option<&'static str> {
-    use crate::event::{SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY};
-    [SCHEMA_FULL, SCHEMA_SUMMARY, SCHEMA_REFERENCE]
+    use crate::event::{SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY};
+    [SCHEMA_FULL, SCHEMA_SUMMARY, SCHEMA_REFERENCE, SCHEMA_ALERT]
         .into_iter()
         .find(|u| *u == s)
 }
@@ -202,6 +216,7 @@ pub(crate) mod tests {
             inferred: kind == ChangeKind::Deleted,
             initial: false,
             from_watch: false,
+            route: None,
             data: Bytes::from(format!("{{\"rv\":\"{rv}\"}}")),
         }
     }

@@ -419,6 +419,7 @@ mod tests {
                 inferred: false,
                 initial: true,
                 from_watch: false,
+                route: None,
                 data: bytes::Bytes::new(),
             };
             for (name, _) in event.attributes() {

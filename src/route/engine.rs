@@ -1,0 +1,368 @@
+//! The router: what each classified change becomes once routes and alert rules apply. Per
+//! route it decides whether the change goes out (types, namespaces, selector, change
+//! predicate) and with which chain link (`k8sprevrv` is the previous event *that route*
+//! emitted for the pod); per alert rule it moves the pod's episode and says what fired or
+//! resolved; when time passes ([`Router::tick`]) it fires the `for` timers that are due.
+//!
+//! Entry point: [`Router::on_change`]. Everything it keeps per pod (a fingerprint, a chain
+//! link and a match per route, and the open episodes) comes back as a [`PodState`] after
+//! each change, which the pipeline logs durably; [`Router::restore`] and [`RouterSnapshot`]
+//! bring it back after a restart, so predicates, chains and pending timers continue.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::aspects::fingerprint;
+use super::config::Route;
+use crate::alert::episode::{Episode, Episodes, Seen, Transition};
+use crate::alert::rule::Rule;
+use crate::classify::Change;
+use crate::event::ChangeKind;
+
+/// What a route keeps of one pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    /// Fingerprint of the route's predicate aspects at the pod's last change.
+    pub fp: u64,
+    /// resourceVersion of the last event the route emitted for the pod; empty: none yet.
+    pub last: String,
+    /// Whether the route selected the pod (namespace and labels) at its last change.
+    pub matched: bool,
+}
+
+/// One pod's routing state after a change: logged, so that a restart continues from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PodState {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// The resourceVersion the known state moves to.
+    pub rv: String,
+    /// The pod was deleted: forget it.
+    pub gone: bool,
+    pub marks: Vec<Mark>,
+    pub episodes: Vec<Episode>,
+}
+
+/// Everything the router keeps, for the state snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RouterSnapshot {
+    pub marks: BTreeMap<String, Vec<Mark>>,
+    pub episodes: Episodes,
+}
+
+/// One event to emit.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Out {
+    /// The change itself, on `route` (`None`: no routes are configured, every sink takes
+    /// it), linking to `prev_rv`.
+    Change {
+        route: Option<usize>,
+        prev_rv: String,
+    },
+    /// An alert of rule `rule` (an index into the rules) on `route`.
+    Alert {
+        route: Option<usize>,
+        rule: usize,
+        transition: Transition,
+    },
+}
+
+/// What one change or one tick produced: the events, and the pod states to log.
+#[derive(Debug, Default)]
+pub struct Routed {
+    pub outs: Vec<Out>,
+    pub states: Vec<PodState>,
+}
+
+#[derive(Debug)]
+pub struct Router {
+    routes: Vec<Route>,
+    rules: Vec<Rule>,
+    marks: HashMap<Box<str>, Vec<Mark>>,
+    episodes: Episodes,
+    /// Whether a change's object must be parsed (a selector, a predicate or a rule reads it).
+    parse: bool,
+}
+
+impl Router {
+    pub fn new(routes: Vec<Route>, rules: Vec<Rule>) -> Router {
+        let parse = !rules.is_empty()
+            || routes
+                .iter()
+                .any(|r| r.selector.is_some() || !r.changes.is_empty());
+        Router {
+            routes,
+            rules,
+            marks: HashMap::new(),
+            episodes: Episodes::default(),
+            parse,
+        }
+    }
+
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// When the next `for` timer is due (ms since the epoch).
+    pub fn next_deadline(&self) -> Option<i64> {
+        self.episodes.next_deadline()
+    }
+
+    /// Open alert episodes.
+    pub fn open_episodes(&self) -> usize {
+        self.episodes.len()
+    }
+
+    /// Routes and evaluates `change`, observed at `now` (ms since the epoch).
+    pub fn on_change(&mut self, change: &Change, now: i64) -> Routed {
+        let pod: Option<Value> = if self.parse {
+            change
+                .object
+                .as_ref()
+                .and_then(|b| serde_json::from_slice(b).ok())
+        } else {
+            None
+        };
+        let labels = pod.as_ref().map(labels_of).unwrap_or_default();
+        let mut routed = Routed::default();
+        let mut marks = self
+            .marks
+            .remove(change.uid.as_str())
+            .unwrap_or_else(|| vec![Mark::default(); self.routes.len()]);
+        if self.routes.is_empty() {
+            routed.outs.push(Out::Change {
+                route: None,
+                prev_rv: change.prev_rv.clone(),
+            });
+        }
+        for (i, (r, m)) in self.routes.iter().zip(marks.iter_mut()).enumerate() {
+            if change.kind == ChangeKind::Deleted {
+                // The pod as it was last seen decides (an inferred delete has no object).
+                let selected = m.matched
+                    || pod.is_some() && r.selects(&change.namespace, &labels)
+                    || !m.last.is_empty();
+                if selected && r.takes_kind(ChangeKind::Deleted) {
+                    routed.outs.push(Out::Change {
+                        route: Some(i),
+                        prev_rv: m.last.clone(),
+                    });
+                }
+                continue;
+            }
+            let matched = r.selects(&change.namespace, &labels);
+            let fp = match &pod {
+                Some(p) if !r.changes.is_empty() => combined(p, r),
+                _ => 0,
+            };
+            // The first event of a pod on a route always goes out; after that a `modified`
+            // goes out when one of the predicate's aspects changed since the last change.
+            let changed = change.kind == ChangeKind::Added
+                || m.last.is_empty()
+                || r.changes.is_empty()
+                || pod.is_none()
+                || fp != m.fp;
+            if matched && changed && r.takes_kind(change.kind) {
+                routed.outs.push(Out::Change {
+                    route: Some(i),
+                    prev_rv: std::mem::replace(&mut m.last, change.rv.clone()),
+                });
+            }
+            m.fp = fp;
+            m.matched = matched;
+        }
+        let seen = Seen {
+            uid: &change.uid,
+            namespace: &change.namespace,
+            name: &change.name,
+            rv: &change.rv,
+            now,
+        };
+        let mut transitions = Vec::new();
+        if change.kind == ChangeKind::Deleted {
+            for mut t in self.episodes.deleted(&change.uid) {
+                if let Transition::Resolved(ep) = &mut t {
+                    ep.rv = change.rv.clone();
+                }
+                transitions.push(t);
+            }
+        } else if let Some(pod) = &pod {
+            for rule in &self.rules {
+                let holds = rule.evaluate(pod).map(|e| {
+                    let message = rule.message.render(pod, &e);
+                    (e, message)
+                });
+                transitions.extend(self.episodes.observe(&rule.name, rule.for_ms, &seen, holds));
+            }
+        }
+        let gone = change.kind == ChangeKind::Deleted;
+        routed.states.push(PodState {
+            uid: change.uid.clone(),
+            namespace: change.namespace.clone(),
+            name: change.name.clone(),
+            rv: change.rv.clone(),
+            gone,
+            marks: if gone { Vec::new() } else { marks.clone() },
+            episodes: self.episodes.of(&change.uid),
+        });
+        if !gone && !self.routes.is_empty() {
+            self.marks.insert(change.uid.as_str().into(), marks.clone());
+        }
+        // A deleted pod's marks still route its resolved alerts.
+        self.alerts(transitions, Some((&change.uid, &marks)), &mut routed);
+        routed
+    }
+
+    /// The `for` timers due at `now` fire.
+    pub fn tick(&mut self, now: i64) -> Routed {
+        let mut routed = Routed::default();
+        let transitions = self.episodes.tick(now);
+        self.alerts(transitions, None, &mut routed);
+        routed
+    }
+
+    /// Routes `transitions`; pods other than `current` (whose state is already in
+    /// `routed`) get their state logged too, since their episodes moved.
+    fn alerts(
+        &mut self,
+        transitions: Vec<Transition>,
+        current: Option<(&str, &[Mark])>,
+        routed: &mut Routed,
+    ) {
+        let mut others = BTreeSet::new();
+        for t in transitions {
+            let (ep, kind) = match &t {
+                Transition::Firing(ep) => (ep, ChangeKind::AlertFiring),
+                Transition::Resolved(ep) => (ep, ChangeKind::AlertResolved),
+            };
+            let Some(rule) = self.rules.iter().position(|r| r.name == ep.rule) else {
+                continue;
+            };
+            let marks = match current {
+                Some((uid, m)) if uid == ep.uid => Some(m),
+                _ => {
+                    others.insert(ep.uid.clone());
+                    self.marks.get(ep.uid.as_str()).map(Vec::as_slice)
+                }
+            };
+            if self.routes.is_empty() {
+                routed.outs.push(Out::Alert {
+                    route: None,
+                    rule,
+                    transition: t,
+                });
+                continue;
+            }
+            for (i, r) in self.routes.iter().enumerate() {
+                let matched = marks.and_then(|m| m.get(i)).is_some_and(|m| m.matched);
+                if matched && r.takes_kind(kind) {
+                    routed.outs.push(Out::Alert {
+                        route: Some(i),
+                        rule,
+                        transition: t.clone(),
+                    });
+                }
+            }
+        }
+        for uid in others {
+            let episodes = self.episodes.of(&uid);
+            let Some(first) = episodes.first() else {
+                continue;
+            };
+            routed.states.push(PodState {
+                uid: uid.clone(),
+                namespace: first.namespace.clone(),
+                name: first.name.clone(),
+                rv: first.rv.clone(),
+                gone: false,
+                marks: self.marks.get(uid.as_str()).cloned().unwrap_or_default(),
+                episodes,
+            });
+        }
+    }
+
+    /// Brings back one pod's state (replaying the durable log).
+    pub fn restore(&mut self, state: &PodState) {
+        if state.gone {
+            self.marks.remove(state.uid.as_str());
+        } else if !self.routes.is_empty() {
+            self.marks
+                .insert(state.uid.as_str().into(), self.fit(state.marks.clone()));
+        }
+        self.episodes
+            .restore(&state.uid, self.known_rules(&state.episodes));
+    }
+
+    /// Everything, for a snapshot.
+    pub fn snapshot(&self) -> RouterSnapshot {
+        RouterSnapshot {
+            marks: self
+                .marks
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+            episodes: self.episodes.clone(),
+        }
+    }
+
+    /// Starts from a snapshot.
+    pub fn restore_snapshot(&mut self, snap: RouterSnapshot) {
+        if !self.routes.is_empty() {
+            self.marks = snap
+                .marks
+                .into_iter()
+                .map(|(k, v)| (k.into_boxed_str(), self.fit(v)))
+                .collect();
+        }
+        for uid in snap.episodes.uids() {
+            let eps = self.known_rules(&snap.episodes.of(&uid));
+            self.episodes.restore(&uid, eps);
+        }
+    }
+
+    /// Marks saved under another set of routes: as many as there are routes now (a route
+    /// added since starts with none; the config's order is by name, so a renamed route loses
+    /// its marks, which only means its next event for each pod goes out).
+    fn fit(&self, mut marks: Vec<Mark>) -> Vec<Mark> {
+        marks.resize(self.routes.len(), Mark::default());
+        marks
+    }
+
+    /// Episodes of rules still configured (a rule removed from the config says no more).
+    fn known_rules(&self, episodes: &[Episode]) -> Vec<Episode> {
+        episodes
+            .iter()
+            .filter(|e| self.rules.iter().any(|r| r.name == e.rule))
+            .cloned()
+            .collect()
+    }
+}
+
+/// The labels of a Pod as JSON.
+fn labels_of(pod: &Value) -> BTreeMap<String, String> {
+    pod["metadata"]["labels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One fingerprint over every aspect of a route's predicate.
+fn combined(pod: &Value, route: &Route) -> u64 {
+    route.changes.iter().fold(0xcbf2_9ce4_8422_2325, |h, a| {
+        (h ^ fingerprint(pod, a)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;
