@@ -6,12 +6,14 @@
 //! [`Validated`] form the pipeline runs on. Nothing connects before validation passed.
 
 mod load;
+mod routing;
 mod validate;
 
 #[cfg(test)]
 mod proptests;
 
 pub use load::{ConfigError, load, load_str};
+pub use routing::{MAX_ROUTES, Routing, union_selector};
 pub(crate) use validate::is_dns_label;
 pub use validate::{Issue, Validated, ValidationError};
 
@@ -57,6 +59,14 @@ pub struct Config {
     /// Several replicas with one leader (README, "High availability").
     #[serde(default)]
     pub leader_election: crate::ha::LeaderElectionConfig,
+    /// Which events go to which sinks, keyed by a name of your choice (README, "Routes").
+    /// Default: none, meaning every sink gets every event.
+    #[serde(default)]
+    pub routes: BTreeMap<String, crate::route::config::RouteConfig>,
+    /// Pod alert rules (README, "Alerts"). Default: none (no alerts); `alerts: {}` turns the
+    /// built-in rules on.
+    #[serde(default)]
+    pub alerts: Option<crate::alert::config::AlertsConfig>,
 }
 
 /// Where `/metrics` (Prometheus text format), `/healthz` and `/readyz` are served.

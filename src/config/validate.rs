@@ -63,6 +63,8 @@ pub struct Validated {
     pub shutdown: ShutdownConfig,
     /// With `leader_election.enabled`, how to elect.
     pub leader_election: Option<Election>,
+    /// With `routes` or `alerts`, the validated routes and rules.
+    pub routing: Option<super::Routing>,
     /// The config this came from: a replica validates it again for each term it leads
     /// (the running sinks are used up by a term).
     pub source: Config,
@@ -143,6 +145,8 @@ impl Config {
         if self.sinks.is_empty() {
             issues.push(Issue::new("sinks", "at least one sink is required"));
         }
+        let routes_and_rules = super::routing::routes_and_rules(&self, &mut issues);
+        let mut route_topics = super::routing::route_topics(&self);
         let mut sinks = Vec::new();
         for (name, sink) in &self.sinks {
             if name.is_empty()
@@ -155,12 +159,17 @@ impl Config {
                     "sink names are letters, digits, '-' and '_'",
                 ));
             }
+            let mut sink = sink.clone();
+            sink.common.route_topics = route_topics.remove(name).unwrap_or_default();
             match sink.validate(name, &self.cluster) {
                 Ok(v) => sinks.push((name.clone(), v)),
                 Err(more) => issues.extend(more),
             }
         }
         check_keeper(&sinks, &self.state, &mut issues);
+        let routing = routes_and_rules.map(|(routes, rules)| {
+            super::routing::feeds(&self, routes, rules, &sinks, &mut issues)
+        });
         let leader_election = self.leader_election.validate(&mut issues);
         if leader_election.is_some() && !sinks.iter().any(|(_, v)| v.sink.keeper().is_some()) {
             issues.push(Issue::new(
@@ -211,6 +220,7 @@ impl Config {
             metrics_address,
             shutdown: self.shutdown,
             leader_election,
+            routing,
             source,
         })
     }

@@ -32,6 +32,10 @@ pub struct Common {
     /// Where events the sink can never deliver (too large, refused) go. Default: the log only.
     #[serde(default)]
     pub dead_letter: Option<DeadLetterConfig>,
+    /// The topics of the routes that feed this sink and set their own (route name, template),
+    /// filled in from `routes:` before validation; not a field of the sink.
+    #[serde(skip)]
+    pub route_topics: Vec<(String, String)>,
 }
 
 /// The envelope's field names, taken out of a sink's map before its kind reads the rest.
@@ -169,6 +173,55 @@ pub enum Placeholder {
     Cluster,
     Namespace,
     Name,
+}
+
+/// A sink's topic templates: its own, and those of the routes that set theirs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topics {
+    own: Template,
+    routes: Vec<(std::sync::Arc<str>, Template)>,
+}
+
+impl Topics {
+    /// Parses the sink's own `topic` (field `at.topic`) and each route's (field
+    /// `routes.NAME.topic`) with `parse`, which applies the sink kind's rules.
+    pub fn parse(
+        own: &str,
+        at: &str,
+        common: &Common,
+        issues: &mut Vec<Issue>,
+        parse: impl Fn(&str) -> Result<Template, String>,
+    ) -> Option<Topics> {
+        let own = parse(own)
+            .map_err(|e| issues.push(Issue::new(format!("{at}.topic"), e)))
+            .ok();
+        let mut routes = Vec::new();
+        for (route, text) in &common.route_topics {
+            match parse(text) {
+                Ok(t) => routes.push((std::sync::Arc::from(route.as_str()), t)),
+                Err(e) => issues.push(Issue::new(
+                    format!("routes.{route}.topic"),
+                    format!("for {at}: {e}"),
+                )),
+            }
+        }
+        Some(Topics { own: own?, routes })
+    }
+
+    /// The sink's own template.
+    pub fn own(&self) -> &Template {
+        &self.own
+    }
+
+    /// The topic of `event`: its route's, else the sink's own.
+    pub fn render(&self, event: &crate::event::Event) -> String {
+        let t = event
+            .route
+            .as_deref()
+            .and_then(|r| self.routes.iter().find(|(n, _)| &**n == r))
+            .map_or(&self.own, |(_, t)| t);
+        t.render(&event.namespace, &event.name)
+    }
 }
 
 /// A parsed topic template such as `kubecast/{cluster}/{namespace}/{name}`.

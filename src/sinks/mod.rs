@@ -15,7 +15,9 @@ mod dead_letter;
 pub mod queue;
 mod runner;
 
-pub use config::{Common, DeadLetterConfig, Placeholder, Secret, SinkConfig, Template, TlsConfig};
+pub use config::{
+    Common, DeadLetterConfig, Placeholder, Secret, SinkConfig, Template, TlsConfig, Topics,
+};
 pub use contract::{
     Acks, Keeper, KeeperFeed, Kept, Positions, Report, Sink, SinkError, SinkSpec, ValidSink,
 };

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::txn_config::{TransactionsConfig, TxnSettings};
 use crate::config::Issue;
-use crate::sinks::{Common, Placeholder, Secret, Sink, SinkSpec, Template, TlsConfig};
+use crate::sinks::{Common, Placeholder, Secret, Sink, SinkSpec, Template, TlsConfig, Topics};
 
 /// `type: kafka`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -106,7 +106,7 @@ pub struct SaslConfig {
 /// The validated Kafka sink.
 #[derive(Debug, Clone)]
 pub struct KafkaSettings {
-    pub topic: Template,
+    pub topic: Topics,
     pub mode: Mode,
     pub max_message_bytes: usize,
     pub in_flight: usize,
@@ -148,24 +148,14 @@ impl KafkaConfig {
                 "must name at least one host:port",
             ));
         }
-        let topic = match Template::parse(
-            &self.topic,
-            &[Placeholder::Cluster, Placeholder::Namespace],
-            cluster,
-        ) {
-            Ok(t) => {
-                let sample = t.render("ns", "");
-                if !valid_topic(&sample) {
-                    issues.push(Issue::new(format!("{at}.topic"), format!(
-                        "`{}` gives topic `{sample}`: Kafka topics are at most 249 of [a-zA-Z0-9._-]", self.topic)));
-                }
-                Some(t)
+        let topic = Topics::parse(&self.topic, at, common, &mut issues, |text| {
+            let t = Template::parse(text, &[Placeholder::Cluster, Placeholder::Namespace], cluster)?;
+            let sample = t.render("ns", "");
+            if !valid_topic(&sample) {
+                return Err(format!("`{text}` gives topic `{sample}`: Kafka topics are at most 249 of [a-zA-Z0-9._-]"));
             }
-            Err(e) => {
-                issues.push(Issue::new(format!("{at}.topic"), e));
-                None
-            }
-        };
+            Ok(t)
+        });
         Issue::at_least(
             &mut issues,
             format!("{at}.max_message_bytes"),

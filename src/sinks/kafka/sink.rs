@@ -270,7 +270,7 @@ pub(super) async fn enqueue(
 ) -> Result<Delivery, Unsendable> {
     let (topic, payload, headers) = match dead {
         None => {
-            let topic = settings.topic.render(&event.namespace, &event.name);
+            let topic = settings.topic.render(event);
             match settings.mode {
                 // The data as it is: librdkafka copies the payload itself.
                 Mode::Binary => (topic, Cow::Borrowed(&event.data[..]), headers_of(event)),

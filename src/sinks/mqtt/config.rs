@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Issue;
-use crate::sinks::{Common, Placeholder, Secret, Sink, SinkSpec, Template, TlsConfig};
+use crate::sinks::{Common, Placeholder, Secret, Sink, SinkSpec, Template, TlsConfig, Topics};
 
 /// `type: mqtt`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -80,7 +80,7 @@ pub struct MqttSettings {
     pub port: u16,
     pub tls: Option<TlsFiles>,
     pub protocol: Protocol,
-    pub topic: Template,
+    pub topic: Topics,
     pub retain: bool,
     pub client_id: String,
     pub credentials: Option<(String, Secret)>,
@@ -97,14 +97,14 @@ pub struct TlsFiles {
 }
 
 impl SinkSpec for MqttConfig {
-    fn validate(&self, at: &str, _: &Common, cluster: &str) -> Result<Box<dyn Sink>, Vec<Issue>> {
-        Ok(Box::new(self.settings(at, cluster)?))
+    fn validate(&self, at: &str, common: &Common, cluster: &str) -> Result<Box<dyn Sink>, Vec<Issue>> {
+        Ok(Box::new(self.settings(at, common, cluster)?))
     }
 }
 
 impl MqttConfig {
     /// Checks the values; `at` is this sink's field path (`sinks.NAME`).
-    pub fn settings(&self, at: &str, cluster: &str) -> Result<MqttSettings, Vec<Issue>> {
+    pub fn settings(&self, at: &str, common: &Common, cluster: &str) -> Result<MqttSettings, Vec<Issue>> {
         let mut issues = Vec::new();
         let (tls, rest) = if let Some(r) = self.url.strip_prefix("mqtts://") {
             (true, r)
@@ -146,25 +146,17 @@ impl MqttConfig {
                 "cert_file and key_file go together",
             ));
         }
-        let topic = Template::parse(
-            &self.topic,
-            &[
-                Placeholder::Cluster,
-                Placeholder::Namespace,
-                Placeholder::Name,
-            ],
-            cluster,
-        )
-        .map_err(|e| issues.push(Issue::new(format!("{at}.topic"), e)))
-        .ok();
-        if let Some(t) = &topic
-            && t.literals().any(|l| l.contains(['+', '#', '\0']))
-        {
-            issues.push(Issue::new(
-                format!("{at}.topic"),
-                "must not contain the wildcards + or #",
-            ));
-        }
+        let topic = Topics::parse(&self.topic, at, common, &mut issues, |text| {
+            let t = Template::parse(
+                text,
+                &[Placeholder::Cluster, Placeholder::Namespace, Placeholder::Name],
+                cluster,
+            )?;
+            if t.literals().any(|l| l.contains(['+', '#', '\0'])) {
+                return Err(format!("`{text}` must not contain the wildcards + or #"));
+            }
+            Ok(t)
+        });
         if self.password.is_some() && self.username.is_none() {
             issues.push(Issue::new(
                 format!("{at}.password"),
@@ -220,7 +212,7 @@ mod tests {
     fn validate(yaml: &str) -> Result<MqttSettings, Vec<Issue>> {
         serde_saphyr::from_str::<MqttConfig>(yaml)
             .unwrap()
-            .settings("sinks.m", "local")
+            .settings("sinks.m", &Common::default(), "local")
     }
 
     #[test]
@@ -231,7 +223,7 @@ mod tests {
             ("127.0.0.1", 11883, true)
         );
         assert_eq!(s.client_id, "kubecast-local");
-        assert_eq!(s.topic.render("ns", "p"), "kubecast/local/ns/p");
+        assert_eq!(s.topic.own().render("ns", "p"), "kubecast/local/ns/p");
     }
 
     #[test]

@@ -29,7 +29,9 @@ impl Sink for MqttSettings {
 
 /// The messages of one event.
 fn messages(s: &MqttSettings, event: &Event) -> Vec<Message> {
-    let topic = s.topic.render(&event.namespace, &event.name);
+    let topic = s.topic.render(event);
+    // The retained message is the pod's latest state; an alert must not replace it.
+    let retain = s.retain && !event.kind.is_alert();
     let main = match s.protocol {
         Protocol::V5 => {
             let mut properties = Vec::with_capacity(16);
@@ -44,7 +46,7 @@ fn messages(s: &MqttSettings, event: &Event) -> Vec<Message> {
             Message {
                 topic: topic.clone(),
                 payload: event.data.clone(),
-                retain: s.retain,
+                retain: retain,
                 properties,
                 content_type,
             }
@@ -52,7 +54,7 @@ fn messages(s: &MqttSettings, event: &Event) -> Vec<Message> {
         Protocol::V311 => Message {
             topic: topic.clone(),
             payload: Bytes::from(event.structured_json()),
-            retain: s.retain,
+            retain: retain,
             properties: Vec::new(),
             content_type: None,
         },

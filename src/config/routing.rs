@@ -1,0 +1,254 @@
+//! Validation of `routes:` and `alerts:` (part of [`super::Config::validate`]): each route and
+//! rule checked on its own, then against the sinks (a route's sinks exist, a route's topic
+//! suits each of its sinks, every sink is fed by a route, no exactly-once sink among them).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Config, Issue};
+use crate::alert::rule::Rule;
+use crate::route::config::Route;
+use crate::sinks::{SinkKind, ValidSink};
+
+/// The validated routes and rules, and which sinks each route feeds.
+#[derive(Debug, Clone)]
+pub struct Routing {
+    pub routes: Vec<Route>,
+    pub rules: Vec<Rule>,
+    /// Per route, its sinks as indices into the validated sinks (config order).
+    pub feeds: Vec<Vec<usize>>,
+}
+
+/// The most routes a config may have (a route's sinks are a bit set of this size).
+pub const MAX_ROUTES: usize = 64;
+
+/// The routes and rules of `config`, or `None` when it has neither.
+pub(super) fn routes_and_rules(
+    config: &Config,
+    issues: &mut Vec<Issue>,
+) -> Option<(Vec<Route>, Vec<Rule>)> {
+    if config.routes.is_empty() && config.alerts.is_none() {
+        return None;
+    }
+    let names: Vec<&str> = config.sinks.keys().map(String::as_str).collect();
+    if config.routes.len() > MAX_ROUTES {
+        issues.push(Issue::new("routes", format!("at most {MAX_ROUTES} routes")));
+    }
+    let mut routes = Vec::new();
+    for (name, r) in &config.routes {
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+        {
+            issues.push(Issue::new(
+                format!("routes.{name}"),
+                "route names are letters, digits, '-' and '_'",
+            ));
+        }
+        match r.validate(name, &names) {
+            Ok(r) => routes.push(r),
+            Err(more) => issues.extend(more),
+        }
+    }
+    let rules = match config.alerts.as_ref().map(|a| a.validate()) {
+        None => Vec::new(),
+        Some(Ok(rules)) => rules,
+        Some(Err(more)) => {
+            issues.extend(more);
+            Vec::new()
+        }
+    };
+    Some((routes, rules))
+}
+
+/// Per sink, the (route, topic) of each route that feeds it and sets a topic.
+pub(super) fn route_topics(config: &Config) -> BTreeMap<String, Vec<(String, String)>> {
+    let mut out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for (name, r) in &config.routes {
+        if let Some(t) = &r.topic {
+            for s in &r.sinks {
+                out.entry(s.clone())
+                    .or_default()
+                    .push((name.clone(), t.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// Checks the routes against the validated sinks and says which sinks each feeds.
+pub(super) fn feeds(
+    config: &Config,
+    routes: Vec<Route>,
+    rules: Vec<Rule>,
+    sinks: &[(String, ValidSink)],
+    issues: &mut Vec<Issue>,
+) -> Routing {
+    let index = |s: &str| sinks.iter().position(|(n, _)| n == s);
+    let feeds: Vec<Vec<usize>> = routes
+        .iter()
+        .map(|r| r.sinks.iter().filter_map(|s| index(s)).collect())
+        .collect();
+    if !config.routes.is_empty() {
+        // From the config, so that a route with other problems still counts as feeding.
+        let fed: BTreeSet<&str> = config
+            .routes
+            .values()
+            .flat_map(|r| r.sinks.iter().map(String::as_str))
+            .collect();
+        for (name, _) in sinks {
+            if !fed.contains(name.as_str()) {
+                issues.push(Issue::new(
+                    format!("sinks.{name}"),
+                    "no route feeds it: with `routes`, a sink gets only what a route sends it",
+                ));
+            }
+        }
+    }
+    for r in &routes {
+        let Some(topic) = &r.topic else { continue };
+        for s in &r.sinks {
+            if let Some(SinkKind::Stdout(_) | SinkKind::File(_)) =
+                config.sinks.get(s).map(|c| &c.kind)
+            {
+                issues.push(Issue::new(
+                    format!("routes.{}.topic", r.name),
+                    format!("`{topic}`: sinks.{s} writes JSON lines and has no topic"),
+                ));
+            }
+        }
+    }
+    if let Some((keeper, _)) = sinks.iter().find(|(_, v)| v.sink.keeper().is_some()) {
+        let field = if routes.is_empty() {
+            "alerts"
+        } else {
+            "routes"
+        };
+        issues.push(Issue::new(field, format!("routes and alerts are not supported with the exactly_once sink sinks.{keeper} yet (its checkpoint holds no route or alert state)")));
+    }
+    Routing {
+        routes,
+        rules,
+        feeds,
+    }
+}
+
+/// The label selector the apiserver can apply for every route: the requirements all routes'
+/// selectors share (a pod none of them takes is then not sent at all). `None` when a route
+/// has no selector, or alert rules read every pod.
+pub fn union_selector(routing: &Routing) -> Option<String> {
+    if !routing.rules.is_empty() || routing.routes.is_empty() {
+        return None;
+    }
+    let mut common: Option<BTreeSet<kube::core::Expression>> = None;
+    for r in &routing.routes {
+        let exprs: BTreeSet<_> = r.selector.clone()?.into_iter().collect();
+        common = Some(match common {
+            None => exprs,
+            Some(c) => c.intersection(&exprs).cloned().collect(),
+        });
+    }
+    let common = common?;
+    (!common.is_empty()).then(|| {
+        common
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::load_str;
+
+    fn issues_of(text: &str) -> Vec<String> {
+        match load_str("t.yaml", text, Vec::new())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .validate()
+        {
+            Ok(_) => Vec::new(),
+            Err(e) => e
+                .issues
+                .iter()
+                .map(|i| format!("{}: {}", i.field, i.message))
+                .collect(),
+        }
+    }
+
+    const SINKS: &str = "sinks:\n  k: {type: kafka, brokers: 'b:1'}\n  m: {type: mqtt, url: 'mqtt://b:1'}\n  o: {type: stdout}\n";
+
+    #[test]
+    fn routes_and_rules_with_problems_are_named_by_their_paths() {
+        let text = format!(
+            "cluster: c\n{SINKS}routes:\n  a: {{sinks: [k, nowhere], selector: 'app in'}}\n  b: {{sinks: [m, o], topic: 'x/{{pod}}'}}\nalerts:\n  rules:\n    r: {{expr: 'status.colour == \"red\"'}}\n"
+        );
+        let fields: Vec<String> = issues_of(&text)
+            .into_iter()
+            .map(|i| i.split(':').next().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(
+            fields,
+            vec![
+                "routes.a.sinks[1]",
+                "routes.a.selector",
+                "alerts.rules.r.expr",
+                "routes.b.topic",
+                "routes.b.topic"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_sink_no_route_feeds_is_named() {
+        let text = format!("cluster: c\n{SINKS}routes:\n  a: {{sinks: [k, m]}}\n");
+        assert_eq!(
+            issues_of(&text),
+            vec![
+                "sinks.o: no route feeds it: with `routes`, a sink gets only what a route sends it"
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_fields_of_routes_and_rules_are_refused() {
+        let err = load_str(
+            "t.yaml",
+            &format!("cluster: c\n{SINKS}routes:\n  a: {{sinks: [k], colour: red}}\n"),
+            Vec::new(),
+        )
+        .expect_err("unknown field");
+        assert!(err.to_string().contains("routes.a"), "{err}");
+        let err = load_str(
+            "t.yaml",
+            &format!("cluster: c\n{SINKS}alerts:\n  restarts: {{limit: 3}}\n"),
+            Vec::new(),
+        )
+        .expect_err("unknown field");
+        assert!(err.to_string().contains("alerts.restarts"), "{err}");
+    }
+
+    #[test]
+    fn the_apiserver_gets_the_requirements_every_route_shares() {
+        let routing = |routes: &str| {
+            let c = load_str(
+                "t.yaml",
+                &format!("cluster: c\n{SINKS}routes:\n{routes}"),
+                Vec::new(),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            let v = c.validate().unwrap_or_else(|e| panic!("{e}"));
+            v.routing.as_ref().and_then(super::union_selector)
+        };
+        assert_eq!(
+            routing(
+                "  a: {sinks: [k], selector: 'team=pay,app=web'}\n  b: {sinks: [m, o], selector: 'team=pay'}\n"
+            ),
+            Some("team=pay".to_string())
+        );
+        assert_eq!(
+            routing("  a: {sinks: [k], selector: 'app=web'}\n  b: {sinks: [m, o]}\n"),
+            None
+        );
+    }
+}
