@@ -108,6 +108,15 @@ impl Classifier {
         }
     }
 
+    /// Sets one pod's known state (replaying a logged pod state); `gone`: forgets it.
+    pub fn restore_pod(&mut self, uid: &str, namespace: &str, name: &str, rv: &str, gone: bool) {
+        if gone {
+            self.known.remove(uid);
+        } else {
+            self.remember(uid, namespace, name, rv, self.epoch);
+        }
+    }
+
     /// The known state, for a snapshot.
     pub fn known_pods(&self) -> Vec<crate::store::KnownPod> {
         self.known

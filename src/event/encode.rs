@@ -49,8 +49,13 @@ impl Encoder {
     /// configured mode and reference data was used instead. The event's `seq` is 0: its
     /// place in the stream is given by the pipeline (`pipeline::durable`).
     pub fn encode(&self, change: &Change) -> (Event, Option<EncodeError>) {
+        self.encode_as(change, self.mode)
+    }
+
+    /// Encodes `change` with data in `mode` (a route's own).
+    pub fn encode_as(&self, change: &Change, mode: DataMode) -> (Event, Option<EncodeError>) {
         // An inferred delete has no object: the pod was gone when the re-list ran.
-        let (data, dataschema, error) = match (&change.object, self.mode) {
+        let (data, dataschema, error) = match (&change.object, mode) {
             (Some(obj), DataMode::Full) => match self.full(obj) {
                 Ok(d) => (d, SCHEMA_FULL, None),
                 Err(reason) => (
@@ -91,6 +96,16 @@ impl Encoder {
             data,
         };
         (event, error)
+    }
+
+    /// The configured cluster name.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// The default data mode (`encoding.data`).
+    pub fn mode(&self) -> DataMode {
+        self.mode
     }
 
     fn full(&self, obj: &[u8]) -> Result<Bytes, String> {

@@ -5,12 +5,14 @@
 //! [`Event::attributes`] lists the attributes for binary bindings (Kafka `ce_` headers, MQTT 5
 //! user properties); [`Event::structured_json`] is the `application/cloudevents+json` form.
 
+mod alert;
 mod encode;
 mod redact;
 #[cfg(test)]
 mod redact_proptests;
 mod summary;
 
+pub use alert::alert_event;
 pub use encode::{
     EncodeError, Encoder, SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY,
 };

@@ -28,6 +28,18 @@ struct TypeLabel {
     r#type: Kind,
 }
 
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+enum AlertState {
+    firing,
+    resolved,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AlertLabel {
+    state: AlertState,
+}
+
 /// What became of an event at a sink.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -119,6 +131,7 @@ pub struct Metrics {
     /// `observed`'s counters for added, modified and deleted.
     by_kind: [Counter; 3],
     inferred_deletes: Counter,
+    alerts: Family<AlertLabel, Counter>,
     known_pods: Gauge,
     sink_events: Family<SinkOutcome, Counter>,
     held_events: Family<SinkLabel, Gauge>,
@@ -153,6 +166,7 @@ impl Metrics {
             observed: Family::default(),
             by_kind: Default::default(),
             inferred_deletes: Counter::default(),
+            alerts: Family::default(),
             known_pods: Gauge::default(),
             sink_events: Family::default(),
             held_events: Family::default(),
@@ -190,6 +204,11 @@ impl Metrics {
             "inferred_deletes",
             "Deletes inferred from a re-list (the pod vanished while the watch was away)",
             m.inferred_deletes.clone(),
+        );
+        r.register(
+            "alerts",
+            "Alert events emitted, by state (firing, resolved)",
+            m.alerts.clone(),
         );
         r.register(
             "known_pods",
@@ -279,6 +298,15 @@ impl Metrics {
         if inferred {
             self.inferred_deletes.inc();
         }
+    }
+
+    /// An alert fired or resolved.
+    pub fn alert(&self, kind: ChangeKind) {
+        let state = match kind {
+            ChangeKind::AlertResolved => AlertState::resolved,
+            _ => AlertState::firing,
+        };
+        self.alerts.get_or_create(&AlertLabel { state }).inc();
     }
 
     pub fn known_pods(&self, n: usize) {

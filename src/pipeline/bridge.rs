@@ -16,8 +16,10 @@ use tokio::task::JoinSet;
 use tokio::time::Interval;
 
 use super::durable::Durable;
+use super::routed::{Routes, To, now_ms};
 use super::{Grace, PipelineError, Stats};
 use crate::classify::{Change, Classifier};
+use crate::config::DataMode;
 use crate::event::{Encoder, Event};
 use crate::ops::Ops;
 use crate::sinks::queue::{Closed, QueueTx};
@@ -55,8 +57,8 @@ impl From<WatchError> for Halt {
 /// An event on its way into the sink queues.
 struct Outgoing {
     event: Arc<Event>,
-    /// Only this sink (an event a sink had not acknowledged before a restart), or all.
-    only: Option<Arc<str>>,
+    /// The sinks that take it.
+    to: To,
     /// The index of the next sink to hand it to.
     next: usize,
     /// When the change was observed (the event's `time`), parsed once for all sinks.
@@ -64,11 +66,11 @@ struct Outgoing {
 }
 
 impl Outgoing {
-    fn new(event: Arc<Event>, only: Option<Arc<str>>) -> Outgoing {
+    fn new(event: Arc<Event>, to: To) -> Outgoing {
         Outgoing {
             observed: event.time.parse().ok(),
             event,
-            only,
+            to,
             next: 0,
         }
     }
@@ -85,6 +87,8 @@ pub struct Parts {
     pub encoder: Encoder,
     /// Per sink, what it had not acknowledged before the restart: handed over first.
     pub pending: Vec<(String, Vec<Arc<Event>>)>,
+    /// With routes or alert rules, the router and its routes' sinks.
+    pub routes: Option<Routes>,
     pub ops: Arc<Ops>,
     /// How long a shutdown waits for the sinks to deliver what they hold.
     pub grace: Grace,
@@ -103,6 +107,10 @@ pub struct Bridge {
     classifier: Classifier,
     encoder: Encoder,
     outbox: VecDeque<Outgoing>,
+    routes: Option<Routes>,
+    /// The next alert timer, armed for `timer_at` (ms since the epoch).
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    timer_at: Option<i64>,
     ops: Arc<Ops>,
     grace: Grace,
 }
@@ -118,7 +126,7 @@ impl Bridge {
                 let sink: Arc<str> = sink.into();
                 events
                     .into_iter()
-                    .map(move |event| Outgoing::new(event, Some(sink.clone())))
+                    .map(move |event| Outgoing::new(event, To::Only(sink.clone())))
             })
             .collect();
         Bridge {
@@ -136,8 +144,26 @@ impl Bridge {
             classifier: parts.classifier,
             encoder: parts.encoder,
             outbox,
+            routes: parts.routes,
+            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            timer_at: None,
             ops: parts.ops,
             grace: parts.grace,
+        }
+    }
+
+    /// Arms the timer for the router's next alert deadline, if it moved.
+    fn arm_timer(&mut self) {
+        let due = self.routes.as_ref().and_then(Routes::next_deadline);
+        if due == self.timer_at {
+            return;
+        }
+        self.timer_at = due;
+        if let Some(at) = due {
+            let wait = u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0);
+            self.timer
+                .as_mut()
+                .reset(tokio::time::Instant::now() + Duration::from_millis(wait));
         }
     }
 
@@ -152,6 +178,8 @@ impl Bridge {
                 Ok(b) => b,
                 Err(h) => break h,
             };
+            self.arm_timer();
+            let timer_due = self.timer_at.is_some() && self.outbox.is_empty();
             let step = tokio::select! {
                 biased;
                 _ = &mut shutdown => Err(Halt::Shutdown),
@@ -162,8 +190,10 @@ impl Bridge {
                 }
                 _ = self.upkeep.tick() => {
                     self.ops.metrics.known_pods(self.classifier.len());
-                    self.durable.maintain(&self.classifier).await.map_err(Halt::from)
+                    let router = self.routes.as_ref().map(Routes::router);
+                    self.durable.maintain(&self.classifier, router).await.map_err(Halt::from)
                 }
+                _ = &mut self.timer, if timer_due => self.alert_timers().await,
                 Some(done) = self.watches.join_next() => match done {
                     Ok(Err(e)) => Err(e.into()),
                     _ => Ok(()),
@@ -205,7 +235,13 @@ impl Bridge {
         } = self;
         while let Some(out) = outbox.front_mut() {
             while let Some((name, queue)) = queues.get(out.next) {
-                if out.only.as_ref().is_some_and(|o| o != name) {
+                if !out.to.includes(out.next, name) {
+                    if let To::Sinks(_) = out.to
+                        && let Some(seq) = stats.skipped(name, out.event.seq)
+                    {
+                        // Holding nothing, the sink has settled everything up to here.
+                        durable.acked(name, seq);
+                    }
                     out.next += 1;
                     continue;
                 }
@@ -255,7 +291,7 @@ impl Bridge {
                 Err(_) => break,
             }
         }
-        let mut events = Vec::new();
+        let mut events: Vec<(Arc<Event>, To)> = Vec::new();
         for item in items {
             let from_watch = matches!(item, Observed::Applied { .. } | Observed::Deleted { .. });
             let position = matches!(
@@ -264,11 +300,22 @@ impl Bridge {
             )
             .then(|| item.clone());
             for change in classify(&mut self.classifier, item) {
+                if let Some(routes) = self.routes.as_mut() {
+                    routes.change(
+                        &change,
+                        from_watch,
+                        &self.encoder,
+                        &mut self.durable,
+                        &mut self.stats,
+                        &mut events,
+                    );
+                    continue;
+                }
                 let event = self
                     .durable
                     .event(encode(&self.encoder, &change), from_watch);
                 self.stats.emitted(&event);
-                events.push(event);
+                events.push((event, To::All));
             }
             if let Some(p) = position {
                 self.durable.observed(&p);
@@ -277,8 +324,33 @@ impl Bridge {
         // Logged before any sink sees it: the resume point never runs ahead of what is
         // stored.
         self.durable.commit().await?;
-        self.outbox
-            .extend(events.into_iter().map(|event| Outgoing::new(event, None)));
+        self.outbox.extend(
+            events
+                .into_iter()
+                .map(|(event, to)| Outgoing::new(event, to)),
+        );
+        Ok(())
+    }
+
+    /// The alert timers that are due fire: their events are logged and go out like others.
+    async fn alert_timers(&mut self) -> Result<(), Halt> {
+        self.timer_at = None;
+        let Some(routes) = self.routes.as_mut() else {
+            return Ok(());
+        };
+        let mut events = Vec::new();
+        routes.tick(
+            &self.encoder,
+            &mut self.durable,
+            &mut self.stats,
+            &mut events,
+        );
+        self.durable.commit().await?;
+        self.outbox.extend(
+            events
+                .into_iter()
+                .map(|(event, to)| Outgoing::new(event, to)),
+        );
         Ok(())
     }
 
@@ -329,7 +401,8 @@ impl Bridge {
         }
         drain(&mut self.reports, &mut self.stats, &mut self.durable);
         self.stats.log_summary(self.classifier.len());
-        if let Err(e) = self.durable.close(&self.classifier).await {
+        let router = self.routes.as_ref().map(Routes::router);
+        if let Err(e) = self.durable.close(&self.classifier, router).await {
             tracing::error!(error = %crate::error_chain(&e), "saving the state at shutdown failed");
             return Err(e.into());
         }
@@ -340,11 +413,15 @@ impl Bridge {
     }
 }
 
-/// A sink's report: counted, and its cursor moved.
+/// A sink's report: counted, and its cursor moved (past the events its routes skipped, once
+/// it holds nothing).
 fn settle(stats: &mut Stats, durable: &mut Durable, r: &Report) {
     stats.report(r);
     let (sink, seq) = r.settles();
     durable.acked(sink, seq);
+    if let Some(past) = stats.settled_past(sink, seq) {
+        durable.acked(sink, past);
+    }
 }
 
 /// A sink task that ended before the queues were closed: always an error.
@@ -386,7 +463,7 @@ fn hand_over(stats: &mut Stats, ops: &Ops, sink: &str, out: &mut Outgoing, pushe
             tracing::error!(sink, id = %out.event.id, "sink queue full: event dropped (when_full: drop)");
         }
     }
-    if out.only.is_some() {
+    if let To::Only(_) = out.to {
         // Sent before the restart, not acknowledged: sent again.
         ops.metrics.retried(sink, 1);
     }
@@ -416,7 +493,12 @@ fn classify(c: &mut Classifier, item: Observed) -> Vec<Change> {
 }
 
 fn encode(encoder: &Encoder, change: &Change) -> Event {
-    let (event, error) = encoder.encode(change);
+    encode_as(encoder, change, encoder.mode())
+}
+
+/// Encodes `change` in data mode `mode`.
+pub(super) fn encode_as(encoder: &Encoder, change: &Change, mode: DataMode) -> Event {
+    let (event, error) = encoder.encode_as(change, mode);
     if let Some(e) = error {
         tracing::warn!(id = %event.id, error = %e, "pod sent as reference data");
     }

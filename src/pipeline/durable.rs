@@ -16,6 +16,7 @@ use crate::classify::{Classifier, Scope};
 use crate::config::{InitialList, StateConfig};
 use crate::event::Event;
 use crate::ops::Ops;
+use crate::route::engine::{PodState, Router};
 use crate::sinks::{KeeperFeed, Kept};
 use crate::store::{Record, Snapshot, Store, StoreError, StoreSettings};
 use crate::watch::Observed;
@@ -36,6 +37,8 @@ pub struct DurableSettings {
     /// The sink that keeps the resume point in its destination (exactly-once Kafka), with
     /// what it had committed; then there is no state directory.
     pub keeper: Option<(String, Option<Kept>)>,
+    /// With routes or alert rules: the router, whose state is restored with the rest.
+    pub router: Option<Router>,
 }
 
 /// What the pipeline starts from.
@@ -45,6 +48,8 @@ pub struct Start {
     pub resume: HashMap<Scope, Option<String>>,
     /// Per sink, the events it has not acknowledged, oldest first.
     pub pending: BTreeMap<String, Vec<Arc<Event>>>,
+    /// The router, restored.
+    pub router: Option<Router>,
 }
 
 pub struct Durable {
@@ -81,13 +86,16 @@ impl Durable {
             feed: Feed::new(&s.sinks, s.keeper.as_ref().map(|(n, _)| n.as_str()), 0),
         };
         if let Some((keeper, kept)) = s.keeper {
+            // Validation refuses routes and alerts beside an exactly-once sink.
             return Ok(durable.kept(keeper, kept, &s.sinks, s.initial));
         }
+        let mut router = s.router;
         let Some(dir) = &s.state.dir else {
             let start = Start {
                 classifier: Classifier::new(s.initial),
                 resume: HashMap::new(),
                 pending: BTreeMap::new(),
+                router,
             };
             return Ok((durable, start));
         };
@@ -109,9 +117,13 @@ impl Durable {
         for (scope, rv) in restored.snapshot.positions {
             durable.positions.insert(scope.map(Arc::from), rv);
         }
+        if let (Some(r), Some(snap)) = (router.as_mut(), restored.snapshot.routing) {
+            r.restore_snapshot(snap);
+        }
         for record in restored.replay {
             match record {
-                Record::Event { event, from_watch } => {
+                // With a router, the pod states below are the known state.
+                Record::Event { event, from_watch } if router.is_none() => {
                     classifier.replay(&event);
                     if from_watch {
                         durable
@@ -119,12 +131,39 @@ impl Durable {
                             .insert(durable.scope_of(&event.namespace), Some(event.rv.clone()));
                     }
                 }
+                Record::Event { .. } => {}
                 Record::Position { scope, rv, .. } => {
                     durable.positions.insert(scope.map(Arc::from), rv);
                 }
+                Record::Pod {
+                    state, from_watch, ..
+                } => {
+                    classifier.restore_pod(
+                        &state.uid,
+                        &state.namespace,
+                        &state.name,
+                        &state.rv,
+                        state.gone,
+                    );
+                    if let Some(r) = router.as_mut() {
+                        r.restore(&state);
+                    }
+                    if from_watch {
+                        durable
+                            .positions
+                            .insert(durable.scope_of(&state.namespace), Some(state.rv.clone()));
+                    }
+                }
             }
         }
-        let unacked: usize = restored.pending.values().map(Vec::len).sum();
+        let mut pending = restored.pending;
+        if let Some(r) = &router {
+            // Each sink gets back only what its routes sent it.
+            for (sink, events) in pending.iter_mut() {
+                events.retain(|e| r.feeds(e.route.as_deref(), sink));
+            }
+        }
+        let unacked: usize = pending.values().map(Vec::len).sum();
         tracing::info!(
             dir = %dir.display(),
             fresh,
@@ -136,7 +175,8 @@ impl Durable {
         let start = Start {
             classifier,
             resume: durable.positions.clone(),
-            pending: restored.pending,
+            pending,
+            router,
         };
         Ok((durable, start))
     }
@@ -154,6 +194,7 @@ impl Durable {
                 classifier: Classifier::new(initial),
                 resume: HashMap::new(),
                 pending: BTreeMap::new(),
+                router: None,
             };
             return (self, start);
         };
@@ -181,6 +222,7 @@ impl Durable {
             classifier: Classifier::restored(initial, kept.known),
             resume: self.positions.clone(),
             pending: BTreeMap::new(),
+            router: None,
         };
         (self, start)
     }
@@ -244,6 +286,24 @@ impl Durable {
         event
     }
 
+    /// With a router: logs one pod's state after a change (or a timer); `from_watch` moves
+    /// its scope's watch position to the state's resourceVersion.
+    pub fn pod(&mut self, state: PodState, from_watch: bool) {
+        if from_watch && self.keeps_positions() {
+            let scope = self.scope_of(&state.namespace);
+            self.positions.insert(scope, Some(state.rv.clone()));
+        }
+        let Some(store) = self.store.as_mut() else {
+            return;
+        };
+        let seq = store.take_seq();
+        self.batch.push(Record::Pod {
+            seq,
+            state: Arc::new(state),
+            from_watch,
+        });
+    }
+
     /// Records the watch position an observation moves (after its events): a list under
     /// way means "list again" on restart; a finished list or a bookmark is a resume point.
     pub fn observed(&mut self, item: &Observed) {
@@ -295,7 +355,11 @@ impl Durable {
     }
 
     /// Periodic upkeep: interval syncs, cursors, snapshots, compaction.
-    pub async fn maintain(&mut self, classifier: &Classifier) -> Result<(), StoreError> {
+    pub async fn maintain(
+        &mut self,
+        classifier: &Classifier,
+        router: Option<&Router>,
+    ) -> Result<(), StoreError> {
         let Some(store) = self.store.as_ref() else {
             return Ok(());
         };
@@ -304,16 +368,20 @@ impl Durable {
         // writing goes to the blocking pool.
         let snap = store
             .snapshot_due(force)
-            .then(|| snapshot(store.next_seq(), classifier, &self.positions));
+            .then(|| snapshot(store.next_seq(), classifier, router, &self.positions));
         self.blocking(move |store| store.maintain(snap)).await
     }
 
     /// Everything to disk, on shutdown.
-    pub async fn close(&mut self, classifier: &Classifier) -> Result<(), StoreError> {
+    pub async fn close(
+        &mut self,
+        classifier: &Classifier,
+        router: Option<&Router>,
+    ) -> Result<(), StoreError> {
         let Some(store) = self.store.as_ref() else {
             return Ok(());
         };
-        let snap = snapshot(store.next_seq(), classifier, &self.positions);
+        let snap = snapshot(store.next_seq(), classifier, router, &self.positions);
         self.blocking(move |store| store.close(snap)).await
     }
 }
@@ -321,11 +389,13 @@ impl Durable {
 fn snapshot(
     next_seq: u64,
     classifier: &Classifier,
+    router: Option<&Router>,
     positions: &HashMap<Scope, Option<String>>,
 ) -> Snapshot {
     Snapshot {
         next_seq,
         known: classifier.known_pods(),
+        routing: router.map(Router::snapshot),
         positions: positions
             .iter()
             .map(|(s, rv)| (s.as_deref().map(str::to_string), rv.clone()))

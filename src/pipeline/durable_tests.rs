@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::event::ChangeKind;
+use crate::route::engine::Router;
 use crate::store::FsyncPolicy;
 use crate::store::record_tests_event as event;
 
@@ -18,6 +19,7 @@ fn settings(dir: Option<std::path::PathBuf>, sinks: &[&str]) -> DurableSettings 
         sinks: sinks.iter().map(|s| s.to_string()).collect(),
         ops: Arc::default(),
         keeper: None,
+        router: None,
     }
 }
 
@@ -67,7 +69,7 @@ async fn a_crash_restores_known_pods_the_watch_position_and_each_sinks_unacknowl
     )
     .await;
     d.acked("a", logged[1].seq);
-    d.maintain(&c).await.unwrap();
+    d.maintain(&c, None).await.unwrap();
     drop(d); // a crash: nothing closed
 
     let (_, start) = Durable::open(settings(Some(dir.clone()), &["a", "b"]))
@@ -130,7 +132,7 @@ async fn a_snapshot_and_the_log_after_it_restore_the_same_state_as_the_log() {
         rv: "31".into(),
     });
     d.commit().await.unwrap();
-    d.maintain(&c).await.unwrap();
+    d.maintain(&c, None).await.unwrap();
     let after = log_watched(
         &mut d,
         &mut c,
@@ -138,7 +140,7 @@ async fn a_snapshot_and_the_log_after_it_restore_the_same_state_as_the_log() {
     )
     .await;
     d.acked("a", after[0].seq);
-    d.maintain(&c).await.unwrap();
+    d.maintain(&c, None).await.unwrap();
     drop(d);
     let (_, start) = Durable::open(settings(Some(dir.clone()), &["a"]))
         .await
@@ -166,6 +168,96 @@ async fn without_a_state_directory_events_are_numbered_from_one_and_nothing_is_k
     let b = d.event(event(0, "u2", "2", ChangeKind::Added), true);
     assert_eq!((a.seq, b.seq), (1, 2));
     d.commit().await.unwrap();
-    d.maintain(&start.classifier).await.unwrap();
-    d.close(&start.classifier).await.unwrap();
+    d.maintain(&start.classifier, None).await.unwrap();
+    d.close(&start.classifier, None).await.unwrap();
+}
+
+#[tokio::test]
+async fn with_routes_a_crash_restores_pod_states_alert_timers_and_only_each_sinks_own_route_events()
+{
+    use crate::classify::Change;
+    use crate::route::config::RouteConfig;
+    let router = || {
+        let a: RouteConfig = serde_saphyr::from_str("sinks: [a]\n").unwrap();
+        let b: RouteConfig = serde_saphyr::from_str("sinks: [b]\nchanges: [phase]\n").unwrap();
+        let routes = vec![
+            a.validate("ra", &["a", "b"]).unwrap(),
+            b.validate("rb", &["a", "b"]).unwrap(),
+        ];
+        let alerts: crate::alert::config::AlertsConfig =
+            serde_saphyr::from_str("not_ready: {for: 1h}\nunscheduled: {enabled: false}\n")
+                .unwrap();
+        Router::new(routes, alerts.validate().unwrap())
+    };
+    let dir = temp_dir("routes");
+    let open = || {
+        let mut s = settings(Some(dir.clone()), &["a", "b"]);
+        s.router = Some(router());
+        Durable::open(s)
+    };
+    let (mut d, start) = open().await.unwrap();
+    let c = start.classifier;
+    let mut r = start.router.expect("a router");
+    let pod =
+        br#"{"metadata":{"uid":"u1","namespace":"ns","name":"p"},"status":{"phase":"Pending"}}"#;
+    let change = Change {
+        kind: ChangeKind::Added,
+        uid: "u1".into(),
+        namespace: "ns".into(),
+        name: "p".into(),
+        rv: "10".into(),
+        prev_rv: String::new(),
+        inferred: false,
+        initial: false,
+        object: Some(bytes::Bytes::from_static(pod)),
+    };
+    let routed = r.on_change(&change, 1_000);
+    let mut logged = Vec::new();
+    for o in &routed.outs {
+        if let crate::route::engine::Out::Change { route: Some(i), .. } = o {
+            let mut e = event(0, "u1", "10", ChangeKind::Added);
+            e.route = Some(Arc::from(["ra", "rb"][*i]));
+            logged.push(d.event(e, false));
+        }
+    }
+    for s in routed.states {
+        d.pod(s, true);
+    }
+    d.commit().await.unwrap();
+    d.acked("a", logged[0].seq);
+    d.maintain(&c, Some(&r)).await.unwrap();
+    drop(d); // a crash
+
+    let (_, start) = open().await.unwrap();
+    assert_eq!(start.classifier.known_rv("u1"), Some("10"));
+    assert_eq!(
+        start.resume.get(&ns()),
+        Some(&Some("10".to_string())),
+        "the pod state moved the position"
+    );
+    let r = start.router.expect("a router");
+    assert_eq!(
+        r.next_deadline(),
+        Some(1_000 + 3_600_000),
+        "the pending timer, at its deadline"
+    );
+    let pending = |sink: &str| -> Vec<Option<String>> {
+        start
+            .pending
+            .get(sink)
+            .into_iter()
+            .flatten()
+            .map(|e| e.route.as_deref().map(str::to_string))
+            .collect()
+    };
+    assert_eq!(
+        pending("a"),
+        Vec::<Option<String>>::new(),
+        "a acknowledged its one event"
+    );
+    assert_eq!(
+        pending("b"),
+        vec![Some("rb".to_string())],
+        "b gets back only its route's event"
+    );
 }

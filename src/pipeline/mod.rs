@@ -12,6 +12,7 @@ mod bridge;
 mod durable;
 mod elected;
 mod feed;
+mod routed;
 mod stats;
 
 use std::future::Future;
@@ -32,6 +33,9 @@ use crate::watch::{self, Observed, WatchError, WatchSettings};
 
 use bridge::{Bridge, Parts};
 use durable::{Durable, DurableSettings};
+use routed::Routes;
+
+use crate::route::engine::Router;
 
 pub use stats::{SinkStats, Stats};
 
@@ -141,8 +145,19 @@ async fn bridge(
     scopes: Vec<crate::classify::Scope>,
     grace: Option<Grace>,
 ) -> Result<Stats, PipelineError> {
+    // With routes, the apiserver filters by what every route's selector requires.
+    let label_selector = match (
+        config.watch.label_selector.clone(),
+        config
+            .routing
+            .as_ref()
+            .and_then(crate::config::union_selector),
+    ) {
+        (Some(own), Some(routes)) => Some(format!("{own},{routes}")),
+        (own, routes) => own.or(routes),
+    };
     let settings = Arc::new(WatchSettings {
-        label_selector: config.watch.label_selector.clone(),
+        label_selector,
         field_selector: config.watch.field_selector.clone(),
         page_size: config.watch.page_size,
         timeout_seconds: config.watch.timeout_seconds,
@@ -173,6 +188,10 @@ async fn bridge(
         sinks: config.sinks.iter().map(|(n, _)| n.clone()).collect(),
         ops: ops.clone(),
         keeper: keeper.map(|(name, _)| (name, kept.flatten())),
+        router: config
+            .routing
+            .as_ref()
+            .map(|r| Router::new(r.routes.clone(), r.rules.clone())),
     })
     .await?;
     ops.health.restored();
@@ -209,6 +228,14 @@ async fn bridge(
         classifier: start.classifier,
         encoder,
         pending: start.pending.into_iter().collect(),
+        routes: start.router.map(|router| {
+            let feeds = config
+                .routing
+                .as_ref()
+                .map(|r| r.feeds.clone())
+                .unwrap_or_default();
+            Routes::new(router, &feeds, config.encoding.data)
+        }),
         ops,
         grace: grace
             .unwrap_or_else(|| Grace::new(Duration::from_secs(config.shutdown.grace_seconds))),

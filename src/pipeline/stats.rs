@@ -25,6 +25,8 @@ pub struct SinkStats {
     /// The most events and data bytes the sink held at once.
     pub peak_events: usize,
     pub peak_bytes: usize,
+    /// The last event skipped (not for this sink's routes) while it held others.
+    skipped: u64,
     /// Where its counts are recorded.
     metrics: Option<SinkMetrics>,
 }
@@ -99,17 +101,48 @@ impl Stats {
     }
 
     pub fn emitted(&mut self, e: &Event) {
-        self.ops.metrics.observed(e.kind, e.inferred);
-        match e.kind {
+        self.changed(e.kind, e.inferred);
+    }
+
+    /// A change of a pod was observed (with routes, whether or not a route emitted it).
+    pub fn changed(&mut self, kind: ChangeKind, inferred: bool) {
+        self.ops.metrics.observed(kind, inferred);
+        match kind {
             ChangeKind::Added => self.added += 1,
             ChangeKind::Modified => self.modified += 1,
             ChangeKind::Deleted => {
                 self.deleted += 1;
-                self.inferred_deletes += u64::from(e.inferred);
+                self.inferred_deletes += u64::from(inferred);
             }
-            ChangeKind::AlertFiring => self.alerts_fired += 1,
-            ChangeKind::AlertResolved => self.alerts_resolved += 1,
+            ChangeKind::AlertFiring | ChangeKind::AlertResolved => self.alerted(kind),
         }
+    }
+
+    /// An alert fired or resolved.
+    pub fn alerted(&mut self, kind: ChangeKind) {
+        self.ops.metrics.alert(kind);
+        match kind {
+            ChangeKind::AlertFiring => self.alerts_fired += 1,
+            _ => self.alerts_resolved += 1,
+        }
+    }
+
+    /// `sink` does not take the event `seq` (its routes do not): returns the sequence number
+    /// its cursor can move to now, if it holds nothing; otherwise that waits for its reports.
+    pub fn skipped(&mut self, sink: &str, seq: u64) -> Option<u64> {
+        let s = self.sink(sink);
+        if s.outstanding.is_empty() {
+            return Some(seq);
+        }
+        s.skipped = s.skipped.max(seq);
+        None
+    }
+
+    /// After a report of `sink` up to `seq`: how far its cursor can move past the events it
+    /// skipped meanwhile, once it holds nothing.
+    pub fn settled_past(&mut self, sink: &str, seq: u64) -> Option<u64> {
+        let s = self.sinks.get_mut(sink)?;
+        (s.outstanding.is_empty() && s.skipped > seq).then_some(s.skipped)
     }
 
     pub fn coalesced(&mut self, sink: &str) {

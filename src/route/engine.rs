@@ -66,7 +66,7 @@ pub enum Out {
     Alert {
         route: Option<usize>,
         rule: usize,
-        transition: Transition,
+        transition: Box<Transition>,
     },
 }
 
@@ -77,7 +77,7 @@ pub struct Routed {
     pub states: Vec<PodState>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Router {
     routes: Vec<Route>,
     rules: Vec<Rule>,
@@ -104,6 +104,17 @@ impl Router {
 
     pub fn routes(&self) -> &[Route] {
         &self.routes
+    }
+
+    /// Whether an event of `route` (`None`: of no route) goes to `sink`.
+    pub fn feeds(&self, route: Option<&str>, sink: &str) -> bool {
+        match route {
+            None => true,
+            Some(route) => self
+                .routes
+                .iter()
+                .any(|r| r.name == route && r.sinks.iter().any(|s| s == sink)),
+        }
     }
 
     pub fn rules(&self) -> &[Rule] {
@@ -255,7 +266,7 @@ impl Router {
                 routed.outs.push(Out::Alert {
                     route: None,
                     rule,
-                    transition: t,
+                    transition: Box::new(t),
                 });
                 continue;
             }
@@ -265,7 +276,7 @@ impl Router {
                     routed.outs.push(Out::Alert {
                         route: Some(i),
                         rule,
-                        transition: t.clone(),
+                        transition: Box::new(t.clone()),
                     });
                 }
             }

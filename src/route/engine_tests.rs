@@ -62,7 +62,7 @@ fn alerts(r: &Routed) -> Vec<(Option<usize>, String)> {
                 route, transition, ..
             } => Some((
                 *route,
-                match transition {
+                match &**transition {
                     Transition::Firing(e) => format!("firing {} {}", e.rule, e.began_rv),
                     Transition::Resolved(e) => format!("resolved {} {}", e.rule, e.began_rv),
                 },

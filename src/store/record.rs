@@ -12,6 +12,7 @@ use std::sync::Arc;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::event::{ChangeKind, Event};
+use crate::route::engine::PodState;
 
 /// One entry of the log.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,13 +28,21 @@ pub enum Record {
         scope: Option<String>,
         rv: Option<String>,
     },
+    /// With routes or alert rules: one pod's known state after a change (or after one of
+    /// its alert timers fired), whether or not any event went out for it. `from_watch`
+    /// moves its scope's watch position to the state's resourceVersion.
+    Pod {
+        seq: u64,
+        state: Arc<PodState>,
+        from_watch: bool,
+    },
 }
 
 impl Record {
     pub fn seq(&self) -> u64 {
         match self {
             Record::Event { event, .. } => event.seq,
-            Record::Position { seq, .. } => *seq,
+            Record::Position { seq, .. } | Record::Pod { seq, .. } => *seq,
         }
     }
 
@@ -79,6 +88,17 @@ impl Record {
                 out.put_u64_le(*seq);
                 put_opt(out, scope.as_deref());
                 put_opt(out, rv.as_deref());
+            }
+            Record::Pod {
+                seq,
+                state,
+                from_watch,
+            } => {
+                out.put_u8(3);
+                out.put_u64_le(*seq);
+                out.put_u8(u8::from(*from_watch));
+                // A small struct of strings and numbers: serializing it cannot fail.
+                put_bytes(out, &serde_json::to_vec(&**state).unwrap_or_default());
             }
         }
     }
@@ -139,6 +159,16 @@ impl Record {
                 let scope = get_opt(&mut b)?;
                 let rv = get_opt(&mut b)?;
                 Some(Record::Position { seq, scope, rv })
+            }
+            3 => {
+                let seq = get_u64(&mut b)?;
+                let from_watch = get_u8(&mut b)? != 0;
+                let state = serde_json::from_slice(&get_bytes(&mut b)?).ok()?;
+                Some(Record::Pod {
+                    seq,
+                    state: Arc::new(state),
+                    from_watch,
+                })
             }
             _ => None,
         }
@@ -242,6 +272,32 @@ pub(crate) mod tests {
                 seq: 9,
                 scope: None,
                 rv: Some("99".into()),
+            },
+            // An alert on a route.
+            Record::Event {
+                event: Arc::new(Event {
+                    route: Some("oncall".into()),
+                    dataschema: crate::event::SCHEMA_ALERT,
+                    ..event(10, "u", "12", ChangeKind::AlertFiring)
+                }),
+                from_watch: false,
+            },
+            Record::Pod {
+                seq: 11,
+                state: Arc::new(PodState {
+                    uid: "u".into(),
+                    namespace: "ns".into(),
+                    name: "p".into(),
+                    rv: "12".into(),
+                    gone: false,
+                    marks: vec![crate::route::engine::Mark {
+                        fp: 7,
+                        last: "11".into(),
+                        matched: true,
+                    }],
+                    episodes: Vec::new(),
+                }),
+                from_watch: true,
             },
         ] {
             let mut b = BytesMut::new();

@@ -21,12 +21,15 @@ pub struct KnownPod {
 }
 
 /// The state after every log record below `next_seq`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub next_seq: u64,
     pub known: Vec<KnownPod>,
     /// Watch position per scope (`None`: all namespaces); `None` position: list again.
     pub positions: Vec<(Option<String>, Option<String>)>,
+    /// With routes or alert rules: the routes' marks and the open alert episodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<crate::route::engine::RouterSnapshot>,
 }
 
 /// Per sink, the highest sequence number it acknowledged (all below it are settled too).

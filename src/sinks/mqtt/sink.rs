@@ -46,7 +46,7 @@ fn messages(s: &MqttSettings, event: &Event) -> Vec<Message> {
             Message {
                 topic: topic.clone(),
                 payload: event.data.clone(),
-                retain: retain,
+                retain,
                 properties,
                 content_type,
             }
@@ -54,7 +54,7 @@ fn messages(s: &MqttSettings, event: &Event) -> Vec<Message> {
         Protocol::V311 => Message {
             topic: topic.clone(),
             payload: Bytes::from(event.structured_json()),
-            retain: retain,
+            retain,
             properties: Vec::new(),
             content_type: None,
         },

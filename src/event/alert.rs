@@ -1,0 +1,58 @@
+//! Alert events: `io.kubecast.alert.firing` and `io.kubecast.alert.resolved`, subject the pod,
+//! with the rule, severity, message, labels and evidence as `data` (schema
+//! `schemas/alert.v1.json`). Entry point: [`alert_event`].
+//!
+//! The id is `{uid}:{began_rv}:alert:{rule}:firing` (or `:resolved`): a pure function of the
+//! rule, the pod and the resourceVersion at which the episode began, so two replicas, or one
+//! before and after a restart, give the same alert the same id.
+
+use bytes::Bytes;
+use serde_json::json;
+
+use super::{ChangeKind, Event, SCHEMA_ALERT};
+use crate::alert::episode::{Episode, alert_id};
+use crate::alert::rule::Rule;
+
+/// The event of `kind` (firing or resolved) for episode `ep` of `rule`.
+pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -> Event {
+    let alert = alert_id(&rule.name, &ep.uid, &ep.began_rv);
+    let status = match kind {
+        ChangeKind::AlertResolved => "resolved",
+        _ => "firing",
+    };
+    let began_at = jiff::Timestamp::from_millisecond(ep.began_at)
+        .map(|t| t.to_string())
+        .unwrap_or_default();
+    let data = json!({
+        "alert": alert,
+        "status": status,
+        "rule": rule.name,
+        "severity": rule.severity,
+        "message": ep.message,
+        "labels": rule.labels,
+        "pod": {"namespace": ep.namespace, "name": ep.name, "uid": ep.uid},
+        "container": ep.container,
+        "evidence": ep.facts,
+        "beganAt": began_at,
+        "beganResourceVersion": ep.began_rv,
+        "resourceVersion": ep.rv,
+    });
+    Event {
+        seq: 0,
+        id: format!("{alert}:{status}"),
+        kind,
+        source: format!("k8s://{cluster}/api/v1/namespaces/{}/pods", ep.namespace),
+        time: jiff::Timestamp::now().to_string(),
+        dataschema: SCHEMA_ALERT,
+        uid: ep.uid.clone(),
+        namespace: ep.namespace.clone(),
+        name: ep.name.clone(),
+        rv: ep.rv.clone(),
+        prev_rv: String::new(),
+        inferred: false,
+        initial: false,
+        from_watch: false,
+        route: None,
+        data: Bytes::from(data.to_string()),
+    }
+}

@@ -1,0 +1,191 @@
+//! The bridge's side of routes and alert rules: each classified change goes through the
+//! [`Router`], whose outputs become events (one per route that takes the change, in the
+//! route's data mode, linking to the route's previous event; one per alert transition and
+//! route), each addressed to its route's sinks; the pod's new state is logged after its
+//! events, so a crash between the two re-observes the change rather than losing an event.
+//!
+//! Entry point: [`Routes::change`]; [`Routes::tick`] when an alert timer is due.
+
+use std::sync::Arc;
+
+use super::durable::Durable;
+use super::stats::Stats;
+use crate::classify::Change;
+use crate::config::DataMode;
+use crate::event::{ChangeKind, Encoder, Event, alert_event};
+use crate::route::engine::{Out, Routed, Router};
+
+/// Which sinks an event goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum To {
+    /// Every sink (no routes are configured).
+    All,
+    /// One sink: an event it had not acknowledged before a restart.
+    Only(Arc<str>),
+    /// The sinks of a route, as a bit set over the sinks in config order.
+    Sinks(u64),
+}
+
+impl To {
+    /// Whether the sink at `index` named `name` takes the event.
+    pub fn includes(&self, index: usize, name: &str) -> bool {
+        match self {
+            To::All => true,
+            To::Only(only) => &**only == name,
+            To::Sinks(bits) => index < 64 && bits & (1 << index) != 0,
+        }
+    }
+}
+
+/// The router and what the bridge needs to turn its outputs into events.
+pub struct Routes {
+    router: Router,
+    /// Per route: its name (which events carry), data mode and sinks.
+    names: Vec<Arc<str>>,
+    modes: Vec<DataMode>,
+    sinks: Vec<u64>,
+}
+
+impl Routes {
+    /// `feeds` gives each route's sinks as indices into the sinks in config order;
+    /// `default_mode` is `encoding.data`.
+    pub fn new(router: Router, feeds: &[Vec<usize>], default_mode: DataMode) -> Routes {
+        let names = router
+            .routes()
+            .iter()
+            .map(|r| Arc::from(r.name.as_str()))
+            .collect();
+        let modes = router
+            .routes()
+            .iter()
+            .map(|r| r.data.unwrap_or(default_mode))
+            .collect();
+        // Validation allows at most 64 routes and sinks are indexed below that.
+        let sinks = feeds
+            .iter()
+            .map(|f| f.iter().filter(|i| **i < 64).fold(0u64, |b, i| b | 1 << i))
+            .collect();
+        Routes {
+            router,
+            names,
+            modes,
+            sinks,
+        }
+    }
+
+    pub fn router(&self) -> &Router {
+        &self.router
+    }
+
+    /// When the next alert timer is due (ms since the epoch).
+    pub fn next_deadline(&self) -> Option<i64> {
+        self.router.next_deadline()
+    }
+
+    /// Routes one change: its events are numbered and logged, then the pod's state.
+    pub fn change(
+        &mut self,
+        change: &Change,
+        from_watch: bool,
+        encoder: &Encoder,
+        durable: &mut Durable,
+        stats: &mut Stats,
+        out: &mut Vec<(Arc<Event>, To)>,
+    ) {
+        stats.changed(change.kind, change.inferred);
+        let routed = self.router.on_change(change, now_ms());
+        self.emit(
+            routed,
+            Some(change),
+            from_watch,
+            encoder,
+            durable,
+            stats,
+            out,
+        );
+    }
+
+    /// The alert timers due now fire.
+    pub fn tick(
+        &mut self,
+        encoder: &Encoder,
+        durable: &mut Durable,
+        stats: &mut Stats,
+        out: &mut Vec<(Arc<Event>, To)>,
+    ) {
+        let routed = self.router.tick(now_ms());
+        self.emit(routed, None, false, encoder, durable, stats, out);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn emit(
+        &self,
+        routed: Routed,
+        change: Option<&Change>,
+        from_watch: bool,
+        encoder: &Encoder,
+        durable: &mut Durable,
+        stats: &mut Stats,
+        out: &mut Vec<(Arc<Event>, To)>,
+    ) {
+        // The change is encoded once per data mode its routes ask for.
+        let mut encoded: Vec<(DataMode, Event)> = Vec::new();
+        for o in routed.outs {
+            let (mut event, to) = match (o, change) {
+                (Out::Change { route, prev_rv }, Some(change)) => {
+                    let mode = route.map_or(encoder.mode(), |r| self.modes[r]);
+                    let event = match encoded.iter().find(|(m, _)| *m == mode) {
+                        Some((_, e)) => e.clone(),
+                        None => {
+                            let e = super::bridge::encode_as(encoder, change, mode);
+                            encoded.push((mode, e.clone()));
+                            e
+                        }
+                    };
+                    let event = Event { prev_rv, ..event };
+                    (event, route)
+                }
+                (Out::Change { .. }, None) => continue,
+                (
+                    Out::Alert {
+                        route,
+                        rule,
+                        transition,
+                    },
+                    _,
+                ) => {
+                    let (kind, ep) = match &*transition {
+                        crate::alert::episode::Transition::Firing(ep) => {
+                            (ChangeKind::AlertFiring, ep)
+                        }
+                        crate::alert::episode::Transition::Resolved(ep) => {
+                            (ChangeKind::AlertResolved, ep)
+                        }
+                    };
+                    let rule = &self.router.rules()[rule];
+                    let event = alert_event(encoder.cluster(), kind, ep, rule);
+                    tracing::info!(id = %event.id, rule = %rule.name, severity = %rule.severity, subject = %event.subject(), "alert {}", if kind == ChangeKind::AlertFiring { "firing" } else { "resolved" });
+                    stats.alerted(kind);
+                    (event, route)
+                }
+            };
+            let to = match to {
+                Some(r) => {
+                    event.route = Some(self.names[r].clone());
+                    To::Sinks(self.sinks[r])
+                }
+                None => To::All,
+            };
+            out.push((durable.event(event, false), to));
+        }
+        for state in routed.states {
+            let watched = from_watch && change.is_some_and(|c| c.uid == state.uid);
+            durable.pod(state, watched);
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch, as alert deadlines are kept.
+pub fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
