@@ -93,6 +93,45 @@ impl Pods {
         .await
     }
 
+    /// Creates a pod like [`Pods::create`] whose container requests (and is limited to)
+    /// `resources` (`{"nvidia.com/gpu": "1"}`), with `labels` added.
+    pub async fn create_with(&self, name: &str, resources: Value, labels: Value) -> Pod {
+        let mut pod = json!({
+            "metadata": {"name": name, "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}
+        });
+        if resources.as_object().is_some_and(|r| !r.is_empty()) {
+            pod["spec"]["containers"][0]["resources"] =
+                json!({"requests": resources.clone(), "limits": resources});
+        }
+        if let Some(extra) = labels.as_object() {
+            for (k, v) in extra {
+                pod["metadata"]["labels"][k] = v.clone();
+            }
+        }
+        self.call(
+            "POST",
+            "",
+            "application/json",
+            &pod,
+            &format!("creating pod {name}"),
+        )
+        .await
+    }
+
+    /// Merges `status` into the pod's status (a kubelet's report, through the status
+    /// subresource; lists such as `containerStatuses` are replaced whole).
+    pub async fn status(&self, name: &str, status: Value) -> Pod {
+        self.call(
+            "PATCH",
+            &format!("/{name}/status"),
+            MERGE,
+            &json!({ "status": status }),
+            &format!("patching the status of pod {name}"),
+        )
+        .await
+    }
+
     /// Creates `n` pods named `{prefix}-0`... and returns their uids.
     pub async fn create_each(&self, prefix: &str, n: usize) -> std::collections::BTreeSet<String> {
         let mut uids = std::collections::BTreeSet::new();
