@@ -96,7 +96,7 @@ async fn after_kill_9_a_pending_timer_fires_at_its_deadline_and_no_alert_repeats
     );
     let first_log = a.kill().await;
     assert!(first_log.contains("alert firing"), "{first_log}");
-    let mut a = Kubecast::start(&scene.stack, &a_dir, &a_config);
+    let a = Kubecast::start(&scene.stack, &a_dir, &a_config);
 
     let fired = wait_for(LIMIT, "the not_ready timer", || {
         let al = alerts(&a_out);
