@@ -368,3 +368,73 @@ fn invalid_routes_and_rules_exit_2_naming_each_entry() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_rule_fires_with_its_template_and_labels_and_a_resync_emits_nothing_for_unchanged_pods()
+ {
+    let scene = Scene::new("alerts-user").await;
+    let path = scene.dir.join("events.jsonl");
+    let settings = concat!(
+        "alerts:\n",
+        "  not_ready: {enabled: false}\n  unscheduled: {enabled: false}\n",
+        "  rules:\n",
+        "    evicted:\n",
+        "      expr: 'status.reason == \"Evicted\" and spec.containers[*].image =~ \".*:1\"'\n",
+        "      severity: page\n",
+        "      message: '{{ metadata.name }} evicted: {{ status.message }}'\n",
+        "      labels: {team: platform}\n",
+    );
+    let config = scene
+        .config(settings, &[file_sink("out", &path)])
+        .replace("watch:\n", "watch:\n  resync_seconds: 2\n");
+    let mut kubecast = support::kubecast::Kubecast::start(&scene.stack, &scene.dir, &config);
+    kubecast.wait_for_log("list complete", 1, LIMIT).await;
+    scene.pods.create_with("x", json!({}), json!({})).await;
+    scene
+        .pods
+        .status(
+            "x",
+            json!({"phase": "Failed", "reason": "Evicted", "message": "low on memory"}),
+        )
+        .await;
+    let ev = wait_for(LIMIT, "both alerts", || {
+        let ev = file_events(&path);
+        (!of(&ev, "x", "evicted").is_empty() && !of(&ev, "x", "failed").is_empty()).then_some(ev)
+    })
+    .await
+    .unwrap_or_else(|| panic!("no alerts; log:\n{}", kubecast.log()));
+    let data = &of(&ev, "x", "evicted")[0].1["data"];
+    assert_eq!(data["message"], "x evicted: low on memory");
+    assert_eq!(data["severity"], "page");
+    assert_eq!(data["labels"], json!({"team": "platform"}));
+    assert_eq!(
+        data["evidence"],
+        json!({"status.reason": "Evicted", "spec.containers[*].image": "registry.invalid/app:1"})
+    );
+
+    // Two resyncs list everything again: nothing changed, so nothing is emitted.
+    let before = file_events(&path).len();
+    let lists = kubecast.count_in_log("list complete");
+    kubecast.wait_for_log("resync", 2, LIMIT).await;
+    kubecast
+        .wait_for_log("list complete", lists + 2, LIMIT)
+        .await;
+    assert_eq!(
+        file_events(&path).len(),
+        before,
+        "a resync of unchanged pods emits nothing"
+    );
+    // A change after the resyncs still goes out, and resolves both alerts.
+    scene.pods.delete("x").await;
+    let resolved = wait_for(LIMIT, "both to resolve", || {
+        let ev = file_events(&path);
+        ["evicted", "failed"]
+            .iter()
+            .all(|r| of(&ev, "x", r).iter().any(|(s, _)| *s == "resolved"))
+            .then_some(())
+    })
+    .await;
+    assert!(resolved.is_some(), "log:\n{}", kubecast.log());
+    let (code, _) = kubecast.stop(LIMIT).await;
+    assert_eq!(code, Some(0));
+}

@@ -198,6 +198,12 @@ pub struct WatchConfig {
     /// Longest wait between two attempts after an error, in seconds. Default: 30.
     #[serde(default = "default_max_backoff")]
     pub max_backoff_seconds: u32,
+    /// The seeds' resync period: list again this often and compare with the known state, so
+    /// that anything a watch missed is emitted (and its alert rules evaluated); pods that did
+    /// not change emit nothing. Alert `for` timers do not need it (they fire on time on their
+    /// own). Default: none.
+    #[serde(default)]
+    pub resync_seconds: Option<u32>,
 }
 
 fn default_page_size() -> u32 {
@@ -221,6 +227,7 @@ impl Default for WatchConfig {
             page_size: default_page_size(),
             timeout_seconds: default_watch_timeout(),
             max_backoff_seconds: default_max_backoff(),
+            resync_seconds: None,
         }
     }
 }

@@ -112,6 +112,12 @@ impl Config {
                 "must be between 10 and 3600",
             ));
         }
+        if self.watch.resync_seconds == Some(0) {
+            issues.push(Issue::new(
+                "watch.resync_seconds",
+                "must be at least 1; leave it out for no resync",
+            ));
+        }
         if self.watch.max_backoff_seconds == 0 {
             issues.push(Issue::new(
                 "watch.max_backoff_seconds",

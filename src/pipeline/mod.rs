@@ -163,6 +163,10 @@ async fn bridge(
         timeout_seconds: config.watch.timeout_seconds,
         max_backoff: Duration::from_secs(u64::from(config.watch.max_backoff_seconds)),
         streaming: config.watch.streaming_list,
+        resync: config
+            .watch
+            .resync_seconds
+            .map(|s| Duration::from_secs(u64::from(s))),
         ops: ops.clone(),
     });
     let per_namespace = !config.watch.namespaces.is_empty();

@@ -31,6 +31,9 @@ pub struct WatchSettings {
     pub timeout_seconds: u32,
     pub max_backoff: Duration,
     pub streaming: StreamingList,
+    /// List again this often (`watch.resync_seconds`): the known state is compared with a
+    /// fresh list, so anything the watch missed is emitted; unchanged pods emit nothing.
+    pub resync: Option<Duration>,
     /// Where requests, lists and 410s are counted, and readiness is told when a scope has
     /// synced.
     pub ops: Arc<Ops>,
@@ -44,6 +47,8 @@ enum Next {
     Relist,
     /// The pipeline went away: stop.
     Closed,
+    /// The resync period passed: list again.
+    Resync,
 }
 
 /// Why an attempt failed.
@@ -76,6 +81,7 @@ pub async fn run(
         settings,
         out,
         position: resume,
+        next_resync: None,
     };
     w.run().await
 }
@@ -89,6 +95,8 @@ struct Watch {
     /// starts. Moved by every object and bookmark read, so that a watch that fails resumes
     /// where it stopped instead of replaying older states. `None`: list first.
     position: Option<String>,
+    /// When the next resync is due, with `watch.resync_seconds`.
+    next_resync: Option<tokio::time::Instant>,
 }
 
 impl Watch {
@@ -97,6 +105,10 @@ impl Watch {
         let mut backoff = Backoff::new(Duration::from_millis(250), self.settings.max_backoff);
         let scope = self.scope.clone();
         let ns = scope.as_deref().unwrap_or("*").to_string();
+        self.next_resync = self
+            .settings
+            .resync
+            .map(|d| tokio::time::Instant::now() + d);
         loop {
             let attempt = match (self.position.clone(), streaming) {
                 (Some(from), _) => self.watch(from, false).await,
@@ -106,6 +118,14 @@ impl Watch {
             match attempt {
                 Ok(Next::Closed) => return Ok(()),
                 Ok(Next::Resume) => backoff.reset(),
+                Ok(Next::Resync) => {
+                    tracing::info!(namespace = %ns, "resync: listing again to compare with the known state");
+                    self.position = None;
+                    self.next_resync = self
+                        .settings
+                        .resync
+                        .map(|d| tokio::time::Instant::now() + d);
+                }
                 Ok(Next::Relist) => {
                     self.settings.ops.metrics.gone(&ns);
                     tracing::info!(namespace = %ns, "resourceVersion expired (410 Gone); listing again");
@@ -257,7 +277,22 @@ impl Watch {
         let mut buf = Vec::with_capacity(16 * 1024);
         loop {
             buf.clear();
-            let n = match tokio::time::timeout(idle, reader.read_until(b'\n', &mut buf)).await {
+            let resync_at = self.next_resync.filter(|_| !stream.in_initial());
+            let read = async {
+                match resync_at {
+                    Some(at) => tokio::select! {
+                        r = tokio::time::timeout(idle, reader.read_until(b'\n', &mut buf)) => Some(r),
+                        _ = tokio::time::sleep_until(at) => None,
+                    },
+                    None => {
+                        Some(tokio::time::timeout(idle, reader.read_until(b'\n', &mut buf)).await)
+                    }
+                }
+            };
+            let Some(read) = read.await else {
+                return Ok(Next::Resync);
+            };
+            let n = match read {
                 Err(_) => {
                     return Err(Failure::Retry {
                         reason: format!("no data for {}s", idle.as_secs()),
