@@ -1,0 +1,120 @@
+//! What alert rules and routes cost per change, in process, over a realistic Pod (the
+//! fixture of `per_event`: a 9 KB apiserver object with two containers, probes, env and a
+//! kubelet status). Twenty rules: the eight built-ins and twelve user rules of the kinds
+//! users write (phase, readiness, restart counts, images, QoS, labels, annotations, regexes,
+//! `[*]` paths). Measured: parsing the Pod (which the router does once per change), the
+//! twenty rules over a parsed Pod, and the router's whole step for a `modified` change with
+//! the twenty rules and three routes (selector, predicate, namespace globs). Figures go to
+//! BENCHMARKS.md ("Issue 12").
+//!
+//! `cargo bench --bench rules`
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use kubecast::alert::config::AlertsConfig;
+use kubecast::classify::Change;
+use kubecast::event::ChangeKind;
+use kubecast::route::config::RouteConfig;
+use kubecast::route::engine::Router;
+
+const FIXTURE: &str = include_str!("fixtures/pod-watch-line.json");
+
+const RULES: &str = r#"
+restarts: {threshold: 5}
+not_ready: {for: 5m}
+unscheduled: {for: 5m}
+rules:
+  pending-long: {expr: 'status.phase == "Pending"', for: 10m}
+  not-ready-container: {expr: 'status.containerStatuses[*].ready == false', for: 2m}
+  many-restarts: {expr: 'status.containerStatuses[*].restartCount > 10'}
+  latest-image: {expr: 'spec.containers[*].image =~ ".*:latest"', severity: info}
+  best-effort-prod: {expr: 'status.qosClass == "BestEffort" and metadata.namespace =~ "prod-.*"'}
+  payments-failing: {expr: 'metadata.labels.team == "payments" and (status.phase == "Failed" or status.containerStatuses[*].restartCount > 3)', severity: critical}
+  no-ip: {expr: 'status.phase == "Running" and not status.podIP', for: 1m}
+  terminated-error: {expr: 'status.containerStatuses[*].lastState.terminated.reason == "Error"'}
+  node-pressure: {expr: 'status.reason == "Evicted" or status.reason == "NodeLost"'}
+  old-version: {expr: 'metadata.labels[''app.kubernetes.io/version''] =~ "3\\..*"'}
+  unscraped: {expr: 'metadata.annotations[''prometheus.io/scrape''] != "true"', severity: info}
+  host-network: {expr: 'spec.hostNetwork == true', message: '{{ metadata.name }} on {{ spec.nodeName }} uses the host network'}
+"#;
+
+const ROUTES: &str = r#"
+audit: {sinks: [a]}
+payments: {sinks: [b], selector: 'team in (payments), app.kubernetes.io/name', changes: [phase, readiness, restart_counts]}
+edge: {sinks: [c], namespaces: ['edge-*', 'prod-?'], changes: ['status.podIP'], types: [modified, alerts]}
+"#;
+
+/// The fixture's object, and a `modified` change of it (resourceVersion `rv`).
+fn change(rv: &str) -> Change {
+    let line: serde_json::Value = serde_json::from_str(FIXTURE.trim()).expect("the fixture is JSON");
+    let mut obj = line["object"].clone();
+    obj["metadata"]["resourceVersion"] = rv.into();
+    Change {
+        kind: ChangeKind::Modified,
+        uid: obj["metadata"]["uid"].as_str().unwrap_or("u").to_string(),
+        namespace: obj["metadata"]["namespace"].as_str().unwrap_or("ns").to_string(),
+        name: obj["metadata"]["name"].as_str().unwrap_or("p").to_string(),
+        rv: rv.to_string(),
+        prev_rv: String::new(),
+        inferred: false,
+        initial: false,
+        object: Some(Bytes::from(obj.to_string())),
+    }
+}
+
+fn rules() -> Vec<kubecast::alert::rule::Rule> {
+    let c: AlertsConfig = serde_saphyr::from_str(RULES).expect("the bench's rules parse");
+    let rules = c.validate().expect("the bench's rules are valid");
+    assert_eq!(rules.len(), 20, "twenty rules");
+    rules
+}
+
+fn routes() -> Vec<kubecast::route::config::Route> {
+    let map: BTreeMap<String, RouteConfig> = serde_saphyr::from_str(ROUTES).expect("the bench's routes parse");
+    map.iter()
+        .map(|(n, r)| r.validate(n, &["a", "b", "c"]).expect("the bench's routes are valid"))
+        .collect()
+}
+
+fn bench(c: &mut Criterion) {
+    let rules = rules();
+    let changes = [change("1000"), change("1001")];
+    let bytes = changes[0].object.clone().unwrap_or_default();
+    let pod: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+    let mut g = c.benchmark_group("rules");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("parse the pod (9 KB)", |b| {
+        b.iter(|| serde_json::from_slice::<serde_json::Value>(&bytes).expect("JSON"))
+    });
+    g.bench_function("20 rules over a parsed pod", |b| {
+        b.iter(|| rules.iter().filter(|r| r.evaluate(&pod).is_some()).count())
+    });
+    let mut router = Router::new(Vec::new(), rules.clone());
+    let mut i = 0usize;
+    g.bench_function("router step: 20 rules, no routes", |b| {
+        b.iter(|| {
+            i += 1;
+            router.on_change(&changes[i % 2], 1_000).outs.len()
+        })
+    });
+    let mut router = Router::new(routes(), rules.clone());
+    g.bench_function("router step: 20 rules, 3 routes", |b| {
+        b.iter(|| {
+            i += 1;
+            router.on_change(&changes[i % 2], 1_000).outs.len()
+        })
+    });
+    let mut router = Router::new(routes(), Vec::new());
+    g.bench_function("router step: 3 routes, no rules", |b| {
+        b.iter(|| {
+            i += 1;
+            router.on_change(&changes[i % 2], 1_000).outs.len()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
