@@ -48,13 +48,17 @@ edge: {sinks: [c], namespaces: ['edge-*', 'prod-?'], changes: ['status.podIP'], 
 
 /// The fixture's object, and a `modified` change of it (resourceVersion `rv`).
 fn change(rv: &str) -> Change {
-    let line: serde_json::Value = serde_json::from_str(FIXTURE.trim()).expect("the fixture is JSON");
+    let line: serde_json::Value =
+        serde_json::from_str(FIXTURE.trim()).expect("the fixture is JSON");
     let mut obj = line["object"].clone();
     obj["metadata"]["resourceVersion"] = rv.into();
     Change {
         kind: ChangeKind::Modified,
         uid: obj["metadata"]["uid"].as_str().unwrap_or("u").to_string(),
-        namespace: obj["metadata"]["namespace"].as_str().unwrap_or("ns").to_string(),
+        namespace: obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("ns")
+            .to_string(),
         name: obj["metadata"]["name"].as_str().unwrap_or("p").to_string(),
         rv: rv.to_string(),
         prev_rv: String::new(),
@@ -72,9 +76,13 @@ fn rules() -> Vec<kubecast::alert::rule::Rule> {
 }
 
 fn routes() -> Vec<kubecast::route::config::Route> {
-    let map: BTreeMap<String, RouteConfig> = serde_saphyr::from_str(ROUTES).expect("the bench's routes parse");
+    let map: BTreeMap<String, RouteConfig> =
+        serde_saphyr::from_str(ROUTES).expect("the bench's routes parse");
     map.iter()
-        .map(|(n, r)| r.validate(n, &["a", "b", "c"]).expect("the bench's routes are valid"))
+        .map(|(n, r)| {
+            r.validate(n, &["a", "b", "c"])
+                .expect("the bench's routes are valid")
+        })
         .collect()
 }
 

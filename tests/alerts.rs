@@ -226,7 +226,11 @@ async fn each_builtin_rule_fires_once_and_resolves_once_with_its_evidence() {
         assert_eq!(f["subject"], format!("{}/{pod}", scene.ns));
         assert_eq!(f["dataschema"], "urn:kubecast:schema:alert:v1");
         for e in [f, r] {
-            support::schema::assert_follows("urn:kubecast:schema:alert:v1", &e["data"], &format!("{pod} / {rule}"));
+            support::schema::assert_follows(
+                "urn:kubecast:schema:alert:v1",
+                &e["data"],
+                &format!("{pod} / {rule}"),
+            );
         }
         assert!(
             f["data"]["message"]

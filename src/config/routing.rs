@@ -251,4 +251,19 @@ mod tests {
             None
         );
     }
+
+    #[test]
+    fn the_examples_of_each_use_case_are_valid() {
+        for (name, text) in [
+            ("audit", include_str!("../../examples/audit.yaml")),
+            ("edge", include_str!("../../examples/edge.yaml")),
+            ("oncall", include_str!("../../examples/oncall.yaml")),
+        ] {
+            let v = load_str(name, text, Vec::new())
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .validate()
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(v.routing.is_some(), "{name} has routes");
+        }
+    }
 }
