@@ -10,7 +10,7 @@
 //! [`Episodes::tick`] when time passes (the next deadline is [`Episodes::next_deadline`]),
 //! [`Episodes::deleted`] when the pod goes. Times are milliseconds since the Unix epoch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -60,10 +60,35 @@ pub struct Seen<'a> {
     pub now: i64,
 }
 
-/// Every open episode, keyed `{uid}/{rule}` (a JSON map key, so they can be saved).
+/// Every open episode, keyed `{uid}/{rule}` (a JSON map key, so they can be saved), and the
+/// deadlines of those not yet fired, in order: the next one is found without a scan.
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "Saved", into = "Saved")]
 pub struct Episodes {
     open: BTreeMap<String, Episode>,
+    due: BTreeSet<(i64, String)>,
+}
+
+/// What is saved of [`Episodes`]: the deadlines are rebuilt from it.
+#[derive(Clone, Serialize, Deserialize)]
+struct Saved {
+    open: BTreeMap<String, Episode>,
+}
+
+impl From<Saved> for Episodes {
+    fn from(s: Saved) -> Episodes {
+        let mut e = Episodes::default();
+        for (k, ep) in s.open {
+            e.insert(k, ep);
+        }
+        e
+    }
+}
+
+impl From<Episodes> for Saved {
+    fn from(e: Episodes) -> Saved {
+        Saved { open: e.open }
+    }
 }
 
 impl Episodes {
@@ -87,7 +112,7 @@ impl Episodes {
                 self.tick(seen.now)
             }
             (Some((e, message)), None) => {
-                self.open.insert(
+                self.insert(
                     key,
                     Episode {
                         rule: rule.to_string(),
@@ -106,7 +131,7 @@ impl Episodes {
                 );
                 self.tick(seen.now)
             }
-            (None, Some(_)) => match self.open.remove(&key) {
+            (None, Some(_)) => match self.remove(&key) {
                 Some(mut ep) if ep.fired => {
                     ep.rv = seen.rv.to_string();
                     vec![Transition::Resolved(ep)]
@@ -131,14 +156,22 @@ impl Episodes {
     /// Replaces the open episodes of pod `uid` (restoring a saved state).
     pub fn restore(&mut self, uid: &str, episodes: Vec<Episode>) {
         let from = format!("{uid}/");
-        self.open.retain(|k, _| !k.starts_with(&from));
+        let old: Vec<String> = self
+            .open
+            .range(from.clone()..)
+            .take_while(|(k, _)| k.starts_with(&from))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in old {
+            self.remove(&k);
+        }
         for e in episodes {
-            self.open.insert(format!("{uid}/{}", e.rule), e);
+            self.insert(format!("{uid}/{}", e.rule), e);
         }
     }
 
     /// The pods with an open episode.
-    pub fn uids(&self) -> std::collections::BTreeSet<String> {
+    pub fn uids(&self) -> BTreeSet<String> {
         self.open.values().map(|e| e.uid.clone()).collect()
     }
 
@@ -154,26 +187,31 @@ impl Episodes {
 
     /// Fires every pending episode whose deadline is at or before `now`.
     pub fn tick(&mut self, now: i64) -> Vec<Transition> {
-        self.open
-            .values_mut()
-            .filter(|ep| !ep.fired && ep.deadline <= now)
-            .map(|ep| {
+        let mut out = Vec::new();
+        while let Some((deadline, key)) = self.due.first().cloned() {
+            if deadline > now {
+                break;
+            }
+            self.due.remove(&(deadline, key.clone()));
+            if let Some(ep) = self.open.get_mut(&key) {
                 ep.fired = true;
-                Transition::Firing(ep.clone())
-            })
-            .collect()
+                out.push(Transition::Firing(ep.clone()));
+            }
+        }
+        out
     }
 
     /// Pod `uid` was deleted: its firing alerts resolve, its pending ones are dropped.
     pub fn deleted(&mut self, uid: &str) -> Vec<Transition> {
+        let from = format!("{uid}/");
         let keys: Vec<String> = self
             .open
-            .iter()
-            .filter(|(_, ep)| ep.uid == uid)
+            .range(from.clone()..)
+            .take_while(|(k, _)| k.starts_with(&from))
             .map(|(k, _)| k.clone())
             .collect();
         keys.into_iter()
-            .filter_map(|k| self.open.remove(&k))
+            .filter_map(|k| self.remove(&k))
             .filter(|ep| ep.fired)
             .map(Transition::Resolved)
             .collect()
@@ -181,11 +219,21 @@ impl Episodes {
 
     /// The earliest deadline of a pending episode: when to [`Episodes::tick`] next.
     pub fn next_deadline(&self) -> Option<i64> {
-        self.open
-            .values()
-            .filter(|ep| !ep.fired)
-            .map(|ep| ep.deadline)
-            .min()
+        self.due.first().map(|(d, _)| *d)
+    }
+
+    fn insert(&mut self, key: String, ep: Episode) {
+        self.remove(&key);
+        if !ep.fired {
+            self.due.insert((ep.deadline, key.clone()));
+        }
+        self.open.insert(key, ep);
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Episode> {
+        let ep = self.open.remove(key)?;
+        self.due.remove(&(ep.deadline, key.to_string()));
+        Some(ep)
     }
 }
 
@@ -304,6 +352,29 @@ mod tests {
             vec!["firing u:42:alert:notready"],
             "the same id as the original's"
         );
+    }
+
+    #[test]
+    fn restoring_a_pods_episodes_replaces_them_and_their_deadlines() {
+        let mut eps = Episodes::default();
+        eps.observe("notready", 60_000, &seen("u", "1", 1_000), evidence(0));
+        eps.observe("notready", 60_000, &seen("v", "2", 2_000), evidence(0));
+        let saved = eps.of("u");
+        // The same episode restored over itself keeps one deadline.
+        eps.restore("u", saved.clone());
+        assert_eq!(eps.next_deadline(), Some(61_000));
+        eps.restore("u", Vec::new());
+        assert_eq!(
+            eps.next_deadline(),
+            Some(62_000),
+            "u's deadline went with it"
+        );
+        eps.restore("u", saved);
+        assert_eq!(
+            kinds(&eps.tick(62_000)),
+            vec!["firing u:1:alert:notready", "firing v:2:alert:notready"]
+        );
+        assert_eq!(eps.next_deadline(), None);
     }
 
     #[test]
