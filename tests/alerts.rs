@@ -11,12 +11,10 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kubecast::config::load_str;
-use kubecast::pipeline;
 use serde_json::{Value, json};
 use support::consume::wait_for;
 use support::kubecast::{run_to_end, scratch_dir};
-use support::scene::{Scene, file_events, file_sink};
+use support::scene::{InProcess, Scene, file_events, file_sink};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -77,14 +75,7 @@ async fn each_builtin_rule_fires_once_and_resolves_once_with_its_evidence() {
     let scene = Scene::new("alerts").await;
     let path = scene.dir.join("events.jsonl");
     let text = scene.config(ALERTS, &[file_sink("out", &path)]);
-    let config = load_str("test.yaml", &text, Vec::new())
-        .unwrap_or_else(|e| panic!("the test's config: {e}"))
-        .validate()
-        .unwrap_or_else(|e| panic!("the test's config: {e}"));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(pipeline::run(config, scene.client.clone(), async {
-        let _ = stopped.await;
-    }));
+    let kubecast = InProcess::start(&scene, &text);
     let events = || file_events(&path);
     wait_for(LIMIT, "kubecast to start", || {
         std::fs::metadata(&path).is_ok().then_some(())
@@ -317,11 +308,7 @@ async fn each_builtin_rule_fires_once_and_resolves_once_with_its_evidence() {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), n, "no alert event twice");
-    let _ = stop.send(());
-    let outcome = tokio::time::timeout(LIMIT, run)
-        .await
-        .expect("kubecast stopped");
-    assert!(matches!(outcome, Ok(Ok(_))), "{outcome:?}");
+    kubecast.stop(LIMIT).await;
 }
 
 #[test]

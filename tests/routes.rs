@@ -13,11 +13,9 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kubecast::config::load_str;
-use kubecast::pipeline;
 use serde_json::json;
 use support::consume::{KafkaTopic, MqttSubscriber, wait_for};
-use support::scene::{Scene, file_events, file_sink};
+use support::scene::{InProcess, Scene, file_events, file_sink};
 use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -70,14 +68,7 @@ async fn three_sinks_receive_exactly_their_routes_slices_with_gapless_chains_per
             file_sink("oncall", &oncall),
         ],
     );
-    let config = load_str("test.yaml", &text, Vec::new())
-        .unwrap_or_else(|e| panic!("the test's config: {e}"))
-        .validate()
-        .unwrap_or_else(|e| panic!("the test's config: {e}"));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(pipeline::run(config, scene.client.clone(), async {
-        let _ = stopped.await;
-    }));
+    let kubecast = InProcess::start(&scene, &text);
     wait_for(LIMIT, "kubecast to start", || {
         std::fs::metadata(&oncall).is_ok().then_some(())
     })
@@ -220,9 +211,5 @@ async fn three_sinks_receive_exactly_their_routes_slices_with_gapless_chains_per
         "audit takes no alerts"
     );
 
-    let _ = stop.send(());
-    let outcome = tokio::time::timeout(LIMIT, run)
-        .await
-        .expect("kubecast stopped");
-    assert!(matches!(outcome, Ok(Ok(_))), "{outcome:?}");
+    kubecast.stop(LIMIT).await;
 }

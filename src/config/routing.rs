@@ -35,11 +35,7 @@ pub(super) fn routes_and_rules(
     }
     let mut routes = Vec::new();
     for (name, r) in &config.routes {
-        if name.is_empty()
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
-        {
+        if !super::validate::is_name(name) {
             issues.push(Issue::new(
                 format!("routes.{name}"),
                 "route names are letters, digits, '-' and '_'",

@@ -155,11 +155,7 @@ impl Config {
         let mut route_topics = super::routing::route_topics(&self);
         let mut sinks = Vec::new();
         for (name, sink) in &self.sinks {
-            if name.is_empty()
-                || !name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
-            {
+            if !is_name(name) {
                 issues.push(Issue::new(
                     format!("sinks.{name}"),
                     "sink names are letters, digits, '-' and '_'",
@@ -265,6 +261,13 @@ fn check_keeper(sinks: &[(String, ValidSink)], state: &StateConfig, issues: &mut
             ));
         }
     }
+}
+
+/// A name of the config's own choosing (a sink's, a route's): letters, digits, `-`, `_`.
+pub(super) fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
 }
 
 /// A DNS-1123 label: 1 to 63 of [a-z0-9-], not beginning or ending with `-`.

@@ -83,14 +83,7 @@ impl Pods {
                 ]
             }]}
         });
-        self.call(
-            "POST",
-            "",
-            "application/json",
-            &pod,
-            &format!("creating pod {name}"),
-        )
-        .await
+        self.post(name, &pod).await
     }
 
     /// Creates a pod like [`Pods::create`] whose container requests (and is limited to)
@@ -109,11 +102,15 @@ impl Pods {
                 pod["metadata"]["labels"][k] = v.clone();
             }
         }
+        self.post(name, &pod).await
+    }
+
+    async fn post(&self, name: &str, pod: &Value) -> Pod {
         self.call(
             "POST",
             "",
             "application/json",
-            &pod,
+            pod,
             &format!("creating pod {name}"),
         )
         .await

@@ -65,6 +65,42 @@ impl Scene {
     }
 }
 
+/// kubecast running in this process (`pipeline::run`) on a config text.
+pub struct InProcess {
+    stop: tokio::sync::oneshot::Sender<()>,
+    run: tokio::task::JoinHandle<
+        Result<kubecast::pipeline::Stats, kubecast::pipeline::PipelineError>,
+    >,
+}
+
+impl InProcess {
+    /// Validates `text` and runs the pipeline with the scene's client until [`InProcess::stop`].
+    pub fn start(scene: &Scene, text: &str) -> InProcess {
+        let config = kubecast::config::load_str("test.yaml", text, Vec::new())
+            .unwrap_or_else(|e| panic!("the test's config: {e}"))
+            .validate()
+            .unwrap_or_else(|e| panic!("the test's config: {e}"));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(kubecast::pipeline::run(
+            config,
+            scene.client.clone(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        InProcess { stop, run }
+    }
+
+    /// Stops it as SIGTERM would and checks that it ended cleanly within `limit`.
+    pub async fn stop(self, limit: std::time::Duration) {
+        let _ = self.stop.send(());
+        let outcome = tokio::time::timeout(limit, self.run)
+            .await
+            .expect("kubecast stopped in time");
+        assert!(matches!(outcome, Ok(Ok(_))), "{outcome:?}");
+    }
+}
+
 /// The `exactly_once` lines of a Kafka sink whose transactional id and topics are the
 /// test's own (`label` names them).
 pub fn exactly_once(label: &str) -> Vec<String> {
