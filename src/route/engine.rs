@@ -134,10 +134,7 @@ impl Router {
     /// Routes and evaluates `change`, observed at `now` (ms since the epoch).
     pub fn on_change(&mut self, change: &Change, now: i64) -> Routed {
         let pod: Option<Value> = if self.parse {
-            change
-                .object
-                .as_ref()
-                .and_then(|b| serde_json::from_slice(b).ok())
+            change.object.as_deref().and_then(super::view::parse)
         } else {
             None
         };

@@ -9,3 +9,4 @@ pub mod config;
 pub mod engine;
 pub mod path;
 pub mod selector;
+pub mod view;
