@@ -49,6 +49,7 @@ pub mod event;
 pub mod ha;
 pub mod ops;
 pub mod pipeline;
+pub mod replay;
 pub mod route;
 pub mod sinks;
 pub mod store;

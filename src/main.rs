@@ -2,7 +2,8 @@
 //!
 //! Exit codes: 0 after a clean shutdown (SIGINT or SIGTERM, sinks drained), 1 when the
 //! bridge stopped on a fatal error (rejected credentials, a sink that cannot work), 2 for
-//! an invalid config or command line.
+//! an invalid config or command line; `replay` adds 3 for a record that `--verify` found
+//! incomplete.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +35,9 @@ enum Command {
         /// The YAML config file.
         file: PathBuf,
     },
+    /// Read a topic back: print, filter, verify, re-publish, or reconstruct the pods at a
+    /// time (README, "Audit and replay"). Exit 3 when `--verify` finds the record incomplete.
+    Replay(kubecast::replay::ReplayArgs),
 }
 
 #[derive(Debug, Args)]
@@ -79,6 +83,13 @@ fn main() -> ExitCode {
             Err(e) => config_error(&e),
         },
         Command::Run(args) => run(args),
+        Command::Replay(args) => {
+            init_logging(&config::LogConfig {
+                level: "warn".to_string(),
+                format: LogFormat::Text,
+            });
+            kubecast::replay::run(&args)
+        }
     }
 }
 

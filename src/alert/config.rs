@@ -293,7 +293,8 @@ pub fn duration(text: &str, field: &str, issues: &mut Vec<Issue>) -> i64 {
     }
 }
 
-fn parse_duration(text: &str) -> Option<i64> {
+/// A Prometheus-style duration in milliseconds; `None` when `text` is not one.
+pub fn parse_duration(text: &str) -> Option<i64> {
     let mut total: i64 = 0;
     let mut rest = text;
     if rest.is_empty() {

@@ -19,6 +19,8 @@ const NOT_OVERRIDES: &[&str] = &[
     "KUBECAST_CONFIG",
     "KUBECAST_CACHE",
     "KUBECAST_TEST_",
+    // `kubecast replay`'s own (its SASL password).
+    "KUBECAST_REPLAY_",
 ];
 
 /// Why a config could not be read.

@@ -199,17 +199,20 @@ impl ClientContext for Reader {
 
 impl ConsumerContext for Reader {}
 
-/// The settings of `config` that say how to connect (brokers, TLS, SASL), without the
-/// producer's own.
+/// Whether a librdkafka property says how to connect (brokers, TLS, SASL) rather than how
+/// to produce.
+pub fn is_connection_property(key: &str) -> bool {
+    ["bootstrap.servers", "security.protocol", "client.id"].contains(&key)
+        || ["ssl.", "sasl.", "socket.", "broker."]
+            .iter()
+            .any(|p| key.starts_with(p))
+}
+
+/// The settings of `config` that say how to connect, without the producer's own.
 fn connection_only(config: &ClientConfig) -> ClientConfig {
     let mut out = ClientConfig::new();
     for (k, v) in config.config_map() {
-        let connection = ["bootstrap.servers", "security.protocol", "client.id"]
-            .contains(&k)
-            || ["ssl.", "sasl.", "socket.", "broker."]
-                .iter()
-                .any(|p| k.starts_with(p));
-        if connection {
+        if is_connection_property(k) {
             out.set(k, v);
         }
     }

@@ -138,6 +138,25 @@ impl SinkSpec for KafkaConfig {
 }
 
 impl KafkaConfig {
+    /// A config with every default and `brokers` still empty: the base of a reader's
+    /// connection (`kubecast replay` checks its flags through [`KafkaConfig::settings`]).
+    pub fn reader() -> KafkaConfig {
+        KafkaConfig {
+            brokers: String::new(),
+            topic: default_topic(),
+            mode: Mode::default(),
+            compression: Compression::default(),
+            tls: None,
+            sasl: None,
+            max_message_bytes: default_max_message_bytes(),
+            delivery_timeout_ms: 0,
+            in_flight: default_in_flight(),
+            librdkafka: BTreeMap::new(),
+            exactly_once: false,
+            transactions: TransactionsConfig::default(),
+        }
+    }
+
     /// Checks the values and derives the producer properties; `at` is the field path of this
     /// sink (`sinks.NAME`).
     pub fn settings(&self, at: &str, common: &Common, cluster: &str) -> Result<KafkaSettings, Vec<Issue>> {

@@ -1,0 +1,409 @@
+//! `kubecast replay`'s command line and its validated form. Entry points: [`ReplayArgs`]
+//! (what clap parses) and [`ReplayArgs::validate`] (pure: no I/O, the clock passed in), which
+//! turns it into a [`Plan`] or a usage error naming the flag.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kube::core::Selector;
+
+use crate::sinks::Secret;
+use crate::sinks::kafka::checkpoint::is_connection_property;
+use crate::sinks::kafka::{KafkaConfig, SaslConfig};
+use crate::sinks::{Common, TlsConfig};
+
+/// Reads a Kafka topic that kubecast (or any CloudEvents producer) wrote and prints,
+/// verifies, reconstructs or re-publishes its events.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayArgs {
+    /// Bootstrap servers, `host:port[,host:port...]`.
+    #[arg(long)]
+    pub brokers: String,
+    /// The topic to read (every partition).
+    #[arg(long)]
+    pub topic: String,
+    /// Start at the first record written at or after this time: RFC 3339
+    /// (`2026-12-04T14:05:00Z`) or a duration ago (`2h`, `30m`). Uses Kafka's
+    /// offsets-for-times.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Stop before the first record written at or after this time (RFC 3339 or a duration
+    /// ago).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Start at this offset (inclusive): `N` for every partition or `P:N` for partition P.
+    /// Repeatable.
+    #[arg(long, value_name = "[PARTITION:]OFFSET", allow_hyphen_values = true)]
+    pub from_offset: Vec<String>,
+    /// Stop before this offset (exclusive): `N` for every partition or `P:N`. Repeatable.
+    #[arg(long, value_name = "[PARTITION:]OFFSET", allow_hyphen_values = true)]
+    pub to_offset: Vec<String>,
+    /// Read only this partition. Repeatable. Default: all.
+    #[arg(long)]
+    pub partition: Vec<i32>,
+    /// Only pods in this namespace (a name or a glob such as `team-*`). Repeatable.
+    #[arg(long)]
+    pub namespace: Vec<String>,
+    /// Only pods with this name (a name or a glob). Repeatable.
+    #[arg(long)]
+    pub name: Vec<String>,
+    /// Only the pod with this uid. Repeatable.
+    #[arg(long)]
+    pub uid: Vec<String>,
+    /// Only events of this type: the CloudEvents type or its last word (`added`,
+    /// `modified`, `deleted`, `firing`, `resolved`). Repeatable.
+    #[arg(long = "type", value_name = "TYPE")]
+    pub types: Vec<String>,
+    /// Only pods whose labels match this selector (`app=web,tier in (a,b),!canary`), as the
+    /// event's data shows them.
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Leave out events whose `source` and `id` were read before (the default).
+    #[arg(long, overrides_with = "no_dedup")]
+    pub dedup: bool,
+    /// Keep every copy of an event delivered more than once.
+    #[arg(long, overrides_with = "dedup")]
+    pub no_dedup: bool,
+    /// How many recent events deduplication remembers (at least half of them are always
+    /// remembered; about 24 bytes each).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub dedup_window: usize,
+    /// Check every pod's chain of previous-resourceVersion links and report gaps,
+    /// duplicates and order violations; exit 3 when the record is incomplete.
+    #[arg(long)]
+    pub verify: bool,
+    /// Print the pods as they were at this time (RFC 3339 or a duration ago),
+    /// reconstructed from the events.
+    #[arg(long, value_name = "TIME")]
+    pub state_at: Option<String>,
+    /// How `--state-at` prints: `json` or `table`.
+    #[arg(long, value_enum, default_value_t = StateFormat::Json)]
+    pub format: StateFormat,
+    /// Write the events to this file (JSON lines) instead of standard output.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// A kubecast config file whose sink `--sink` re-publishes the events, ids kept.
+    #[arg(long, requires = "sink")]
+    pub config: Option<PathBuf>,
+    /// The sink of `--config` to re-publish to.
+    #[arg(long, requires = "config")]
+    pub sink: Option<String>,
+    /// PEM file of the CA certificates to trust (TLS to the brokers).
+    #[arg(long)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// PEM file of the client certificate (mutual TLS).
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM file of the client certificate's private key.
+    #[arg(long)]
+    pub tls_key_file: Option<PathBuf>,
+    /// Turn TLS on with the system's roots when no TLS file is given.
+    #[arg(long)]
+    pub tls: bool,
+    /// SASL mechanism: `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    #[arg(long, requires = "sasl_username")]
+    pub sasl_mechanism: Option<String>,
+    /// SASL user name.
+    #[arg(long, requires = "sasl_mechanism")]
+    pub sasl_username: Option<String>,
+    /// SASL password (better through the environment variable).
+    #[arg(long, env = "KUBECAST_REPLAY_SASL_PASSWORD", hide_env_values = true)]
+    pub sasl_password: Option<String>,
+    /// Give up when no record arrives for this many seconds while some are still due.
+    #[arg(long, default_value_t = 60)]
+    pub stall_seconds: u64,
+}
+
+/// `--format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StateFormat {
+    Json,
+    Table,
+}
+
+/// Offsets given per partition, or for all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Offsets {
+    pub all: Option<i64>,
+    pub per: BTreeMap<i32, i64>,
+}
+
+impl Offsets {
+    /// The offset for `partition`, if one was given.
+    pub fn of(&self, partition: i32) -> Option<i64> {
+        self.per.get(&partition).copied().or(self.all)
+    }
+}
+
+/// Which records to read.
+#[derive(Debug, Clone, Default)]
+pub struct Range {
+    /// Milliseconds since the epoch.
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+    pub from: Offsets,
+    pub to: Offsets,
+    /// `None`: every partition.
+    pub partitions: Option<Vec<i32>>,
+}
+
+/// Which events to keep.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub namespaces: Vec<String>,
+    pub names: Vec<String>,
+    pub uids: Vec<String>,
+    pub types: Vec<String>,
+    pub labels: Option<Selector>,
+}
+
+/// Where the selected events go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Destination {
+    Stdout,
+    File(PathBuf),
+    /// Re-published through sink `name` of the kubecast config `config`.
+    Sink {
+        config: PathBuf,
+        name: String,
+    },
+    /// Only a report (`--verify`, `--state-at`) is printed.
+    Nowhere,
+}
+
+/// A validated `kubecast replay`.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub topic: String,
+    /// The consumer's connection properties (brokers, TLS, SASL).
+    pub connection: Vec<(String, Secret)>,
+    pub range: Range,
+    pub filter: Filter,
+    /// `Some(window)` when deduplicating.
+    pub dedup: Option<usize>,
+    pub verify: bool,
+    /// `--state-at`: the time in milliseconds, and as given.
+    pub state_at: Option<(i64, String)>,
+    pub format: StateFormat,
+    pub destination: Destination,
+    pub stall: Duration,
+}
+
+/// A bad command line: exit 2.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{flag}: {message}")]
+pub struct UsageError {
+    pub flag: String,
+    pub message: String,
+}
+
+fn usage(flag: &str, message: impl Into<String>) -> UsageError {
+    UsageError {
+        flag: flag.to_string(),
+        message: message.into(),
+    }
+}
+
+/// Words a `--type` may be instead of the full type.
+const TYPE_WORDS: [(&str, &str); 5] = [
+    ("added", "io.k8s.core.v1.pod.added"),
+    ("modified", "io.k8s.core.v1.pod.modified"),
+    ("deleted", "io.k8s.core.v1.pod.deleted"),
+    ("firing", "io.kubecast.alert.firing"),
+    ("resolved", "io.kubecast.alert.resolved"),
+];
+
+impl ReplayArgs {
+    /// Checks every flag; `now_ms` is the current time (for `--since 2h`).
+    pub fn validate(&self, now_ms: i64) -> Result<Plan, UsageError> {
+        let connection = self.connection()?;
+        if self.topic.trim().is_empty() {
+            return Err(usage("--topic", "must name a topic"));
+        }
+        let time = |flag: &str, v: &Option<String>| {
+            v.as_deref()
+                .map(|t| parse_time(t, now_ms).map_err(|m| usage(flag, m)))
+                .transpose()
+        };
+        let range = Range {
+            since_ms: time("--since", &self.since)?,
+            until_ms: time("--until", &self.until)?,
+            from: offsets("--from-offset", &self.from_offset)?,
+            to: offsets("--to-offset", &self.to_offset)?,
+            partitions: (!self.partition.is_empty()).then(|| self.partition.clone()),
+        };
+        if let (Some(s), Some(u)) = (range.since_ms, range.until_ms)
+            && u <= s
+        {
+            return Err(usage("--until", "must be later than --since"));
+        }
+        if let Some(p) = self.partition.iter().find(|p| **p < 0) {
+            return Err(usage("--partition", format!("`{p}` is not a partition")));
+        }
+        let state_at = match &self.state_at {
+            Some(t) => Some((
+                parse_time(t, now_ms).map_err(|m| usage("--state-at", m))?,
+                t.clone(),
+            )),
+            None => None,
+        };
+        let filter = Filter {
+            namespaces: self.namespace.clone(),
+            names: self.name.clone(),
+            uids: self.uid.clone(),
+            types: self
+                .types
+                .iter()
+                .map(|t| event_type(t))
+                .collect::<Result<_, _>>()?,
+            labels: self
+                .label
+                .as_deref()
+                .map(|s| {
+                    crate::route::selector::parse(s)
+                        .map_err(|e| usage("--label", format!("`{s}` {e}")))
+                })
+                .transpose()?,
+        };
+        if self.dedup_window < 2 {
+            return Err(usage("--dedup-window", "must be at least 2"));
+        }
+        if self.stall_seconds == 0 {
+            return Err(usage("--stall-seconds", "must be at least 1"));
+        }
+        let destination = match (&self.output, &self.config, &self.sink) {
+            (Some(_), Some(_), _) => {
+                return Err(usage("--output", "goes to a file or to a sink, not both"));
+            }
+            (Some(f), None, _) => Destination::File(f.clone()),
+            (None, Some(c), Some(s)) => Destination::Sink {
+                config: c.clone(),
+                name: s.clone(),
+            },
+            // A report replaces the events on standard output.
+            _ if self.verify || self.state_at.is_some() => Destination::Nowhere,
+            _ => Destination::Stdout,
+        };
+        Ok(Plan {
+            topic: self.topic.clone(),
+            connection,
+            range,
+            filter,
+            dedup: (!self.no_dedup).then_some(self.dedup_window),
+            verify: self.verify,
+            state_at,
+            format: self.format,
+            destination,
+            stall: Duration::from_secs(self.stall_seconds),
+        })
+    }
+
+    /// The connection properties, checked as the Kafka sink checks its own.
+    fn connection(&self) -> Result<Vec<(String, Secret)>, UsageError> {
+        let tls = (self.tls
+            || self.tls_ca_file.is_some()
+            || self.tls_cert_file.is_some()
+            || self.tls_key_file.is_some())
+        .then(|| TlsConfig {
+            ca_file: self.tls_ca_file.clone(),
+            cert_file: self.tls_cert_file.clone(),
+            key_file: self.tls_key_file.clone(),
+        });
+        let sasl = match (&self.sasl_mechanism, &self.sasl_username) {
+            (Some(mechanism), Some(username)) => Some(SaslConfig {
+                mechanism: mechanism.clone(),
+                username: username.clone(),
+                password: Secret(self.sasl_password.clone().unwrap_or_default()),
+            }),
+            _ => None,
+        };
+        let kafka = KafkaConfig {
+            brokers: self.brokers.clone(),
+            tls,
+            sasl,
+            ..KafkaConfig::reader()
+        };
+        kafka
+            .settings("replay", &Common::default(), "replay")
+            .map(|s| {
+                s.properties
+                    .into_iter()
+                    .filter(|(k, _)| is_connection_property(k))
+                    .collect()
+            })
+            .map_err(|issues| {
+                let i = &issues[0];
+                // `replay.tls.cert_file` -> `--tls-cert-file`.
+                let flag = i
+                    .field
+                    .trim_start_matches("replay.")
+                    .replace(['.', '_'], "-");
+                usage(&format!("--{flag}"), i.message.clone())
+            })
+    }
+}
+
+/// The full CloudEvents type of a `--type`.
+fn event_type(t: &str) -> Result<String, UsageError> {
+    if let Some((_, full)) = TYPE_WORDS.iter().find(|(w, _)| *w == t) {
+        return Ok((*full).to_string());
+    }
+    if t.contains('.') {
+        return Ok(t.to_string());
+    }
+    Err(usage(
+        "--type",
+        format!(
+            "`{t}` is neither a CloudEvents type nor one of added, modified, deleted, firing, resolved"
+        ),
+    ))
+}
+
+/// Parses RFC 3339 or a duration ago into milliseconds since the epoch.
+pub fn parse_time(text: &str, now_ms: i64) -> Result<i64, String> {
+    if let Ok(t) = text.parse::<jiff::Timestamp>() {
+        return Ok(t.as_millisecond());
+    }
+    if let Some(ago) = crate::alert::config::parse_duration(text) {
+        return Ok(now_ms - ago);
+    }
+    Err(format!(
+        "`{text}` is neither an RFC 3339 time (2026-12-04T14:05:00Z) nor a duration ago (2h, 30m)"
+    ))
+}
+
+/// Parses repeated `[P:]N`.
+fn offsets(flag: &str, values: &[String]) -> Result<Offsets, UsageError> {
+    let mut out = Offsets::default();
+    for v in values {
+        let bad = || {
+            usage(
+                flag,
+                format!("`{v}` is not OFFSET or PARTITION:OFFSET (numbers, not negative)"),
+            )
+        };
+        match v.split_once(':') {
+            Some((p, n)) => {
+                let p: i32 = p.trim().parse().map_err(|_| bad())?;
+                let n: i64 = n.trim().parse().map_err(|_| bad())?;
+                if p < 0 || n < 0 {
+                    return Err(bad());
+                }
+                out.per.insert(p, n);
+            }
+            None => {
+                let n: i64 = v.trim().parse().map_err(|_| bad())?;
+                if n < 0 {
+                    return Err(bad());
+                }
+                out.all = Some(n);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[path = "args_tests.rs"]
+mod tests;

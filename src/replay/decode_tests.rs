@@ -1,0 +1,137 @@
+use super::*;
+
+fn record<'a>(headers: &[(&str, &'a str)], payload: Option<&'a [u8]>) -> Record<'a> {
+    Record::from_parts(
+        headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_bytes()))
+            .collect(),
+        payload,
+    )
+}
+
+fn one(r: Record<'_>) -> Event {
+    let mut events = events_of(r).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(events.len(), 1);
+    events.remove(0)
+}
+
+const DATA: &[u8] = br#"{"metadata":{"name":"p","labels":{"app":"web"}}}"#;
+
+#[test]
+fn binary_mode_is_read_whatever_the_header_casing() {
+    let headers = [
+        ("CE_SpecVersion", "1.0"),
+        ("Ce_Id", "u:7:added"),
+        ("ce_source", "k8s://c/api/v1/namespaces/ns/pods"),
+        ("ce_type", "io.k8s.core.v1.pod.added"),
+        ("Content-Type", "application/json"),
+        ("ce_k8suid", "u"),
+        ("ce_k8srv", "7"),
+        ("ce_k8sinitial", "true"),
+    ];
+    let e = one(record(&headers, Some(DATA)));
+    assert_eq!(e.id(), "u:7:added");
+    assert_eq!(e.ty(), "io.k8s.core.v1.pod.added");
+    assert_eq!(e.datacontenttype(), Some("application/json"));
+    assert_eq!(extension_text(&e, "k8suid").as_deref(), Some("u"));
+    // A header string becomes the boolean structured mode writes.
+    assert_eq!(
+        e.extension("k8sinitial"),
+        Some(&ExtensionValue::Boolean(true))
+    );
+    assert_eq!(
+        data_json(&e).map(|v| v["metadata"]["name"].clone()),
+        Some("p".into())
+    );
+}
+
+#[test]
+fn structured_mode_is_read_with_or_without_its_content_type() {
+    let event = br#"{"specversion":"1.0","id":"x","source":"s","type":"t","k8sinitial":false,"data":{"a":1}}"#;
+    for headers in [
+        &[(
+            "content-type",
+            "application/cloudevents+json; charset=utf-8",
+        )][..],
+        &[][..],
+    ] {
+        let e = one(record(headers, Some(event)));
+        assert_eq!(e.id(), "x");
+        assert_eq!(
+            e.extension("k8sinitial"),
+            Some(&ExtensionValue::Boolean(false))
+        );
+        assert_eq!(data_json(&e).map(|v| v["a"].clone()), Some(1.into()));
+    }
+}
+
+#[test]
+fn a_structured_batch_gives_every_event_in_it() {
+    let batch = br#"[{"specversion":"1.0","id":"a","source":"s","type":"t"},
+                     {"specversion":"1.0","id":"b","source":"s","type":"t","data_base64":"AAE="}]"#;
+    let events = events_of(record(
+        &[("content-type", "application/cloudevents-batch+json")],
+        Some(batch),
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let ids: Vec<&str> = events.iter().map(|e| e.id()).collect();
+    assert_eq!(ids, ["a", "b"]);
+}
+
+#[test]
+fn records_that_are_not_cloudevents_say_why() {
+    let cases: [(&[(&str, &str)], Option<&[u8]>, &str); 5] = [
+        (&[], Some(b"hello"), "neither binary mode"),
+        (&[], Some(br#"{"id":"x"}"#), "neither binary mode"),
+        (&[], None, "neither binary mode"),
+        // Binary mode without the required `source`.
+        (
+            &[("ce_specversion", "1.0"), ("ce_id", "x"), ("ce_type", "t")],
+            Some(DATA),
+            "source",
+        ),
+        (
+            &[("content-type", "application/cloudevents+json")],
+            Some(b"{broken"),
+            "not a valid CloudEvent",
+        ),
+    ];
+    for (headers, payload, why) in cases {
+        match events_of(record(headers, payload)) {
+            Ok(e) => panic!("{headers:?} {payload:?} taken for {e:?}"),
+            Err(NotCloudEvent(text)) => assert!(text.contains(why), "`{text}` should say `{why}`"),
+        }
+    }
+    let batch = record(
+        &[("content-type", "application/cloudevents-batch+json")],
+        Some(b"{}"),
+    );
+    assert!(events_of(batch).is_err());
+}
+
+#[test]
+fn an_unknown_spec_version_is_refused() {
+    let headers = [
+        ("ce_specversion", "9.9"),
+        ("ce_id", "x"),
+        ("ce_source", "s"),
+        ("ce_type", "t"),
+    ];
+    assert!(events_of(record(&headers, None)).is_err());
+}
+
+#[test]
+fn json_content_types_are_recognised() {
+    for (ct, json) in [
+        (None, true),
+        (Some("application/json"), true),
+        (Some("application/json; charset=utf-8"), true),
+        (Some("application/vnd.k8s+json"), true),
+        (Some("text/json"), true),
+        (Some("application/octet-stream"), false),
+        (Some("text/plain"), false),
+    ] {
+        assert_eq!(json_content_type(ct), json, "{ct:?}");
+    }
+}

@@ -1,0 +1,177 @@
+//! `--state-at TIME`: the pods as they were at a time, reconstructed from the events: for
+//! every pod not deleted by then, its last event at or before the time. One entry per live
+//! pod, whatever the topic's length. Entry point: [`StateAt`].
+//!
+//! An event's time is when kubecast observed the change (the CloudEvents `time`), so the
+//! state at T is what kubecast knew at T. Events are taken in the order read; one older (by
+//! resourceVersion) than a pod's entry does not move it back (a late copy after a restart).
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use cloudevents::{AttributesReader, Event};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::args::StateFormat;
+use super::decode::{data_json, time_text};
+use super::facts::{Facts, Kind, rv_order};
+
+/// One pod at the time.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodAt {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub phase: Option<String>,
+    pub node: Option<String>,
+    pub last_event: LastEvent,
+    /// The last event's data (whichever data mode the topic was written in).
+    pub data: Value,
+}
+
+/// The event a pod's entry comes from.
+#[derive(Debug, Clone, Serialize)]
+pub struct LastEvent {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub time: String,
+}
+
+/// Builds the state at a time.
+#[derive(Debug)]
+pub struct StateAt {
+    at_ms: i64,
+    pods: HashMap<String, PodAt>,
+}
+
+impl StateAt {
+    pub fn new(at_ms: i64) -> StateAt {
+        StateAt {
+            at_ms,
+            pods: HashMap::new(),
+        }
+    }
+
+    /// Takes the next event (duplicates already left out).
+    pub fn observe(&mut self, facts: &Facts, event: &Event) {
+        let (Some(uid), Some(rv), Some(time)) = (&facts.uid, &facts.rv, facts.time_ms) else {
+            return;
+        };
+        if !facts.is_change() || time > self.at_ms {
+            return;
+        }
+        if let Some(known) = self.pods.get(uid)
+            && rv_order(rv, &known.resource_version) == Some(std::cmp::Ordering::Less)
+        {
+            return;
+        }
+        if facts.kind == Kind::Deleted {
+            self.pods.remove(uid);
+            return;
+        }
+        let data = data_json(event).unwrap_or(Value::Null);
+        let text = |v: &Value| v.as_str().map(str::to_string);
+        // Full data has them under status/spec, summary data at the top.
+        let phase = text(&data["status"]["phase"]).or_else(|| text(&data["phase"]));
+        let node = text(&data["spec"]["nodeName"]).or_else(|| text(&data["nodeName"]));
+        self.pods.insert(
+            uid.clone(),
+            PodAt {
+                namespace: facts.namespace.clone().unwrap_or_default(),
+                name: facts.name.clone().unwrap_or_default(),
+                uid: uid.clone(),
+                resource_version: rv.clone(),
+                phase,
+                node,
+                last_event: LastEvent {
+                    id: event.id().to_string(),
+                    ty: event.ty().to_string(),
+                    time: time_text(event).unwrap_or_default(),
+                },
+                data,
+            },
+        );
+    }
+
+    /// The pods, sorted by namespace and name, that `keep` accepts.
+    pub fn pods(self, keep: impl Fn(&PodAt) -> bool) -> Vec<PodAt> {
+        let mut pods: Vec<PodAt> = self.pods.into_values().filter(|p| keep(p)).collect();
+        pods.sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
+        pods
+    }
+}
+
+/// Prints `pods` as they were at `at` (as given on the command line).
+pub fn print(
+    out: &mut dyn Write,
+    at: &str,
+    at_ms: i64,
+    pods: &[PodAt],
+    format: StateFormat,
+) -> std::io::Result<()> {
+    let at_text = jiff::Timestamp::from_millisecond(at_ms)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| at.to_string());
+    match format {
+        StateFormat::Json => {
+            #[derive(Serialize)]
+            struct Doc<'a> {
+                at: &'a str,
+                pods: &'a [PodAt],
+            }
+            serde_json::to_writer_pretty(&mut *out, &Doc { at: &at_text, pods })?;
+            writeln!(out)
+        }
+        StateFormat::Table => {
+            let rows: Vec<[String; 6]> = pods
+                .iter()
+                .map(|p| {
+                    [
+                        p.namespace.clone(),
+                        p.name.clone(),
+                        p.phase.clone().unwrap_or_else(|| "-".into()),
+                        p.node.clone().unwrap_or_else(|| "-".into()),
+                        p.resource_version.clone(),
+                        p.last_event.time.clone(),
+                    ]
+                })
+                .collect();
+            let head = [
+                "NAMESPACE",
+                "NAME",
+                "PHASE",
+                "NODE",
+                "RESOURCEVERSION",
+                "LAST CHANGE",
+            ];
+            let mut widths = head.map(str::len);
+            for r in &rows {
+                for (w, c) in widths.iter_mut().zip(r) {
+                    *w = (*w).max(c.chars().count());
+                }
+            }
+            writeln!(out, "# {} pod(s) at {at_text}", pods.len())?;
+            let line = |cells: &[&str]| {
+                let mut s = String::new();
+                for (i, c) in cells.iter().enumerate() {
+                    if i + 1 == cells.len() {
+                        s.push_str(c);
+                    } else {
+                        s.push_str(&format!("{c:<w$}   ", w = widths[i]));
+                    }
+                }
+                s
+            };
+            writeln!(out, "{}", line(&head))?;
+            for r in &rows {
+                let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+                writeln!(out, "{}", line(&cells))?;
+            }
+            Ok(())
+        }
+    }
+}
