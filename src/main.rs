@@ -37,7 +37,7 @@ enum Command {
     },
     /// Read a topic back: print, filter, verify, re-publish, or reconstruct the pods at a
     /// time (README, "Audit and replay"). Exit 3 when `--verify` finds the record incomplete.
-    Replay(kubecast::replay::ReplayArgs),
+    Replay(Box<kubecast::replay::ReplayArgs>),
 }
 
 #[derive(Debug, Args)]

@@ -81,7 +81,8 @@ fn a_structured_batch_gives_every_event_in_it() {
 
 #[test]
 fn records_that_are_not_cloudevents_say_why() {
-    let cases: [(&[(&str, &str)], Option<&[u8]>, &str); 5] = [
+    type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a [u8]>, &'a str);
+    let cases: [Case<'_>; 5] = [
         (&[], Some(b"hello"), "neither binary mode"),
         (&[], Some(br#"{"id":"x"}"#), "neither binary mode"),
         (&[], None, "neither binary mode"),

@@ -101,7 +101,8 @@ pub struct Summary {
     pub not_cloudevents: u64,
     /// Events left out as repeats of one read before (with dedup on).
     pub duplicates_left_out: u64,
-    /// Events written (JSON lines) or queued to the sink.
+    /// Events that passed the filters (and dedup): written, queued to the sink, or taken
+    /// by a report.
     pub selected: u64,
     pub verdict: Option<Verdict>,
     pub published: Option<Published>,
@@ -237,7 +238,7 @@ pub fn replay(plan: &Plan, out: &mut dyn Write) -> Result<Summary, ReplayError> 
                 continue;
             }
             let written = match &mut sink {
-                Sink::Nowhere => continue,
+                Sink::Nowhere => Ok(()),
                 Sink::Lines(lines) => match lines.write(event) {
                     // A reader that went away (`| head`) ends the replay, not as a failure.
                     Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
@@ -262,27 +263,32 @@ pub fn replay(plan: &Plan, out: &mut dyn Write) -> Result<Summary, ReplayError> 
         return Err(e);
     }
     match sink {
-        Sink::Lines(mut lines) => match lines.flush() {
-            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                return Err(write_error("the events")(e));
-            }
-            _ => {}
-        },
+        Sink::Lines(mut lines) => {
+            reader_gone_is_fine(lines.flush()).map_err(write_error("the events"))?;
+        }
         Sink::Publisher(p) => s.published = Some(p.finish()?),
         Sink::Nowhere => {}
     }
     if let Some(v) = verifier {
         let (verdict, report) = v.finish();
-        out.write_all(report.as_bytes())
-            .map_err(write_error("the report"))?;
+        reader_gone_is_fine(out.write_all(report.as_bytes())).map_err(write_error("the report"))?;
         s.verdict = Some(verdict);
     }
     if let (Some(st), Some((ms, text))) = (state, &plan.state_at) {
         let pods = st.pods(|p| plan.filter.takes_labels_of(&p.data));
-        state::print(out, text, *ms, &pods, plan.format).map_err(write_error("the state"))?;
+        reader_gone_is_fine(state::print(out, text, *ms, &pods, plan.format))
+            .map_err(write_error("the state"))?;
     }
     s.elapsed = started.elapsed();
     Ok(s)
+}
+
+/// A reader that went away (`| head`) took what it wanted: not a failure.
+fn reader_gone_is_fine(r: std::io::Result<()>) -> std::io::Result<()> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
+    }
 }
 
 /// A progress bar on a terminal; hidden (and nearly free) otherwise.

@@ -10,9 +10,10 @@
 //!   instead.
 //! - An **order violation**: an event older (by resourceVersion) than one already read for
 //!   the same object.
-//! - A **duplicate**: an event whose `source` and `id` were read before. kubecast delivers
-//!   at least once, so duplicates are expected after restarts; they do not make the record
-//!   incomplete.
+//! - A **duplicate**: an event whose `source` and `id` were read before, or an `added` with
+//!   no link at the resourceVersion already read (a restart without saved state lists the
+//!   pod again). kubecast delivers at least once, so duplicates are expected after restarts;
+//!   they do not make the record incomplete.
 //!
 //! When the range starts at the very beginning of every partition, an object's first event
 //! must be an `added` (or link to nothing); otherwise chains are checked from each object's
@@ -138,6 +139,15 @@ impl Verifier {
             ));
             return;
         }
+        if prev.is_empty() && facts.kind == Kind::Added && *rv == last {
+            // A re-list (kubecast restarted without its state) adding the pod again at the
+            // version already read: the same state again, under an `added` id.
+            chain.duplicates += 1;
+            if chain.first_duplicate.is_none() {
+                chain.first_duplicate = Some((id.to_string(), facts.place));
+            }
+            return;
+        }
         if prev.is_empty() && facts.kind == Kind::Added {
             chain.restarts += 1;
             chain.problem(format!(
@@ -185,7 +195,7 @@ impl Verifier {
             }
             if let Some((id, place)) = &c.first_duplicate {
                 lines.push(format!(
-                    "{} duplicate(s), the first {id} ({place}): delivered again, recognised by id",
+                    "{} duplicate(s), the first {id} ({place}): delivered again (the same id, or re-listed at the same resourceVersion)",
                     c.duplicates
                 ));
             }

@@ -123,3 +123,17 @@ fn events_without_a_chain_are_counted_not_checked() {
     assert_eq!((verdict.unchained, verdict.objects), (1, 0));
     assert!(verdict.passed());
 }
+
+#[test]
+fn a_re_list_at_the_version_already_read_is_a_duplicate_not_a_restart() {
+    let (v, report) = verify(
+        true,
+        &[
+            (A, "a", "1", "", false),
+            (M, "a", "2", "1", false),
+            (A, "a", "2", "", false),
+        ],
+    );
+    assert!(v.passed(), "{report}");
+    assert_eq!(v.duplicates, 1, "{report}");
+}
