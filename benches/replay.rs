@@ -1,0 +1,203 @@
+//! How fast `kubecast replay` reads a large topic, against the local stack's real Kafka: N
+//! `full` events of the fixture Pod (5 KB of data each; 1,000 pods with 100 linked changes
+//! each at the default N) are written through kubecast's own Kafka sink, once in binary
+//! and once in structured mode, then this build's binary replays them: JSON lines to
+//! /dev/null, `--verify`, `--state-at`, and with `--no-dedup`. Wall time, events/s and peak
+//! resident memory (VmHWM, sampled until exit) per run. Prints a Markdown table; nothing
+//! asserted.
+//!
+//! Run through `bench/run replay [N]` (default 100000).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kubecast::classify::Classifier;
+use kubecast::config::{DataMode, InitialList, RedactConfig, load_str};
+use kubecast::event::{ChangeKind, Encoder, Event, event_id};
+use kubecast::ops::Ops;
+use kubecast::sinks::Report;
+use kubecast::watch::{WatchLine, parse_watch_line};
+use support::consume::create_topic;
+use support::{Stack, proc, unique_name};
+use tokio::sync::mpsc;
+
+const FIXTURE: &str = include_str!("fixtures/pod-watch-line.json");
+const PODS: usize = 1000;
+
+/// N events of the fixture Pod over 1,000 pods, each pod's chain linked (`added`, then
+/// `modified` events whose previous version is the one before).
+fn events(n: usize) -> Vec<Arc<Event>> {
+    let pod = match parse_watch_line(Bytes::from(FIXTURE.trim().to_string())) {
+        Ok(WatchLine::Modified(pod)) => pod,
+        other => panic!("the fixture is not a MODIFIED line: {other:?}"),
+    };
+    let change = Classifier::new(InitialList::Emit)
+        .applied(pod)
+        .expect("a first sight is a change");
+    let (template, error) =
+        Encoder::new("bench", DataMode::Full, RedactConfig::default()).encode(&change);
+    assert!(error.is_none(), "{error:?}");
+    (0..n)
+        .map(|i| {
+            let mut e = template.clone();
+            let pod = i % PODS;
+            e.seq = i as u64 + 1;
+            e.uid = format!("00000000-0000-0000-0000-{pod:012}");
+            e.name = format!("checkout-{pod:06}");
+            e.rv = format!("{}", 1_000_000 + i);
+            e.prev_rv = if i < PODS {
+                String::new()
+            } else {
+                format!("{}", 1_000_000 + i - PODS)
+            };
+            e.kind = if i < PODS {
+                ChangeKind::Added
+            } else {
+                ChangeKind::Modified
+            };
+            e.id = event_id(&e.uid, &e.rv, e.kind);
+            Arc::new(e)
+        })
+        .collect()
+}
+
+/// Writes `events` to `topic` through kubecast's Kafka sink in `mode`.
+async fn write(stack: &Stack, topic: &str, mode: &str, events: &[Arc<Event>]) {
+    create_topic(stack, topic, 4).await;
+    let text = format!(
+        "cluster: bench\nsinks:\n  out:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n    mode: {mode}\n",
+        stack.kafka_bootstrap
+    );
+    let config = load_str("bench.yaml", &text, Vec::new())
+        .and_then(|c| Ok(c.validate().expect("the bench's config is valid")))
+        .expect("the bench's config loads");
+    let (reports_tx, mut reports) = mpsc::unbounded_channel();
+    let mut sinks = kubecast::sinks::start(
+        config.sinks,
+        reports_tx,
+        Arc::new(Ops::default()),
+        kubecast::sinks::KeeperFeed::idle(),
+    );
+    let (_, queue) = sinks.queues.pop().expect("one sink");
+    let last = events.len() as u64;
+    let feed = {
+        let events = events.to_vec();
+        tokio::spawn(async move {
+            for e in events {
+                if queue.push(e).await.is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    let limit = Duration::from_secs(300);
+    loop {
+        match tokio::time::timeout(limit, reports.recv()).await {
+            Ok(Some(Report::Delivered { seq, .. })) if seq == last => break,
+            Ok(Some(Report::Delivered { .. })) => {}
+            other => panic!("writing {topic}: {other:?}"),
+        }
+    }
+    feed.await.expect("the feeding task");
+    while sinks.tasks.join_next().await.is_some() {}
+}
+
+struct Row {
+    label: String,
+    seconds: f64,
+    peak_mib: f64,
+}
+
+/// Runs `kubecast replay` with `args`, output to /dev/null.
+fn replay(label: &str, stack: &Stack, topic: &str, args: &[&str]) -> Row {
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kubecast"))
+        .args([
+            "replay",
+            "--brokers",
+            &stack.kafka_bootstrap,
+            "--topic",
+            topic,
+        ])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running kubecast replay");
+    let mut peak = 0;
+    let status = loop {
+        if let Some(kib) = proc::status_kib(child.id(), "VmHWM") {
+            peak = peak.max(kib);
+        }
+        if let Some(status) = child.try_wait().expect("waiting for kubecast replay") {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    let err = child
+        .wait_with_output()
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .unwrap_or_default();
+    // `--verify` exits 0 here: the chains are complete.
+    assert!(status.success(), "{label}: {status}: {err}");
+    eprintln!("replay: {label}: {seconds:.2} s; {}", err.trim());
+    Row {
+        label: label.to_string(),
+        seconds,
+        peak_mib: peak as f64 / 1024.0,
+    }
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(100_000);
+    let events = events(n);
+    let stack = Stack::load();
+    let binary = unique_name("replay-bench-bin");
+    let structured = unique_name("replay-bench-str");
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    runtime.block_on(async {
+        write(&stack, &binary, "binary", &events).await;
+        write(&stack, &structured, "structured", &events).await;
+    });
+    let rows = [
+        replay("binary mode → JSON lines", &stack, &binary, &[]),
+        replay("structured mode → JSON lines", &stack, &structured, &[]),
+        replay(
+            "binary mode → JSON lines, --no-dedup",
+            &stack,
+            &binary,
+            &["--no-dedup"],
+        ),
+        replay("binary mode, --verify", &stack, &binary, &["--verify"]),
+        replay(
+            "binary mode, --state-at now",
+            &stack,
+            &binary,
+            &["--state-at", "0s"],
+        ),
+    ];
+    println!(
+        "{n} events of {} bytes of data each ({PODS} pods), 4 partitions, replayed by this build's binary.\n",
+        events[0].data.len()
+    );
+    println!("| replay | seconds | events/s | peak RSS MiB |");
+    println!("| --- | --- | --- | --- |");
+    for r in &rows {
+        println!(
+            "| {} | {:.2} | {:.0} | {:.0} |",
+            r.label,
+            r.seconds,
+            n as f64 / r.seconds,
+            r.peak_mib
+        );
+    }
+}
