@@ -15,33 +15,16 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use kubecast::classify::Classifier;
-use kubecast::config::{DataMode, InitialList, RedactConfig, load_str};
-use kubecast::event::{ChangeKind, Encoder, Event, event_id};
-use kubecast::ops::Ops;
-use kubecast::sinks::Report;
-use kubecast::watch::{WatchLine, parse_watch_line};
+use kubecast::event::{ChangeKind, Event, event_id};
 use support::consume::create_topic;
-use support::{Stack, proc, unique_name};
-use tokio::sync::mpsc;
+use support::{Stack, deliver, proc, unique_name};
 
-const FIXTURE: &str = include_str!("fixtures/pod-watch-line.json");
 const PODS: usize = 1000;
 
 /// N events of the fixture Pod over 1,000 pods, each pod's chain linked (`added`, then
 /// `modified` events whose previous version is the one before).
 fn events(n: usize) -> Vec<Arc<Event>> {
-    let pod = match parse_watch_line(Bytes::from(FIXTURE.trim().to_string())) {
-        Ok(WatchLine::Modified(pod)) => pod,
-        other => panic!("the fixture is not a MODIFIED line: {other:?}"),
-    };
-    let change = Classifier::new(InitialList::Emit)
-        .applied(pod)
-        .expect("a first sight is a change");
-    let (template, error) =
-        Encoder::new("bench", DataMode::Full, RedactConfig::default()).encode(&change);
-    assert!(error.is_none(), "{error:?}");
+    let template = deliver::fixture_event();
     (0..n)
         .map(|i| {
             let mut e = template.clone();
@@ -73,38 +56,7 @@ async fn write(stack: &Stack, topic: &str, mode: &str, events: &[Arc<Event>]) {
         "cluster: bench\nsinks:\n  out:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n    mode: {mode}\n",
         stack.kafka_bootstrap
     );
-    let config = load_str("bench.yaml", &text, Vec::new())
-        .and_then(|c| Ok(c.validate().expect("the bench's config is valid")))
-        .expect("the bench's config loads");
-    let (reports_tx, mut reports) = mpsc::unbounded_channel();
-    let mut sinks = kubecast::sinks::start(
-        config.sinks,
-        reports_tx,
-        Arc::new(Ops::default()),
-        kubecast::sinks::KeeperFeed::idle(),
-    );
-    let (_, queue) = sinks.queues.pop().expect("one sink");
-    let last = events.len() as u64;
-    let feed = {
-        let events = events.to_vec();
-        tokio::spawn(async move {
-            for e in events {
-                if queue.push(e).await.is_err() {
-                    break;
-                }
-            }
-        })
-    };
-    let limit = Duration::from_secs(300);
-    loop {
-        match tokio::time::timeout(limit, reports.recv()).await {
-            Ok(Some(Report::Delivered { seq, .. })) if seq == last => break,
-            Ok(Some(Report::Delivered { .. })) => {}
-            other => panic!("writing {topic}: {other:?}"),
-        }
-    }
-    feed.await.expect("the feeding task");
-    while sinks.tasks.join_next().await.is_some() {}
+    deliver::through_sink(topic, &text, events).await;
 }
 
 struct Row {

@@ -13,32 +13,13 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use kubecast::classify::Classifier;
-use kubecast::config::{DataMode, InitialList, RedactConfig, load_str};
-use kubecast::event::{Encoder, Event};
-use kubecast::ops::Ops;
-use kubecast::sinks::Report;
-use kubecast::watch::{WatchLine, parse_watch_line};
-use support::{Stack, proc, unique_name};
-use tokio::sync::mpsc;
-
-const FIXTURE: &str = include_str!("fixtures/pod-watch-line.json");
+use kubecast::event::Event;
+use support::{Stack, deliver, proc, unique_name};
 
 /// N events of the fixture Pod in `full` mode, numbered 1..=N, over 1,000 pod names.
 fn events(n: usize) -> Vec<Arc<Event>> {
-    let pod = match parse_watch_line(Bytes::from(FIXTURE.trim().to_string())) {
-        Ok(WatchLine::Modified(pod)) => pod,
-        other => panic!("the fixture is not a MODIFIED line: {other:?}"),
-    };
-    let change = Classifier::new(InitialList::Emit)
-        .applied(pod)
-        .expect("a first sight is a change");
-    let (template, error) =
-        Encoder::new("bench", DataMode::Full, RedactConfig::default()).encode(&change);
-    assert!(error.is_none(), "{error:?}");
+    let template = deliver::fixture_event();
     (1..=n)
         .map(|i| {
             let mut e = template.clone();
@@ -61,54 +42,12 @@ struct Row {
 /// indented by four spaces) and waits for the last report.
 async fn run(label: &str, sink: &str, events: &[Arc<Event>]) -> Row {
     let text = format!("cluster: bench\nsinks:\n  out:\n{sink}");
-    let config = load_str("bench.yaml", &text, Vec::new())
-        .expect("the bench's config loads")
-        .validate()
-        .expect("the bench's config is valid");
-    let (reports_tx, mut reports) = mpsc::unbounded_channel();
-    let mut sinks = kubecast::sinks::start(
-        config.sinks,
-        reports_tx,
-        Arc::new(Ops::default()),
-        kubecast::sinks::KeeperFeed::idle(),
-    );
-    let (_, queue) = sinks.queues.pop().expect("one sink");
-    let last = events.len() as u64;
     let pid = std::process::id();
     let cpu0 = proc::cpu_seconds(pid).unwrap_or(f64::NAN);
-    let started = Instant::now();
-    let feed = {
-        let events = events.to_vec();
-        tokio::spawn(async move {
-            for e in events {
-                if queue.push(e).await.is_err() {
-                    break;
-                }
-            }
-            // Dropping the queue closes it: the sink returns once all is reported.
-        })
-    };
-    let limit = Duration::from_secs(300);
-    loop {
-        let report = tokio::time::timeout(limit, reports.recv())
-            .await
-            .unwrap_or_else(|_| panic!("{label}: no report for {limit:?}"))
-            .unwrap_or_else(|| panic!("{label}: the sink stopped reporting"));
-        match report {
-            Report::Delivered { seq, .. } if seq == last => break,
-            Report::Delivered { .. } => {}
-            Report::DeadLettered { seq, reason, .. } => {
-                panic!("{label}: event {seq} dead-lettered: {reason}")
-            }
-        }
-    }
-    let seconds = started.elapsed().as_secs_f64();
+    let seconds = deliver::through_sink(label, &text, events)
+        .await
+        .as_secs_f64();
     let cpu = proc::cpu_seconds(pid).unwrap_or(f64::NAN) - cpu0;
-    feed.await.expect("the feeding task");
-    while let Some(exit) = sinks.tasks.join_next().await {
-        let exit = exit.expect("a sink task");
-        assert!(exit.outcome.is_ok(), "{label}: {:?}", exit.outcome);
-    }
     eprintln!(
         "sink_rate: {label}: {} events in {seconds:.2} s ({:.0}/s), CPU {cpu:.2} s",
         events.len(),

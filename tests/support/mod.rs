@@ -9,6 +9,7 @@
 
 pub mod churn;
 pub mod consume;
+pub mod deliver;
 pub mod deploy;
 pub mod http;
 pub mod kubecast;
