@@ -52,6 +52,13 @@ impl Chain {
         }
     }
 
+    fn duplicate(&mut self, id: &str, place: Place) {
+        self.duplicates += 1;
+        if self.first_duplicate.is_none() {
+            self.first_duplicate = Some((id.to_string(), place));
+        }
+    }
+
     fn incomplete(&self) -> bool {
         !self.missing.is_empty() || self.restarts > 0
     }
@@ -109,10 +116,7 @@ impl Verifier {
         });
         chain.events += 1;
         if repeat {
-            chain.duplicates += 1;
-            if chain.first_duplicate.is_none() {
-                chain.first_duplicate = Some((id.to_string(), facts.place));
-            }
+            chain.duplicate(id, facts.place);
             return;
         }
         let prev = facts.prev_rv.as_deref().unwrap_or_default();
@@ -142,10 +146,7 @@ impl Verifier {
         if prev.is_empty() && facts.kind == Kind::Added && *rv == last {
             // A re-list (kubecast restarted without its state) adding the pod again at the
             // version already read: the same state again, under an `added` id.
-            chain.duplicates += 1;
-            if chain.first_duplicate.is_none() {
-                chain.first_duplicate = Some((id.to_string(), facts.place));
-            }
+            chain.duplicate(id, facts.place);
             return;
         }
         if prev.is_empty() && facts.kind == Kind::Added {
