@@ -100,6 +100,18 @@ async fn caught_up(scene: &Scene, topic: &KafkaTopic, deleted: &[&str]) -> Vec<R
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Creates pod `a` and waits for its event: kubecast has listed and watches. (Pods changed
+/// while kubecast's first streamed list is under way have been seen to stall its watch
+/// until the watch is renewed: a bridge issue outside the replay, noted for its own fix.)
+async fn started(scene: &Scene, topic: &KafkaTopic) {
+    started_with(scene, topic, "a").await;
+}
+
+async fn started_with(scene: &Scene, topic: &KafkaTopic, name: &str) {
+    scene.pods.create(name).await;
+    caught_up(scene, topic, &[]).await;
+}
+
 /// (name, resourceVersion) of every pod the apiserver lists in the scene's namespace.
 async fn list(scene: &Scene) -> BTreeSet<(String, String)> {
     let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
@@ -172,7 +184,8 @@ async fn replays_a_recorded_lifecycle_with_identical_ids_in_per_pod_order_and_ve
     );
     let kubecast = InProcess::start(&scene, &text);
     let pods = &scene.pods;
-    for name in ["a", "b", "c"] {
+    started(&scene, &bin_topic).await;
+    for name in ["b", "c"] {
         pods.create(name).await;
     }
     pods.label("a", "step", "1").await;
@@ -325,7 +338,8 @@ async fn verify_names_exactly_the_object_whose_record_was_removed_and_counts_res
     let text = scene.config("", &[scene.kafka_sink("kafka", &topic, &[])]);
     let kubecast = InProcess::start(&scene, &text);
     let pods = &scene.pods;
-    for name in ["x", "y", "z"] {
+    started_with(&scene, &source, "x").await;
+    for name in ["y", "z"] {
         pods.create(name).await;
     }
     // Listed or watched, every pod is known before it changes: each change is an event.
@@ -449,7 +463,7 @@ async fn state_at_three_moments_equals_what_the_apiserver_listed_then() {
         (at, listed)
     }
 
-    pods.create("a").await;
+    started(&scene, &source).await;
     pods.create("b").await;
     moments.push(moment(&scene, &source, &[]).await);
     pods.label("a", "v", "2").await;
