@@ -100,9 +100,9 @@ async fn caught_up(scene: &Scene, topic: &KafkaTopic, deleted: &[&str]) -> Vec<R
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Creates pod `a` and waits for its event: kubecast has listed and watches. (Pods changed
-/// while kubecast's first streamed list is under way have been seen to stall its watch
-/// until the watch is renewed: a bridge issue outside the replay, noted for its own fix.)
+/// Creates pod `a` and waits for its event: kubecast has listed and watches, so every
+/// change after this is an event of its own. (Changes made before kubecast's first list
+/// are folded into it: a pod created and deleted by then never appears, rightly.)
 async fn started(scene: &Scene, topic: &KafkaTopic) {
     started_with(scene, topic, "a").await;
 }
