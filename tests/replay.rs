@@ -326,6 +326,25 @@ async fn replays_a_recorded_lifecycle_with_identical_ids_in_per_pod_order_and_ve
         !err.contains(&scene.stack.password),
         "the password shows: {err}"
     );
+    let (code, _, err) = run_to_end(
+        &[
+            "replay",
+            "--brokers",
+            &scene.stack.kafka_sasl_bootstrap,
+            "--topic",
+            &binary,
+            "--sasl-mechanism",
+            "PLAIN",
+            "--sasl-username",
+            &scene.stack.user,
+        ],
+        &[("KUBECAST_REPLAY_SASL_PASSWORD", "not-the-password")],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("kubecast replay: the brokers refused the credentials"),
+        "{err}"
+    );
     kubecast.stop(LIMIT).await;
 }
 

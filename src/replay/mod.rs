@@ -47,6 +47,9 @@ pub enum ReplayError {
     /// The `--config` of a re-publication is unusable.
     #[error("{0}")]
     Config(String),
+    /// The brokers refused the credentials.
+    #[error("the brokers refused the credentials: {0}")]
+    Rejected(String),
     #[error("topic `{0}` does not exist (or this client may not describe it)")]
     NoTopic(String),
     #[error("topic `{topic}` has no partition {partition} (it has {count})")]

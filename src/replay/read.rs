@@ -37,13 +37,29 @@ pub struct Topic {
 }
 
 /// Kafka's own complaints (a broker briefly unreachable) are retried by librdkafka; the
-/// stall timeout is what gives up.
-struct Quiet;
+/// stall timeout is what gives up. A rejected authentication is kept, so that the replay
+/// stops at once naming it instead of waiting for a timeout.
+#[derive(Default)]
+struct Quiet {
+    rejected: std::sync::Mutex<Option<String>>,
+}
+
+impl Quiet {
+    fn rejected(&self) -> Option<String> {
+        self.rejected.lock().ok().and_then(|r| r.clone())
+    }
+}
 
 impl ClientContext for Quiet {
     fn error(&self, error: KafkaError, reason: &str) {
-        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF) {
-            tracing::debug!(error = %error, reason, "replay: Kafka client error, retrying");
+        match error.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::PartitionEOF) => {}
+            Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed) => {
+                if let Ok(mut r) = self.rejected.lock() {
+                    r.get_or_insert_with(|| reason.to_string());
+                }
+            }
+            _ => tracing::debug!(error = %error, reason, "replay: Kafka client error, retrying"),
         }
     }
 }
@@ -77,11 +93,12 @@ impl Topic {
             // Records of aborted or open transactions (an `exactly_once` sink) are never read.
             .set("isolation.level", "read_committed")
             .set("allow.auto.create.topics", "false")
-            .create_with_context(Quiet)
+            .create_with_context(Quiet::default())
             .map_err(kafka("creating the consumer"))?;
-        let metadata = consumer
-            .fetch_metadata(Some(&plan.topic), REQUEST)
-            .map_err(kafka("reading the metadata"))?;
+        let metadata = metadata(&consumer, &plan.topic).map_err(|e| match e {
+            Ok(source) => kafka("reading the metadata")(source),
+            Err(rejected) => ReplayError::Rejected(rejected),
+        })?;
         let t = metadata
             .topics()
             .first()
@@ -217,6 +234,31 @@ impl Topic {
                 topic: self.name.clone(),
                 source,
             })
+    }
+}
+
+/// The topic's metadata, asked for in short attempts so that a rejected authentication ends
+/// the wait at once (`Err(Err(reason))`); `Err(Ok(e))` is the last error after [`REQUEST`].
+fn metadata(
+    consumer: &BaseConsumer<Quiet>,
+    topic: &str,
+) -> Result<rdkafka::metadata::Metadata, Result<KafkaError, String>> {
+    let started = Instant::now();
+    loop {
+        match consumer.fetch_metadata(Some(topic), Duration::from_secs(1)) {
+            Ok(m) => return Ok(m),
+            Err(e) => {
+                // Errors reach the context only while the consumer is polled (nothing is
+                // assigned yet, so no record can come).
+                let _ = consumer.poll(Duration::ZERO);
+                if let Some(reason) = consumer.context().rejected() {
+                    return Err(Err(reason));
+                }
+                if started.elapsed() >= REQUEST {
+                    return Err(Ok(e));
+                }
+            }
+        }
     }
 }
 
