@@ -18,6 +18,9 @@ use super::args::{Plan, Range};
 /// How long metadata, watermark and offsets-for-times requests may take.
 const REQUEST: Duration = Duration::from_secs(15);
 
+/// Records fetched ahead per partition, in KiB.
+const PREFETCH_KIB: &str = "8192";
+
 /// One partition's records to read: offsets `start..end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
@@ -93,6 +96,9 @@ impl Topic {
             // Records of aborted or open transactions (an `exactly_once` sink) are never read.
             .set("isolation.level", "read_committed")
             .set("allow.auto.create.topics", "false")
+            // Prefetch per partition: librdkafka's default (64 MiB each) is most of the
+            // replay's memory and buys no speed here (BENCHMARKS.md, "Replay").
+            .set("queued.max.messages.kbytes", PREFETCH_KIB)
             .create_with_context(Quiet::default())
             .map_err(kafka("creating the consumer"))?;
         let metadata = metadata(&consumer, &plan.topic).map_err(|e| match e {
