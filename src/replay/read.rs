@@ -99,6 +99,9 @@ impl Topic {
             // Prefetch per partition: librdkafka's default (64 MiB each) is most of the
             // replay's memory and buys no speed here (BENCHMARKS.md, "Replay").
             .set("queued.max.messages.kbytes", PREFETCH_KIB)
+            // With a full prefetch queue librdkafka waits this long before fetching again
+            // (1 s by default): the replay drains the queue in far less.
+            .set("fetch.queue.backoff.ms", "5")
             .create_with_context(Quiet::default())
             .map_err(kafka("creating the consumer"))?;
         let metadata = metadata(&consumer, &plan.topic).map_err(|e| match e {
