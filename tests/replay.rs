@@ -33,6 +33,23 @@ fn replay(scene: &Scene, topic: &str, args: &[&str]) -> (Option<i32>, String, St
     run_to_end(&argv, &[])
 }
 
+/// Runs `kubecast replay` through the stack's SASL listener (PLAIN) with `password` in the
+/// environment.
+fn replay_sasl(scene: &Scene, topic: &str, password: &str) -> (Option<i32>, String, String) {
+    let argv = [
+        "replay",
+        "--brokers",
+        &scene.stack.kafka_sasl_bootstrap,
+        "--topic",
+        topic,
+        "--sasl-mechanism",
+        "PLAIN",
+        "--sasl-username",
+        &scene.stack.user,
+    ];
+    run_to_end(&argv, &[("KUBECAST_REPLAY_SASL_PASSWORD", password)])
+}
+
 /// The JSON lines of a replay's stdout.
 fn lines(stdout: &str) -> Vec<Value> {
     stdout
@@ -302,44 +319,14 @@ async fn replays_a_recorded_lifecycle_with_identical_ids_in_per_pod_order_and_ve
     );
 
     // Through the SASL listener, the password from the environment.
-    let password = [(
-        "KUBECAST_REPLAY_SASL_PASSWORD",
-        scene.stack.password.as_str(),
-    )];
-    let (code, out, err) = run_to_end(
-        &[
-            "replay",
-            "--brokers",
-            &scene.stack.kafka_sasl_bootstrap,
-            "--topic",
-            &binary,
-            "--sasl-mechanism",
-            "PLAIN",
-            "--sasl-username",
-            &scene.stack.user,
-        ],
-        &password,
-    );
+    let (code, out, err) = replay_sasl(&scene, &binary, &scene.stack.password);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(lines(&out).len(), replayed.len());
     assert!(
         !err.contains(&scene.stack.password),
         "the password shows: {err}"
     );
-    let (code, _, err) = run_to_end(
-        &[
-            "replay",
-            "--brokers",
-            &scene.stack.kafka_sasl_bootstrap,
-            "--topic",
-            &binary,
-            "--sasl-mechanism",
-            "PLAIN",
-            "--sasl-username",
-            &scene.stack.user,
-        ],
-        &[("KUBECAST_REPLAY_SASL_PASSWORD", "not-the-password")],
-    );
+    let (code, _, err) = replay_sasl(&scene, &binary, "not-the-password");
     assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("kubecast replay: the brokers refused the credentials"),
