@@ -43,6 +43,20 @@ impl ChangeKind {
         }
     }
 
+    /// Every kind, in the order above.
+    pub const ALL: [ChangeKind; 5] = [
+        ChangeKind::Added,
+        ChangeKind::Modified,
+        ChangeKind::Deleted,
+        ChangeKind::AlertFiring,
+        ChangeKind::AlertResolved,
+    ];
+
+    /// The kind whose CloudEvents `type` is `ty` (the inverse of [`ChangeKind::event_type`]).
+    pub fn of_type(ty: &str) -> Option<ChangeKind> {
+        ChangeKind::ALL.into_iter().find(|k| k.event_type() == ty)
+    }
+
     /// The word used in ids.
     pub fn word(self) -> &'static str {
         match self {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use kube::core::Selector;
 
+use crate::event::ChangeKind;
 use crate::sinks::Secret;
 use crate::sinks::kafka::checkpoint::is_connection_property;
 use crate::sinks::kafka::{KafkaConfig, SaslConfig};
@@ -205,15 +206,6 @@ fn usage(flag: &str, message: impl Into<String>) -> UsageError {
     }
 }
 
-/// Words a `--type` may be instead of the full type.
-const TYPE_WORDS: [(&str, &str); 5] = [
-    ("added", "io.k8s.core.v1.pod.added"),
-    ("modified", "io.k8s.core.v1.pod.modified"),
-    ("deleted", "io.k8s.core.v1.pod.deleted"),
-    ("firing", "io.kubecast.alert.firing"),
-    ("resolved", "io.kubecast.alert.resolved"),
-];
-
 impl ReplayArgs {
     /// Checks every flag; `now_ms` is the current time (for `--since 2h`).
     pub fn validate(&self, now_ms: i64) -> Result<Plan, UsageError> {
@@ -346,8 +338,13 @@ impl ReplayArgs {
 
 /// The full CloudEvents type of a `--type`.
 fn event_type(t: &str) -> Result<String, UsageError> {
-    if let Some((_, full)) = TYPE_WORDS.iter().find(|(w, _)| *w == t) {
-        return Ok((*full).to_string());
+    // The last word of kubecast's own types (`added`, ..., `firing`, `resolved`).
+    let word = ChangeKind::ALL
+        .into_iter()
+        .map(ChangeKind::event_type)
+        .find(|full| full.rsplit('.').next() == Some(t));
+    if let Some(full) = word {
+        return Ok(full.to_string());
     }
     if t.contains('.') {
         return Ok(t.to_string());

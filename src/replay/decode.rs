@@ -254,10 +254,15 @@ pub fn data_bytes(event: &Event) -> Option<std::borrow::Cow<'_, [u8]>> {
 
 /// The event's data as a JSON value, when it is JSON.
 pub fn data_json(event: &Event) -> Option<serde_json::Value> {
-    match event.data()? {
+    json_of(event.data()?, data_is_json(event))
+}
+
+/// `data` as a JSON value: parsed when `json` (its content type says JSON), else `None`.
+pub fn json_of(data: &Data, json: bool) -> Option<serde_json::Value> {
+    match data {
         Data::Json(v) => Some(v.clone()),
-        Data::Binary(b) if data_is_json(event) => serde_json::from_slice(b).ok(),
-        Data::String(s) if data_is_json(event) => serde_json::from_str(s).ok(),
+        Data::Binary(b) if json => serde_json::from_slice(b).ok(),
+        Data::String(s) if json => serde_json::from_str(s).ok(),
         _ => None,
     }
 }

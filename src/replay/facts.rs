@@ -4,6 +4,7 @@
 use cloudevents::{AttributesReader, Event};
 
 use super::decode::extension_text;
+use crate::event::ChangeKind;
 
 /// Where a record was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,12 +51,12 @@ pub struct Facts {
 impl Facts {
     /// The facts of `event`, read at `place`.
     pub fn of(event: &Event, place: Place) -> Facts {
-        let kind = match event.ty() {
-            "io.k8s.core.v1.pod.added" => Kind::Added,
-            "io.k8s.core.v1.pod.modified" => Kind::Modified,
-            "io.k8s.core.v1.pod.deleted" => Kind::Deleted,
-            t if t.starts_with("io.kubecast.alert.") => Kind::Alert,
-            _ => Kind::Other,
+        let kind = match ChangeKind::of_type(event.ty()) {
+            Some(ChangeKind::Added) => Kind::Added,
+            Some(ChangeKind::Modified) => Kind::Modified,
+            Some(ChangeKind::Deleted) => Kind::Deleted,
+            Some(ChangeKind::AlertFiring | ChangeKind::AlertResolved) => Kind::Alert,
+            None => Kind::Other,
         };
         let subject = event.subject().and_then(|s| s.split_once('/'));
         Facts {

@@ -178,14 +178,7 @@ impl Publisher {
 /// kubecast's form of a replayed event, for the sinks; `None` when its type or data schema
 /// is not one kubecast writes.
 pub fn to_kubecast(event: &CloudEvent, facts: &Facts) -> Option<Event> {
-    let kind = match event.ty() {
-        "io.k8s.core.v1.pod.added" => ChangeKind::Added,
-        "io.k8s.core.v1.pod.modified" => ChangeKind::Modified,
-        "io.k8s.core.v1.pod.deleted" => ChangeKind::Deleted,
-        "io.kubecast.alert.firing" => ChangeKind::AlertFiring,
-        "io.kubecast.alert.resolved" => ChangeKind::AlertResolved,
-        _ => return None,
-    };
+    let kind = ChangeKind::of_type(event.ty())?;
     let schema = event.dataschema().map(|u| u.as_str())?;
     let dataschema = [SCHEMA_FULL, SCHEMA_SUMMARY, SCHEMA_REFERENCE, SCHEMA_ALERT]
         .into_iter()

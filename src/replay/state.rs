@@ -9,12 +9,12 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use cloudevents::{AttributesReader, Event};
+use cloudevents::{AttributesReader, Data, Event};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::args::StateFormat;
-use super::decode::{data_json, time_text};
+use super::decode::{data_is_json, json_of, time_text};
 use super::facts::{Facts, Kind, rv_order};
 
 /// One pod at the time.
@@ -45,7 +45,16 @@ pub struct LastEvent {
 #[derive(Debug)]
 pub struct StateAt {
     at_ms: i64,
-    pods: HashMap<String, PodAt>,
+    pods: HashMap<String, Latest>,
+}
+
+/// A pod's latest event so far; its data is parsed once, at the end, not for every event.
+#[derive(Debug)]
+struct Latest {
+    pod: PodAt,
+    data: Option<Data>,
+    /// Whether the data's content type is JSON.
+    json: bool,
 }
 
 impl StateAt {
@@ -65,7 +74,7 @@ impl StateAt {
             return;
         }
         if let Some(known) = self.pods.get(uid)
-            && rv_order(rv, &known.resource_version) == Some(std::cmp::Ordering::Less)
+            && rv_order(rv, &known.pod.resource_version) == Some(std::cmp::Ordering::Less)
         {
             return;
         }
@@ -73,33 +82,56 @@ impl StateAt {
             self.pods.remove(uid);
             return;
         }
-        let data = data_json(event).unwrap_or(Value::Null);
-        let text = |v: &Value| v.as_str().map(str::to_string);
-        // Full data has them under status/spec, summary data at the top.
-        let phase = text(&data["status"]["phase"]).or_else(|| text(&data["phase"]));
-        let node = text(&data["spec"]["nodeName"]).or_else(|| text(&data["nodeName"]));
+        let pod = PodAt {
+            namespace: facts.namespace.clone().unwrap_or_default(),
+            name: facts.name.clone().unwrap_or_default(),
+            uid: uid.clone(),
+            resource_version: rv.clone(),
+            phase: None,
+            node: None,
+            last_event: LastEvent {
+                id: event.id().to_string(),
+                ty: event.ty().to_string(),
+                time: time_text(event).unwrap_or_default(),
+            },
+            data: Value::Null,
+        };
         self.pods.insert(
             uid.clone(),
-            PodAt {
-                namespace: facts.namespace.clone().unwrap_or_default(),
-                name: facts.name.clone().unwrap_or_default(),
-                uid: uid.clone(),
-                resource_version: rv.clone(),
-                phase,
-                node,
-                last_event: LastEvent {
-                    id: event.id().to_string(),
-                    ty: event.ty().to_string(),
-                    time: time_text(event).unwrap_or_default(),
-                },
-                data,
+            Latest {
+                pod,
+                data: event.data().cloned(),
+                json: data_is_json(event),
             },
         );
     }
 
     /// The pods, sorted by namespace and name, that `keep` accepts.
     pub fn pods(self, keep: impl Fn(&PodAt) -> bool) -> Vec<PodAt> {
-        let mut pods: Vec<PodAt> = self.pods.into_values().filter(|p| keep(p)).collect();
+        let mut pods: Vec<PodAt> = self
+            .pods
+            .into_values()
+            .map(
+                |Latest {
+                     mut pod,
+                     data,
+                     json,
+                 }| {
+                    pod.data = data
+                        .as_ref()
+                        .and_then(|d| json_of(d, json))
+                        .unwrap_or(Value::Null);
+                    let text = |v: &Value| v.as_str().map(str::to_string);
+                    // Full data has them under status/spec, summary data at the top.
+                    pod.phase =
+                        text(&pod.data["status"]["phase"]).or_else(|| text(&pod.data["phase"]));
+                    pod.node =
+                        text(&pod.data["spec"]["nodeName"]).or_else(|| text(&pod.data["nodeName"]));
+                    pod
+                },
+            )
+            .filter(|p| keep(p))
+            .collect();
         pods.sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
         pods
     }
