@@ -11,7 +11,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use bytes::Bytes;
-use kubecast::classify::{Classifier, PodObject};
+use kubecast::classify::{Classifier, Object};
 use kubecast::config::InitialList;
 
 /// The system allocator, counting live bytes.
@@ -44,8 +44,8 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-fn pod(i: usize) -> PodObject {
-    PodObject {
+fn pod(i: usize) -> Object {
+    Object {
         uid: format!("{:08x}-7c1e-4b7a-9f2d-{:012x}", i as u32, i * 7919),
         namespace: format!("team-{:02}", i % 50),
         name: format!("checkout-7d9f8b-{:05}", i % 100_000),
@@ -69,7 +69,7 @@ fn main() {
     for n in counts {
         let before = LIVE.load(Ordering::Relaxed);
         let mut classifier = Classifier::new(InitialList::Skip);
-        let scope = None;
+        let scope = kubecast::classify::Scope::all_pods();
         classifier.list_start(&scope);
         for i in 0..n {
             std::hint::black_box(classifier.listed(&scope, pod(i)));

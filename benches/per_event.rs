@@ -57,7 +57,7 @@ fn one(line: &Bytes, classifier: &mut Classifier, encoder: &Encoder, wire: Wire)
         other => panic!("the fixture is not a MODIFIED line: {other:?}"),
     };
     let change = classifier
-        .applied(pod)
+        .applied(&kubecast::classify::Scope::all_pods(), pod)
         .expect("a new resourceVersion is a change");
     let (event, error) = encoder.encode(&change);
     assert!(error.is_none(), "{error:?}");
@@ -124,7 +124,9 @@ fn bench(c: &mut Criterion) {
     let full = Encoder::new("bench", DataMode::Full, RedactConfig::default());
     group.bench_function(BenchmarkId::from_parameter("stage/encode_full"), |b| {
         let mut classifier = Classifier::new(InitialList::Emit);
-        let change = classifier.applied(pod.clone()).expect("a change");
+        let change = classifier
+            .applied(&kubecast::classify::Scope::all_pods(), pod.clone())
+            .expect("a change");
         b.iter(|| full.encode(&change))
     });
     group.finish();

@@ -54,6 +54,8 @@ fn change(rv: &str) -> Change {
     obj["metadata"]["resourceVersion"] = rv.into();
     Change {
         kind: ChangeKind::Modified,
+        resource: kubecast::kinds::Resource::pods(),
+        scope: "*".into(),
         uid: obj["metadata"]["uid"].as_str().unwrap_or("u").to_string(),
         namespace: obj["metadata"]["namespace"]
             .as_str()

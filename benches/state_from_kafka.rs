@@ -33,6 +33,7 @@ async fn write(stack: &Stack, topic: &str, n: usize) {
         for &i in chunk {
             let uid = format!("{i:08x}-7c1e-4b7a-9f2d-000000000000");
             let rv = PodState {
+                resource: String::new(),
                 namespace: "bench".to_string(),
                 name: format!("pod-{i}"),
                 rv: format!("{}", 100_000 + i),

@@ -47,6 +47,7 @@ pub mod cluster;
 pub mod config;
 pub mod event;
 pub mod ha;
+pub mod kinds;
 pub mod ops;
 pub mod pipeline;
 pub mod replay;

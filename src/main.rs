@@ -154,6 +154,8 @@ fn run(args: RunArgs) -> ExitCode {
         };
         match kubecast::pipeline::run(validated, client, shutdown_signal()).await {
             Ok(_) => ExitCode::SUCCESS,
+            // A resource the cluster does not serve, or one the config may not watch.
+            Err(e) if e.is_config() => config_error(&e),
             Err(e) => {
                 let message = error_chain(&e);
                 tracing::error!(error = %message, "kubecast stopped on a fatal error");

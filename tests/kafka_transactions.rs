@@ -283,6 +283,7 @@ async fn the_known_state_is_rebuilt_from_committed_state_records_and_tombstones(
 
 fn pod_state(uid: &str, rv: &str) -> Vec<u8> {
     PodState {
+        resource: String::new(),
         namespace: "ns".to_string(),
         name: format!("pod-{uid}"),
         rv: rv.to_string(),

@@ -1,11 +1,13 @@
 //! The delta classifier: turns what the watch reports (list items, watch events) into the
-//! changes worth an event, from a small known state per pod.
+//! changes worth an event, from a small known state per object.
 //!
-//! Entry point: [`Classifier`]. Per pod it keeps only the uid, the last emitted
-//! resourceVersion, the namespace (interned) and the name, never the object. The same
-//! resourceVersion twice emits nothing; a re-list emits only the real differences, and pods
-//! that vanished during the gap come out as deletes flagged `inferred`.
+//! Entry point: [`Classifier`]. Per object it keeps only the uid, the last emitted
+//! resourceVersion, the resource and namespace (interned) and the name, never the object.
+//! The same resourceVersion twice emits nothing; a re-list emits only the real differences,
+//! and objects that vanished during the gap come out as deletes flagged `inferred`. It knows
+//! no kind: every resource's objects are kept the same way, keyed by uid.
 
+mod object;
 #[cfg(test)]
 mod proptests;
 
@@ -14,30 +16,27 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+pub use object::{Object, Scope, label_of_stored};
+
 use crate::config::InitialList;
 use crate::event::ChangeKind;
-
-/// A Pod as the watch delivers it: its identity and its JSON bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodObject {
-    pub uid: String,
-    pub namespace: String,
-    pub name: String,
-    pub rv: String,
-    /// The object's JSON as the apiserver sent it.
-    pub bytes: Bytes,
-}
+use crate::kinds::Resource;
 
 /// A change worth an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
     pub kind: ChangeKind,
+    /// The resource of the object.
+    pub resource: Arc<Resource>,
+    /// The label of the watch scope it came from ([`Scope::label`]).
+    pub scope: Arc<str>,
     pub uid: String,
+    /// Empty for a cluster-scoped object.
     pub namespace: String,
     pub name: String,
     /// The object's resourceVersion; for an inferred delete, the last one known.
     pub rv: String,
-    /// The resourceVersion of this pod's previous event; empty when there was none.
+    /// The resourceVersion of this object's previous event; empty when there was none.
     pub prev_rv: String,
     pub inferred: bool,
     pub initial: bool,
@@ -45,15 +44,14 @@ pub struct Change {
     pub object: Option<Bytes>,
 }
 
-/// The part of the cluster one watch covers: one namespace, or all of them (`None`).
-pub type Scope = Option<Arc<str>>;
-
 #[derive(Debug, Clone)]
 struct Known {
     rv: Box<str>,
+    /// The resource's key (`pods`, `deployments.apps`), interned.
+    resource: Arc<str>,
     namespace: Arc<str>,
     name: Box<str>,
-    /// The list epoch in which this pod was last seen, for the re-list diff.
+    /// The list epoch in which this object was last seen, for the re-list diff.
     seen: u32,
 }
 
@@ -63,7 +61,8 @@ struct Known {
 #[derive(Debug)]
 pub struct Classifier {
     known: HashMap<Box<str>, Known>,
-    namespaces: HashSet<Arc<str>>,
+    /// Interned namespaces and resource keys.
+    names: HashSet<Arc<str>>,
     initial: InitialList,
     /// Whether the known state came from a saved checkpoint; then no list is "initial".
     restored: bool,
@@ -79,7 +78,7 @@ impl Classifier {
     pub fn new(initial: InitialList) -> Classifier {
         Classifier {
             known: HashMap::new(),
-            namespaces: HashSet::new(),
+            names: HashSet::new(),
             initial,
             restored: false,
             listed_once: HashSet::new(),
@@ -89,13 +88,19 @@ impl Classifier {
     }
 
     /// A classifier that continues from saved state: no list counts as initial.
-    pub fn restored(initial: InitialList, known: Vec<crate::store::KnownPod>) -> Classifier {
+    pub fn restored(initial: InitialList, known: Vec<crate::store::KnownObject>) -> Classifier {
         let mut c = Classifier::new(initial);
         c.restored = true;
         for k in known {
-            c.remember(&k.uid, &k.namespace, &k.name, &k.rv, 0);
+            c.remember(&k.uid, &k.resource, &k.namespace, &k.name, &k.rv, 0);
         }
         c
+    }
+
+    /// Forgets the objects of resources not among `keys` (no longer watched): they are
+    /// neither diffed nor deleted.
+    pub fn retain_resources(&mut self, keys: &[&str]) {
+        self.known.retain(|_, k| keys.contains(&&*k.resource));
     }
 
     /// Applies an event emitted before a restart (replayed from the durable log).
@@ -104,25 +109,41 @@ impl Classifier {
             ChangeKind::Deleted => {
                 self.known.remove(e.uid.as_str());
             }
-            _ => self.remember(&e.uid, &e.namespace, &e.name, &e.rv, self.epoch),
+            _ => self.remember(
+                &e.uid,
+                &e.resource,
+                &e.namespace,
+                &e.name,
+                &e.rv,
+                self.epoch,
+            ),
         }
     }
 
-    /// Sets one pod's known state (replaying a logged pod state); `gone`: forgets it.
-    pub fn restore_pod(&mut self, uid: &str, namespace: &str, name: &str, rv: &str, gone: bool) {
+    /// Sets one object's known state (replaying a logged state); `gone`: forgets it.
+    pub fn restore_object(
+        &mut self,
+        uid: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        rv: &str,
+        gone: bool,
+    ) {
         if gone {
             self.known.remove(uid);
         } else {
-            self.remember(uid, namespace, name, rv, self.epoch);
+            self.remember(uid, resource, namespace, name, rv, self.epoch);
         }
     }
 
     /// The known state, for a snapshot.
-    pub fn known_pods(&self) -> Vec<crate::store::KnownPod> {
+    pub fn known_objects(&self) -> Vec<crate::store::KnownObject> {
         self.known
             .iter()
-            .map(|(uid, k)| crate::store::KnownPod {
+            .map(|(uid, k)| crate::store::KnownObject {
                 uid: uid.to_string(),
+                resource: k.resource.to_string(),
                 namespace: k.namespace.to_string(),
                 name: k.name.to_string(),
                 rv: k.rv.to_string(),
@@ -130,17 +151,26 @@ impl Classifier {
             .collect()
     }
 
-    /// Number of known pods.
+    /// Number of known objects.
     pub fn len(&self) -> usize {
         self.known.len()
     }
 
-    /// Whether no pod is known.
+    /// Whether no object is known.
     pub fn is_empty(&self) -> bool {
         self.known.is_empty()
     }
 
-    /// The last emitted resourceVersion of a pod, if known.
+    /// Number of known objects per resource key.
+    pub fn counts(&self) -> HashMap<Arc<str>, usize> {
+        let mut out: HashMap<Arc<str>, usize> = HashMap::new();
+        for k in self.known.values() {
+            *out.entry(k.resource.clone()).or_default() += 1;
+        }
+        out
+    }
+
+    /// The last emitted resourceVersion of an object, if known.
     pub fn known_rv(&self, uid: &str) -> Option<&str> {
         self.known.get(uid).map(|k| &*k.rv)
     }
@@ -151,8 +181,8 @@ impl Classifier {
         self.listing.insert(scope.clone(), self.epoch);
     }
 
-    /// A pod reported by the list of `scope`.
-    pub fn listed(&mut self, scope: &Scope, pod: PodObject) -> Option<Change> {
+    /// An object reported by the list of `scope`.
+    pub fn listed(&mut self, scope: &Scope, pod: Object) -> Option<Change> {
         let epoch = self.listing.get(scope).copied().unwrap_or(self.epoch);
         let initial = !self.restored && !self.listed_once.contains(scope);
         if let Some(k) = self.known.get_mut(pod.uid.as_str()) {
@@ -162,10 +192,17 @@ impl Classifier {
             && self.initial == InitialList::Skip
             && !self.known.contains_key(pod.uid.as_str())
         {
-            self.remember(&pod.uid, &pod.namespace, &pod.name, &pod.rv, epoch);
+            self.remember(
+                &pod.uid,
+                scope.resource.key(),
+                &pod.namespace,
+                &pod.name,
+                &pod.rv,
+                epoch,
+            );
             return None;
         }
-        let mut change = self.apply(pod, epoch)?;
+        let mut change = self.apply(scope, pod, epoch)?;
         change.initial = initial && change.kind == ChangeKind::Added;
         Some(change)
     }
@@ -180,7 +217,7 @@ impl Classifier {
         let gone: Vec<Box<str>> = self
             .known
             .iter()
-            .filter(|(_, k)| k.seen != epoch && in_scope(scope, &k.namespace))
+            .filter(|(_, k)| k.seen != epoch && scope.holds(&k.resource, &k.namespace))
             .map(|(uid, _)| uid.clone())
             .collect();
         let mut out = Vec::with_capacity(gone.len());
@@ -188,6 +225,8 @@ impl Classifier {
             if let Some(k) = self.known.remove(&uid) {
                 out.push(Change {
                     kind: ChangeKind::Deleted,
+                    resource: scope.resource.clone(),
+                    scope: scope.label().clone(),
                     uid: uid.into(),
                     namespace: k.namespace.to_string(),
                     name: k.name.into(),
@@ -204,17 +243,19 @@ impl Classifier {
         out
     }
 
-    /// A pod added or modified on the watch.
-    pub fn applied(&mut self, pod: PodObject) -> Option<Change> {
+    /// An object added or modified on the watch of `scope`.
+    pub fn applied(&mut self, scope: &Scope, pod: Object) -> Option<Change> {
         let epoch = self.epoch;
-        self.apply(pod, epoch)
+        self.apply(scope, pod, epoch)
     }
 
-    /// A pod deleted on the watch.
-    pub fn deleted(&mut self, pod: PodObject) -> Change {
+    /// An object deleted on the watch of `scope`.
+    pub fn deleted(&mut self, scope: &Scope, pod: Object) -> Change {
         let prev = self.known.remove(pod.uid.as_str());
         Change {
             kind: ChangeKind::Deleted,
+            resource: scope.resource.clone(),
+            scope: scope.label().clone(),
             prev_rv: prev.map(|k| k.rv.into()).unwrap_or_default(),
             uid: pod.uid,
             namespace: pod.namespace,
@@ -226,15 +267,24 @@ impl Classifier {
         }
     }
 
-    fn apply(&mut self, pod: PodObject, epoch: u32) -> Option<Change> {
+    fn apply(&mut self, scope: &Scope, pod: Object, epoch: u32) -> Option<Change> {
         let (kind, prev_rv) = match self.known.get(pod.uid.as_str()) {
             Some(k) if *k.rv == *pod.rv => return None,
             Some(k) => (ChangeKind::Modified, k.rv.to_string()),
             None => (ChangeKind::Added, String::new()),
         };
-        self.remember(&pod.uid, &pod.namespace, &pod.name, &pod.rv, epoch);
+        self.remember(
+            &pod.uid,
+            scope.resource.key(),
+            &pod.namespace,
+            &pod.name,
+            &pod.rv,
+            epoch,
+        );
         Some(Change {
             kind,
+            resource: scope.resource.clone(),
+            scope: scope.label().clone(),
             uid: pod.uid,
             namespace: pod.namespace,
             name: pod.name,
@@ -246,10 +296,20 @@ impl Classifier {
         })
     }
 
-    fn remember(&mut self, uid: &str, namespace: &str, name: &str, rv: &str, seen: u32) {
+    fn remember(
+        &mut self,
+        uid: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        rv: &str,
+        seen: u32,
+    ) {
         let namespace = self.intern(namespace);
+        let resource = self.intern(resource);
         let known = Known {
             rv: rv.into(),
+            resource,
             namespace,
             name: name.into(),
             seen,
@@ -257,32 +317,32 @@ impl Classifier {
         self.known.insert(uid.into(), known);
     }
 
-    fn intern(&mut self, namespace: &str) -> Arc<str> {
-        if let Some(ns) = self.namespaces.get(namespace) {
-            return ns.clone();
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(n) = self.names.get(name) {
+            return n.clone();
         }
-        let ns: Arc<str> = namespace.into();
-        self.namespaces.insert(ns.clone());
-        ns
+        let n: Arc<str> = name.into();
+        self.names.insert(n.clone());
+        n
     }
-}
-
-fn in_scope(scope: &Scope, namespace: &str) -> bool {
-    scope.as_deref().is_none_or(|s| s == namespace)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    pub(super) fn pod(uid: &str, ns: &str, rv: &str) -> PodObject {
-        PodObject {
+    pub(super) fn pod(uid: &str, ns: &str, rv: &str) -> Object {
+        Object {
             uid: uid.into(),
             namespace: ns.into(),
             name: format!("name-{uid}"),
             rv: rv.into(),
             bytes: Bytes::from(format!("{{\"rv\":\"{rv}\"}}")),
         }
+    }
+
+    pub(super) fn all() -> Scope {
+        Scope::all_pods()
     }
 
     fn kinds(changes: &[Change]) -> Vec<(ChangeKind, &str, bool)> {
@@ -295,14 +355,14 @@ mod tests {
     #[test]
     fn a_fresh_start_emits_each_existing_pod_once_as_initial_added() {
         let mut c = Classifier::new(InitialList::Emit);
-        c.list_start(&None);
-        let a = c.listed(&None, pod("a", "ns", "1")).unwrap();
+        c.list_start(&all());
+        let a = c.listed(&all(), pod("a", "ns", "1")).unwrap();
         assert_eq!(
             (a.kind, a.initial, a.prev_rv.as_str()),
             (ChangeKind::Added, true, "")
         );
-        assert!(c.list_done(&None).is_empty());
-        let b = c.applied(pod("b", "ns", "2")).unwrap();
+        assert!(c.list_done(&all()).is_empty());
+        let b = c.applied(&all(), pod("b", "ns", "2")).unwrap();
         assert!(
             !b.initial,
             "a pod created after the initial list is not initial"
@@ -312,19 +372,19 @@ mod tests {
     #[test]
     fn skipping_the_initial_list_remembers_pods_without_emitting_them() {
         let mut c = Classifier::new(InitialList::Skip);
-        c.list_start(&None);
-        assert!(c.listed(&None, pod("a", "ns", "1")).is_none());
-        c.list_done(&None);
-        let m = c.applied(pod("a", "ns", "2")).unwrap();
+        c.list_start(&all());
+        assert!(c.listed(&all(), pod("a", "ns", "1")).is_none());
+        c.list_done(&all());
+        let m = c.applied(&all(), pod("a", "ns", "2")).unwrap();
         assert_eq!((m.kind, m.prev_rv.as_str()), (ChangeKind::Modified, "1"));
     }
 
     #[test]
     fn the_same_resource_version_twice_emits_nothing() {
         let mut c = Classifier::new(InitialList::Emit);
-        assert!(c.applied(pod("a", "ns", "1")).is_some());
-        assert!(c.applied(pod("a", "ns", "1")).is_none());
-        let m = c.applied(pod("a", "ns", "3")).unwrap();
+        assert!(c.applied(&all(), pod("a", "ns", "1")).is_some());
+        assert!(c.applied(&all(), pod("a", "ns", "1")).is_none());
+        let m = c.applied(&all(), pod("a", "ns", "3")).unwrap();
         assert_eq!(
             (m.kind, m.prev_rv.as_str(), m.rv.as_str()),
             (ChangeKind::Modified, "1", "3")
@@ -334,21 +394,21 @@ mod tests {
     #[test]
     fn a_relist_emits_only_real_differences_and_infers_deletes() {
         let mut c = Classifier::new(InitialList::Emit);
-        c.list_start(&None);
+        c.list_start(&all());
         for (uid, rv) in [("a", "1"), ("b", "2"), ("c", "3")] {
-            c.listed(&None, pod(uid, "ns", rv));
+            c.listed(&all(), pod(uid, "ns", rv));
         }
-        c.list_done(&None);
-        c.list_start(&None);
+        c.list_done(&all());
+        c.list_start(&all());
         let mut out: Vec<Change> = [
             pod("a", "ns", "1"),
             pod("b", "ns", "9"),
             pod("d", "ns", "8"),
         ]
         .into_iter()
-        .filter_map(|p| c.listed(&None, p))
+        .filter_map(|p| c.listed(&all(), p))
         .collect();
-        out.extend(c.list_done(&None));
+        out.extend(c.list_done(&all()));
         assert_eq!(
             kinds(&out),
             vec![
@@ -369,9 +429,9 @@ mod tests {
     #[test]
     fn a_relist_of_one_namespace_leaves_other_namespaces_alone() {
         let mut c = Classifier::new(InitialList::Emit);
-        c.applied(pod("a", "one", "1"));
-        c.applied(pod("b", "two", "2"));
-        let one: Scope = Some("one".into());
+        c.applied(&all(), pod("a", "one", "1"));
+        c.applied(&all(), pod("b", "two", "2"));
+        let one = Scope::new(Resource::pods(), Some("one"));
         c.list_start(&one);
         let gone = c.list_done(&one);
         assert_eq!(kinds(&gone), vec![(ChangeKind::Deleted, "a", true)]);
@@ -381,12 +441,59 @@ mod tests {
     #[test]
     fn a_watched_delete_links_to_the_last_emitted_version_and_forgets_the_pod() {
         let mut c = Classifier::new(InitialList::Emit);
-        c.applied(pod("a", "ns", "1"));
-        let d = c.deleted(pod("a", "ns", "4"));
+        c.applied(&all(), pod("a", "ns", "1"));
+        let d = c.deleted(&all(), pod("a", "ns", "4"));
         assert_eq!(
             (d.kind, d.rv.as_str(), d.prev_rv.as_str(), d.inferred),
             (ChangeKind::Deleted, "4", "1", false)
         );
         assert!(c.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod resource_tests {
+    use super::tests::pod;
+    use super::*;
+
+    #[test]
+    fn a_relist_of_one_resource_leaves_the_objects_of_other_resources_alone() {
+        let mut c = Classifier::new(InitialList::Emit);
+        let pods = Scope::all_pods();
+        let nodes = Scope::new(
+            Arc::new(Resource::new("", "v1", "Node", "nodes", false)),
+            None,
+        );
+        c.applied(&pods, pod("p", "ns", "1"));
+        let n = c.applied(&nodes, pod("n", "", "2")).expect("a new node");
+        assert_eq!((n.resource.kind.as_str(), &*n.scope), ("Node", "nodes/*"));
+        c.list_start(&nodes);
+        let gone = c.list_done(&nodes);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(
+            (gone[0].uid.as_str(), gone[0].resource.plural.as_str()),
+            ("n", "nodes")
+        );
+        assert_eq!(c.known_rv("p"), Some("1"));
+        let counts = c.counts();
+        assert_eq!(counts.get("pods"), Some(&1));
+        assert_eq!(counts.get("nodes"), None);
+    }
+
+    #[test]
+    fn objects_of_resources_no_longer_watched_are_forgotten() {
+        let known = |uid: &str, resource: &str| crate::store::KnownObject {
+            uid: uid.into(),
+            resource: resource.into(),
+            namespace: "ns".into(),
+            name: uid.into(),
+            rv: "1".into(),
+        };
+        let mut c = Classifier::restored(
+            InitialList::Emit,
+            vec![known("a", "pods"), known("b", "deployments.apps")],
+        );
+        c.retain_resources(&["pods"]);
+        assert_eq!((c.known_rv("a"), c.known_rv("b")), (Some("1"), None));
     }
 }

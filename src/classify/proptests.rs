@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use super::tests::pod;
+use super::tests::{all, pod};
 use super::*;
 
 #[derive(Debug, Clone)]
@@ -37,7 +37,7 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn change(&mut self, what: u8, slot: u8) -> Option<(bool, PodObject)> {
+    fn change(&mut self, what: u8, slot: u8) -> Option<(bool, Object)> {
         self.rv += 1;
         match (what, self.pods.contains_key(&slot)) {
             (0, false) => {
@@ -99,8 +99,8 @@ proptest! {
                 Op::Create(s) | Op::Update(s) | Op::Delete(s) => {
                     let what = match op { Op::Create(_) => 0, Op::Update(_) => 1, _ => 2 };
                     match cluster.change(what, s) {
-                        Some((true, p)) => out.extend(classifier.applied(p)),
-                        Some((false, p)) => out.push(classifier.deleted(p)),
+                        Some((true, p)) => out.extend(classifier.applied(&all(), p)),
+                        Some((false, p)) => out.push(classifier.deleted(&all(), p)),
                         None => {}
                     }
                 }
@@ -108,11 +108,11 @@ proptest! {
                     for (what, slot) in changes {
                         cluster.change(what, slot);
                     }
-                    classifier.list_start(&None);
+                    classifier.list_start(&all());
                     for (uid, rv) in cluster.truth() {
-                        out.extend(classifier.listed(&None, pod(&uid, "ns", &rv)));
+                        out.extend(classifier.listed(&all(), pod(&uid, "ns", &rv)));
                     }
-                    out.extend(classifier.list_done(&None));
+                    out.extend(classifier.list_done(&all()));
                 }
             }
             consume(&mut seen, out)?;

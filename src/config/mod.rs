@@ -6,6 +6,7 @@
 //! [`Validated`] form the pipeline runs on. Nothing connects before validation passed.
 
 mod load;
+mod resources;
 mod routing;
 mod validate;
 
@@ -13,6 +14,7 @@ mod validate;
 mod proptests;
 
 pub use load::{ConfigError, load, load_str};
+pub use resources::{ResourceConfig, default_resources};
 pub use routing::{MAX_ROUTES, Routing, union_selector};
 pub(crate) use validate::is_dns_label;
 pub use validate::{Issue, Validated, ValidationError};
@@ -170,6 +172,13 @@ pub struct KubernetesConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WatchConfig {
+    /// The resources to watch, as `kubectl get` names them (`pods`, `nodes`, `events`,
+    /// `deploy`, `deployments.apps`, `jobs.v1.batch`, `widgets.example.com`), or maps
+    /// `{resource, namespaces, label_selector, field_selector, allow_secrets}` that override
+    /// the settings below for one resource. One watch per (resource, namespace). Default:
+    /// `[pods]`.
+    #[serde(default = "default_resources", deserialize_with = "resources::entries")]
+    pub resources: Vec<ResourceConfig>,
     /// Namespaces to watch. Default: empty, meaning all namespaces (one watch); otherwise one
     /// watch per namespace.
     #[serde(default)]
@@ -180,7 +189,7 @@ pub struct WatchConfig {
     /// Field selector applied by the apiserver (`spec.nodeName=node-1`). Default: none.
     #[serde(default)]
     pub field_selector: Option<String>,
-    /// On a start with no saved state, whether pods that already exist are emitted once as
+    /// On a start with no saved state, whether objects that already exist are emitted once as
     /// `added` (flagged `k8sinitial`) or only remembered. Default: `emit`.
     #[serde(default)]
     pub initial_list: InitialList,
@@ -188,7 +197,7 @@ pub struct WatchConfig {
     /// of paginated lists. `auto` uses it where the apiserver supports it. Default: `auto`.
     #[serde(default)]
     pub streaming_list: StreamingList,
-    /// Pods per page when listing. Default: 500.
+    /// Objects per page when listing. Default: 500.
     #[serde(default = "default_page_size")]
     pub page_size: u32,
     /// Seconds after which the apiserver ends a watch request and kubecast opens the next
@@ -219,6 +228,7 @@ fn default_max_backoff() -> u32 {
 impl Default for WatchConfig {
     fn default() -> Self {
         WatchConfig {
+            resources: default_resources(),
             namespaces: Vec::new(),
             label_selector: None,
             field_selector: None,

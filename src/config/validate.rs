@@ -84,6 +84,7 @@ impl Config {
                 ),
             ));
         }
+        super::resources::check(&self.watch.resources, &mut issues);
         for (i, ns) in self.watch.namespaces.iter().enumerate() {
             if !is_dns_label(ns) {
                 issues.push(Issue::new(

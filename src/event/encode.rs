@@ -1,14 +1,17 @@
-//! Building an [`Event`] from a classified change: attributes, and `data` in the configured
-//! mode (full with redactions, summary, or reference).
+//! Building an [`Event`] from a classified change of any kind: attributes, and `data` in the
+//! configured mode (full with redactions, the kind's summary, or reference).
 
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
-use super::{Event, event_id, summary};
+use super::redact::Shape;
+use super::{Event, event_id};
 use crate::classify::Change;
 use crate::config::{DataMode, RedactConfig};
+use crate::kinds::{self, Resource};
 
-/// Schema URNs; the files are `schemas/pod-{full,summary,reference}.v1.json`.
+/// Pods' schema URNs; the files are `schemas/pod-{full,summary,reference}.v1.json`. Other
+/// kinds' follow the same pattern ([`Resource::schema_urn`]).
 pub const SCHEMA_FULL: &str = "urn:kubecast:schema:pod-full:v1";
 pub const SCHEMA_SUMMARY: &str = "urn:kubecast:schema:pod-summary:v1";
 pub const SCHEMA_REFERENCE: &str = "urn:kubecast:schema:pod-reference:v1";
@@ -19,10 +22,10 @@ pub const SCHEMA_ALERT: &str = "urn:kubecast:schema:alert:v1";
 /// to reference data so the change itself is not lost.
 #[derive(Debug, thiserror::Error)]
 pub enum EncodeError {
-    #[error("pod {namespace}/{name} (uid {uid}): the object is not a JSON object: {reason}")]
+    #[error("{resource} {subject} (uid {uid}): the object is not a JSON object: {reason}")]
     NotAnObject {
-        namespace: String,
-        name: String,
+        resource: String,
+        subject: String,
         uid: String,
         reason: String,
     },
@@ -54,36 +57,48 @@ impl Encoder {
 
     /// Encodes `change` with data in `mode` (a route's own).
     pub fn encode_as(&self, change: &Change, mode: DataMode) -> (Event, Option<EncodeError>) {
-        // An inferred delete has no object: the pod was gone when the re-list ran.
-        let (data, dataschema, error) = match (&change.object, mode) {
-            (Some(obj), DataMode::Full) => match self.full(obj) {
-                Ok(d) => (d, SCHEMA_FULL, None),
+        let r = &*change.resource;
+        // An inferred delete has no object: it was gone when the re-list ran.
+        let (data, mode, error) = match (&change.object, mode) {
+            (Some(obj), DataMode::Full) => match self.full(r, obj) {
+                Ok(d) => (d, "full", None),
                 Err(reason) => (
                     reference(change),
-                    SCHEMA_REFERENCE,
+                    "reference",
                     Some(not_object(change, reason)),
                 ),
             },
             (Some(obj), DataMode::Summary) => match serde_json::from_slice::<Value>(obj) {
-                Ok(v) => (summary::of(&v), SCHEMA_SUMMARY, None),
+                Ok(v) if v.is_object() => (
+                    Bytes::from(kinds::of(r).summary(&v, r).to_string()),
+                    "summary",
+                    None,
+                ),
+                Ok(_) => (
+                    reference(change),
+                    "reference",
+                    Some(not_object(change, "not an object".into())),
+                ),
                 Err(e) => (
                     reference(change),
-                    SCHEMA_REFERENCE,
+                    "reference",
                     Some(not_object(change, e.to_string())),
                 ),
             },
-            _ => (reference(change), SCHEMA_REFERENCE, None),
+            _ => (reference(change), "reference", None),
         };
         let event = Event {
             seq: 0,
             id: event_id(&change.uid, &change.rv, change.kind),
             kind: change.kind,
-            source: format!(
-                "k8s://{}/api/v1/namespaces/{}/pods",
-                self.cluster, change.namespace
-            ),
+            ty: r.event_type(change.kind),
+            source: r.source(&self.cluster, &change.namespace),
             time: jiff::Timestamp::now().to_string(),
-            dataschema,
+            dataschema: r.schema_urn(mode),
+            api_version: r.api_version().clone(),
+            k8s_kind: r.kind_name().clone(),
+            resource: r.key().clone(),
+            scope: change.scope.clone(),
             uid: change.uid.clone(),
             namespace: change.namespace.clone(),
             name: change.name.clone(),
@@ -108,31 +123,44 @@ impl Encoder {
         self.mode
     }
 
-    fn full(&self, obj: &[u8]) -> Result<Bytes, String> {
-        super::redact::full_data(obj, &self.redact).map(Bytes::from)
+    fn full(&self, r: &Resource, obj: &[u8]) -> Result<Bytes, String> {
+        let kind = kinds::of(r);
+        let shape = Shape {
+            pod_spec: kind.pod_spec(),
+            secret: kind.secret_data(),
+        };
+        super::redact::full_data(obj, &self.redact, shape, r.api_version(), &r.kind)
+            .map(Bytes::from)
     }
 }
 
 fn not_object(change: &Change, reason: String) -> EncodeError {
     EncodeError::NotAnObject {
-        namespace: change.namespace.clone(),
-        name: change.name.clone(),
+        resource: change.resource.to_string(),
+        subject: if change.namespace.is_empty() {
+            change.name.clone()
+        } else {
+            format!("{}/{}", change.namespace, change.name)
+        },
         uid: change.uid.clone(),
         reason,
     }
 }
 
-/// The reference data: the pod's identity, nothing else.
-fn reference(change: &Change) -> Bytes {
+/// The reference data: the object's identity, nothing else (ApiServerSource's Reference
+/// mode has the same facts).
+pub(crate) fn reference(change: &Change) -> Bytes {
+    let mut meta = Map::new();
+    if !change.namespace.is_empty() {
+        meta.insert("namespace".into(), json!(change.namespace));
+    }
+    meta.insert("name".into(), json!(change.name));
+    meta.insert("uid".into(), json!(change.uid));
+    meta.insert("resourceVersion".into(), json!(change.rv));
     let v = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "namespace": change.namespace,
-            "name": change.name,
-            "uid": change.uid,
-            "resourceVersion": change.rv,
-        }
+        "apiVersion": &**change.resource.api_version(),
+        "kind": change.resource.kind,
+        "metadata": meta,
     });
     Bytes::from(v.to_string())
 }
@@ -141,12 +169,15 @@ fn reference(change: &Change) -> Bytes {
 mod tests {
     use super::*;
     use crate::event::ChangeKind;
+    use std::sync::Arc;
 
     const REDACTED: &str = "<redacted>";
 
     fn change(kind: ChangeKind, object: Option<Value>) -> Change {
         Change {
             kind,
+            resource: Resource::pods(),
+            scope: "*".into(),
             uid: "u1".into(),
             namespace: "ns".into(),
             name: "p".into(),
@@ -198,7 +229,7 @@ mod tests {
         );
         assert_eq!(d["spec"]["initContainers"][0]["env"][0]["value"], REDACTED);
         assert_eq!(d["kind"], "Pod");
-        assert_eq!(e.dataschema, SCHEMA_FULL);
+        assert_eq!(&*e.dataschema, SCHEMA_FULL);
         assert_eq!(e.id, "u1:5:modified");
         assert_eq!(e.source, "k8s://c/api/v1/namespaces/ns/pods");
     }
@@ -223,7 +254,7 @@ mod tests {
         let enc = Encoder::new("c", DataMode::Full, RedactConfig::default());
         let (e, err) = enc.encode(&change(ChangeKind::Deleted, None));
         assert!(err.is_none());
-        assert_eq!(e.dataschema, SCHEMA_REFERENCE);
+        assert_eq!(&*e.dataschema, SCHEMA_REFERENCE);
         assert_eq!(data(&e)["metadata"]["uid"], "u1");
         assert_eq!(e.id, "u1:deleted");
     }
@@ -234,7 +265,7 @@ mod tests {
         let mut c = change(ChangeKind::Added, None);
         c.object = Some(Bytes::from_static(b"[1"));
         let (e, err) = enc.encode(&c);
-        assert_eq!(e.dataschema, SCHEMA_REFERENCE);
+        assert_eq!(&*e.dataschema, SCHEMA_REFERENCE);
         assert!(err.unwrap().to_string().contains("ns/p"));
     }
 
@@ -242,7 +273,36 @@ mod tests {
     fn reference_mode_carries_the_identity_only() {
         let enc = Encoder::new("c", DataMode::Reference, RedactConfig::default());
         let a = enc.encode(&change(ChangeKind::Added, Some(pod()))).0;
-        assert_eq!(a.dataschema, SCHEMA_REFERENCE);
+        assert_eq!(&*a.dataschema, SCHEMA_REFERENCE);
         assert!(data(&a).get("spec").is_none(), "{:?}", data(&a));
+    }
+
+    #[test]
+    fn a_cluster_scoped_object_gets_its_kinds_type_source_schema_and_summary() {
+        let node = Arc::new(Resource::new("", "v1", "Node", "nodes", false));
+        let enc = Encoder::new("prod", DataMode::Summary, RedactConfig::default());
+        let c = Change {
+            resource: node,
+            scope: "nodes/*".into(),
+            namespace: String::new(),
+            name: "n1".into(),
+            ..change(
+                ChangeKind::Modified,
+                Some(json!({"metadata": {"name": "n1"},
+                "status": {"conditions": [{"type": "Ready", "status": "False"}]}})),
+            )
+        };
+        let (e, err) = enc.encode(&c);
+        assert!(err.is_none());
+        assert_eq!(&*e.ty, "io.k8s.core.v1.node.modified");
+        assert_eq!(e.source, "k8s://prod/api/v1/nodes");
+        assert_eq!(e.subject(), "n1");
+        assert_eq!(&*e.dataschema, "urn:kubecast:schema:node-summary:v1");
+        assert_eq!((&*e.k8s_kind, &*e.api_version), ("Node", "v1"));
+        assert_eq!(data(&e)["conditions"][0]["status"], "False");
+        let (r, _) = enc.encode_as(&Change { object: None, ..c }, DataMode::Full);
+        assert_eq!(&*r.dataschema, "urn:kubecast:schema:node-reference:v1");
+        assert!(data(&r)["metadata"].get("namespace").is_none());
+        assert_eq!(data(&r)["kind"], "Node");
     }
 }

@@ -10,12 +10,13 @@ mod encode;
 mod redact;
 #[cfg(test)]
 mod redact_proptests;
-mod summary;
 
 pub use alert::alert_event;
 pub use encode::{
     EncodeError, Encoder, SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY,
 };
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -32,7 +33,8 @@ pub enum ChangeKind {
 }
 
 impl ChangeKind {
-    /// The CloudEvents `type`.
+    /// The CloudEvents `type` of a Pod's change, or of an alert (other kinds' types come
+    /// from their [`crate::kinds::Resource::event_type`]).
     pub fn event_type(self) -> &'static str {
         match self {
             ChangeKind::Added => "io.k8s.core.v1.pod.added",
@@ -52,9 +54,17 @@ impl ChangeKind {
         ChangeKind::AlertResolved,
     ];
 
-    /// The kind whose CloudEvents `type` is `ty` (the inverse of [`ChangeKind::event_type`]).
+    /// The kind of change whose CloudEvents `type` is `ty`: an alert's, or any kind's
+    /// `io.k8s.{group}.{version}.{kind}.added|modified|deleted`.
     pub fn of_type(ty: &str) -> Option<ChangeKind> {
-        ChangeKind::ALL.into_iter().find(|k| k.event_type() == ty)
+        if let Some(k) = ChangeKind::ALL.into_iter().find(|k| k.event_type() == ty) {
+            return Some(k);
+        }
+        let rest = ty.strip_prefix("io.k8s.")?;
+        let (_, word) = rest.rsplit_once('.')?;
+        [ChangeKind::Added, ChangeKind::Modified, ChangeKind::Deleted]
+            .into_iter()
+            .find(|k| k.word() == word)
     }
 
     /// The word used in ids.
@@ -99,13 +109,28 @@ pub struct Event {
     pub seq: u64,
     pub id: String,
     pub kind: ChangeKind,
-    /// `k8s://{cluster}/api/v1/namespaces/{namespace}/pods`.
+    /// The CloudEvents `type`: `io.k8s.core.v1.pod.added`, `io.k8s.apps.v1.deployment.modified`,
+    /// `io.kubecast.alert.firing`.
+    pub ty: Arc<str>,
+    /// `k8s://{cluster}` and the collection's API path
+    /// (`k8s://prod/apis/apps/v1/namespaces/shop/deployments`).
     pub source: String,
     /// RFC 3339 time at which kubecast observed the change.
     pub time: String,
     /// URN of the JSON Schema that `data` follows.
-    pub dataschema: &'static str,
+    pub dataschema: Arc<str>,
+    /// The object's `apiVersion` (`apps/v1`): the `k8sapiversion` extension.
+    pub api_version: Arc<str>,
+    /// The object's kind (`Deployment`): the `k8skind` extension.
+    pub k8s_kind: Arc<str>,
+    /// The object's resource key (`deployments.apps`, `pods`): where its known state
+    /// belongs. Not an attribute.
+    pub resource: Arc<str>,
+    /// The label of the watch scope it came from ([`crate::classify::Scope::label`]); empty
+    /// in events logged before other kinds were watched. Not an attribute.
+    pub scope: Arc<str>,
     pub uid: String,
+    /// Empty for a cluster-scoped object.
     pub namespace: String,
     pub name: String,
     /// resourceVersion of the object in this event (the last known one for an inferred delete).
@@ -127,9 +152,25 @@ pub struct Event {
 }
 
 impl Event {
-    /// `{namespace}/{name}`.
+    /// `{namespace}/{name}`, or `{name}` for a cluster-scoped object.
     pub fn subject(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        if self.namespace.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}/{}", self.namespace, self.name)
+        }
+    }
+
+    /// The label of the watch scope the event came from; for a Pod event logged before other
+    /// kinds were watched, derived as it was then (its namespace, or `*`).
+    pub fn scope_label(&self, per_namespace: bool) -> &str {
+        if !self.scope.is_empty() {
+            &self.scope
+        } else if per_namespace {
+            &self.namespace
+        } else {
+            "*"
+        }
     }
 
     /// Every attribute but `data`, as (name, value) pairs in a fixed order, for binary mode.
@@ -140,12 +181,14 @@ impl Event {
             ("specversion", "1.0".to_string()),
             ("id", self.id.clone()),
             ("source", self.source.clone()),
-            ("type", self.kind.event_type().to_string()),
+            ("type", self.ty.to_string()),
             ("subject", self.subject()),
             ("time", self.time.clone()),
             ("datacontenttype", DATA_CONTENT_TYPE.to_string()),
             ("dataschema", self.dataschema.to_string()),
             ("partitionkey", self.uid.clone()),
+            ("k8skind", self.k8s_kind.to_string()),
+            ("k8sapiversion", self.api_version.to_string()),
             ("k8suid", self.uid.clone()),
             ("k8snamespace", self.namespace.clone()),
             ("k8sname", self.name.clone()),
@@ -204,9 +247,14 @@ mod tests {
             seq: 1,
             id: event_id("u1", "42", kind),
             kind,
+            ty: kind.event_type().into(),
             source: "k8s://c/api/v1/namespaces/ns/pods".into(),
             time: "2026-01-01T00:00:00Z".into(),
-            dataschema: "urn:x",
+            dataschema: "urn:x".into(),
+            api_version: "v1".into(),
+            k8s_kind: "Pod".into(),
+            resource: "pods".into(),
+            scope: "*".into(),
             uid: "u1".into(),
             namespace: "ns".into(),
             name: "p".into(),
@@ -250,6 +298,40 @@ mod tests {
         assert_eq!(v["id"], "u1:42:added");
         assert_eq!(v["subject"], "ns/p");
         assert_eq!(v["k8sinitial"], true);
+        assert_eq!(
+            (v["k8skind"].as_str(), v["k8sapiversion"].as_str()),
+            (Some("Pod"), Some("v1"))
+        );
         assert_eq!(v["data"]["a"], 1);
+    }
+
+    #[test]
+    fn a_cluster_scoped_object_is_its_own_subject() {
+        let e = Event {
+            namespace: String::new(),
+            name: "node-1".into(),
+            ..sample(ChangeKind::Modified)
+        };
+        assert_eq!(e.subject(), "node-1");
+    }
+
+    #[test]
+    fn the_change_of_any_kind_is_read_back_from_its_type() {
+        for (ty, kind) in [
+            ("io.k8s.core.v1.pod.added", Some(ChangeKind::Added)),
+            (
+                "io.k8s.apps.v1.deployment.modified",
+                Some(ChangeKind::Modified),
+            ),
+            (
+                "io.k8s.example.com.v1.widget.deleted",
+                Some(ChangeKind::Deleted),
+            ),
+            ("io.kubecast.alert.firing", Some(ChangeKind::AlertFiring)),
+            ("io.k8s.core.v1.pod.touched", None),
+            ("com.example.deleted", None),
+        ] {
+            assert_eq!(ChangeKind::of_type(ty), kind, "{ty}");
+        }
     }
 }

@@ -1,8 +1,10 @@
-//! `full` data in one pass over the apiserver's bytes: the Pod as sent, without
-//! `metadata.managedFields`, with the configured redactions, and with `apiVersion` and `kind`
-//! added when the object lacks them (list items do). Entry point: [`full_data`].
+//! `full` data in one pass over the apiserver's bytes: the object as sent, without
+//! `metadata.managedFields`, with the configured redactions (env values in every pod spec:
+//! a Pod's, a workload's template, a CronJob's job template; every value of a Secret's
+//! `data` and `stringData`), and with `apiVersion` and `kind` added when the object lacks them
+//! (list items do). Entry point: [`full_data`].
 //!
-//! The Pod is read once, as a stream: a [`Place`] says where in the Pod the reader is, and
+//! The object is read once, as a stream: a [`Place`] says where in it the reader is, and
 //! each member is either copied through as the bytes it is (a borrowed
 //! `serde_json::value::RawValue`), skipped, replaced, or descended into with the place it
 //! leads to. Each byte is scanned once; the object's own bytes and key order are kept.
@@ -17,6 +19,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde_json::value::RawValue;
 
 use crate::config::RedactConfig;
+use crate::kinds::PodSpecAt;
 
 /// What replaces a redacted value, as JSON: the string `<redacted>`.
 const REDACTED_JSON: &[u8] = b"\"<redacted>\"";
@@ -60,14 +63,44 @@ fn write_key(out: &mut Vec<u8>, key: &Key<'_>) {
     out.push(b':');
 }
 
-/// Where in the Pod a value is: what happens to its members or elements.
+/// What the object's kind holds that is redacted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Where its pod spec is.
+    pub pod_spec: PodSpecAt,
+    /// Whether `data` and `stringData` are secrets (a Secret).
+    pub secret: bool,
+}
+
+#[cfg(test)]
+impl Shape {
+    /// A Pod's shape.
+    pub const POD: Shape = Shape {
+        pod_spec: PodSpecAt::Spec,
+        secret: false,
+    };
+}
+
+/// Where in the object a value is: what happens to its members or elements.
 #[derive(Clone, Copy)]
 enum Place<'r> {
-    /// The Pod itself: `metadata` and (with env redaction) `spec` are descended into.
-    Pod,
+    /// The object itself: `metadata`, the way to its pod spec (with env redaction) and a
+    /// Secret's data are descended into.
+    Root(Shape),
     Metadata,
     /// `labels` or `annotations`: the members named are redacted.
     Redact(&'r [String]),
+    /// Every member's value is redacted (a Secret's `data` and `stringData`).
+    RedactAll,
+    /// A workload's `spec`, whose `template` holds the pod template.
+    WorkloadSpec,
+    /// A pod template, whose `spec` is a pod spec.
+    Template,
+    /// A CronJob's `spec`, whose `jobTemplate` holds a Job template.
+    CronSpec,
+    /// A Job template, whose `spec` is a Job's spec.
+    JobTemplate,
+    /// A pod spec.
     Spec,
     /// `containers`, `initContainers`, `ephemeralContainers`: each element is a container.
     Containers,
@@ -89,8 +122,21 @@ enum Action<'r> {
 impl<'r> Place<'r> {
     fn member(self, key: &str, redact: &'r RedactConfig) -> Action<'r> {
         match (self, key) {
-            (Place::Pod, "metadata") => Action::Into(Place::Metadata),
-            (Place::Pod, "spec") if redact.env_values => Action::Into(Place::Spec),
+            (Place::Root(_), "metadata") => Action::Into(Place::Metadata),
+            (Place::Root(shape), "spec") if redact.env_values => match shape.pod_spec {
+                PodSpecAt::None => Action::Copy,
+                PodSpecAt::Spec => Action::Into(Place::Spec),
+                PodSpecAt::Template => Action::Into(Place::WorkloadSpec),
+                PodSpecAt::JobTemplate => Action::Into(Place::CronSpec),
+            },
+            (Place::Root(shape), "data" | "stringData") if shape.secret => {
+                Action::Into(Place::RedactAll)
+            }
+            (Place::RedactAll, _) => Action::Redact,
+            (Place::WorkloadSpec, "template") => Action::Into(Place::Template),
+            (Place::Template, "spec") => Action::Into(Place::Spec),
+            (Place::CronSpec, "jobTemplate") => Action::Into(Place::JobTemplate),
+            (Place::JobTemplate, "spec") => Action::Into(Place::WorkloadSpec),
             (Place::Metadata, "managedFields") => Action::Drop,
             // Nothing to redact (labels, by default): copied, not even descended into.
             (Place::Metadata, "annotations") if !redact.annotations.is_empty() => {
@@ -191,7 +237,7 @@ impl<'de> Visitor<'de> for Rewrite<'_, '_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        if matches!(self.place, Place::Pod) {
+        if matches!(self.place, Place::Root(_)) {
             return Err(de::Error::invalid_type(de::Unexpected::Seq, &self));
         }
         let Rewrite {
@@ -234,7 +280,7 @@ impl<'de> Visitor<'de> for Rewrite<'_, '_> {
     }
 
     // A scalar where an object or array was expected is kept (as serde_json writes it); the
-    // Pod itself must be an object.
+    // object itself must be an object.
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
         self.scalar(&v, de::Unexpected::Bool(v))
     }
@@ -261,7 +307,7 @@ impl Rewrite<'_, '_> {
         v: &impl serde::Serialize,
         what: de::Unexpected<'_>,
     ) -> Result<(), E> {
-        if matches!(self.place, Place::Pod) {
+        if matches!(self.place, Place::Root(_)) {
             return Err(E::invalid_type(what, &self));
         }
         // Booleans, numbers, strings and null always serialize.
@@ -271,16 +317,23 @@ impl Rewrite<'_, '_> {
     }
 }
 
-/// The `full` data of a Pod object: see the module docs. Fails when `obj` is not a JSON
-/// object, with serde_json's reason.
-pub fn full_data(obj: &[u8], redact: &RedactConfig) -> Result<Vec<u8>, String> {
+/// The `full` data of an object of `shape`, whose apiVersion and kind are added when it
+/// lacks them: see the module docs. Fails when `obj` is not a JSON object, with serde_json's
+/// reason.
+pub fn full_data(
+    obj: &[u8],
+    redact: &RedactConfig,
+    shape: Shape,
+    api_version: &str,
+    kind: &str,
+) -> Result<Vec<u8>, String> {
     let text = std::str::from_utf8(obj).map_err(|e| e.to_string())?;
     let mut out = Vec::with_capacity(obj.len() + 64);
     let mut seen = (false, false);
     let mut de = serde_json::Deserializer::from_str(text);
     Rewrite {
         out: &mut out,
-        place: Place::Pod,
+        place: Place::Root(shape),
         redact,
         seen: Some(&mut seen),
     }
@@ -288,14 +341,22 @@ pub fn full_data(obj: &[u8], redact: &RedactConfig) -> Result<Vec<u8>, String> {
     .and_then(|()| de.end())
     .map_err(|e| e.to_string())?;
     // List items come without apiVersion and kind; watch events carry them.
+    let (api_version_of, kind_of) = (api_version, kind);
     let (api_version, kind) = seen;
     if !(api_version && kind) {
-        let mut head = Vec::with_capacity(32);
-        if !api_version {
-            head.extend_from_slice(br#""apiVersion":"v1","#);
+        let (has_api_version, has_kind) = (api_version, kind);
+        let mut head = Vec::with_capacity(64);
+        // A string always serializes.
+        let quoted = |s: &str| serde_json::to_vec(s).unwrap_or_default();
+        if !has_api_version {
+            head.extend_from_slice(br#""apiVersion":"#);
+            head.extend_from_slice(&quoted(api_version_of));
+            head.push(b',');
         }
-        if !kind {
-            head.extend_from_slice(br#""kind":"Pod","#);
+        if !has_kind {
+            head.extend_from_slice(br#""kind":"#);
+            head.extend_from_slice(&quoted(kind_of));
+            head.push(b',');
         }
         if out.len() == 2 {
             // `{}`: no member follows the added ones.
@@ -321,10 +382,85 @@ mod tests {
     #[test]
     fn keeps_the_objects_own_bytes_and_order_and_adds_what_list_items_lack() {
         let pod = br#"{"metadata":{"name":"p","managedFields":[{"m":1}],"labels":{"z":"1","a":"2"}},"spec":{"containers":[{"env":[{"name":"A","value":"s3cr3t"},{"name":"B","valueFrom":{"x":1}}],"name":"c"}]},"status":{"phase":"Running","n":1.50}}"#;
-        let out = full_data(pod, &RedactConfig::default()).expect("an object");
+        let out =
+            full_data(pod, &RedactConfig::default(), Shape::POD, "v1", "Pod").expect("an object");
         assert_eq!(
             String::from_utf8(out).expect("UTF-8"),
             r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","labels":{"z":"1","a":"2"}},"spec":{"containers":[{"env":[{"name":"A","value":"<redacted>"},{"name":"B","valueFrom":{"x":1}}],"name":"c"}]},"status":{"phase":"Running","n":1.50}}"#
         );
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    fn full(obj: serde_json::Value, pod_spec: PodSpecAt, secret: bool) -> serde_json::Value {
+        let out = full_data(
+            obj.to_string().as_bytes(),
+            &RedactConfig::default(),
+            Shape { pod_spec, secret },
+            "x/v1",
+            "X",
+        )
+        .expect("an object");
+        serde_json::from_slice(&out).expect("JSON")
+    }
+
+    fn containers() -> serde_json::Value {
+        serde_json::json!({"containers": [{"name": "c", "env": [{"name": "T", "value": "s3cr3t"}]}]})
+    }
+
+    #[test]
+    fn env_values_are_redacted_in_workload_and_cron_job_templates() {
+        let d = full(
+            serde_json::json!({"spec": {"replicas": 2, "template": {"spec": containers()}}}),
+            PodSpecAt::Template,
+            false,
+        );
+        assert_eq!(
+            d["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"],
+            "<redacted>"
+        );
+        assert_eq!(d["spec"]["replicas"], 2);
+        assert_eq!(
+            (d["apiVersion"].as_str(), d["kind"].as_str()),
+            (Some("x/v1"), Some("X"))
+        );
+        let c = full(
+            serde_json::json!({"spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": containers()}}}}}),
+            PodSpecAt::JobTemplate,
+            false,
+        );
+        assert_eq!(
+            c["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"],
+            "<redacted>"
+        );
+        // A kind without a pod spec keeps a `spec.containers` of its own as it is.
+        let w = full(
+            serde_json::json!({"spec": containers()}),
+            PodSpecAt::None,
+            false,
+        );
+        assert_eq!(w["spec"]["containers"][0]["env"][0]["value"], "s3cr3t");
+    }
+
+    #[test]
+    fn every_value_of_a_secret_is_redacted_and_its_keys_kept() {
+        let s = full(
+            serde_json::json!({"type": "Opaque", "data": {"password": "aHVudGVyMg=="}, "stringData": {"token": "t"}}),
+            PodSpecAt::None,
+            true,
+        );
+        assert_eq!(s["data"]["password"], "<redacted>");
+        assert_eq!(s["stringData"]["token"], "<redacted>");
+        assert_eq!(s["type"], "Opaque");
+        // Only a Secret's data: a ConfigMap's stays.
+        let c = full(
+            serde_json::json!({"data": {"k": "v"}}),
+            PodSpecAt::None,
+            false,
+        );
+        assert_eq!(c["data"]["k"], "v");
     }
 }

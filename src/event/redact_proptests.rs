@@ -194,7 +194,7 @@ proptest! {
         redact in redact_config(),
     ) {
         let bytes = serde_json::to_vec(&pod).expect("a Value serializes");
-        let out = full_data(&bytes, &redact).expect("an object is accepted");
+        let out = full_data(&bytes, &redact, super::redact::Shape::POD, "v1", "Pod").expect("an object is accepted");
         let got: Value = serde_json::from_slice(&out)
             .unwrap_or_else(|e| panic!("full_data wrote invalid JSON ({e}): {}", String::from_utf8_lossy(&out)));
         prop_assert_eq!(got, full_by_value(&bytes, &redact).expect("the model accepts it"));
@@ -205,10 +205,10 @@ proptest! {
         let redact = RedactConfig::default();
         if !v.is_object() {
             let bytes = serde_json::to_vec(&v).expect("a Value serializes");
-            prop_assert!(full_data(&bytes, &redact).is_err());
+            prop_assert!(full_data(&bytes, &redact, super::redact::Shape::POD, "v1", "Pod").is_err());
         }
         // Damaged input never panics and is refused exactly when the model refuses it.
         let model = full_by_value(junk.as_bytes(), &redact);
-        prop_assert_eq!(full_data(junk.as_bytes(), &redact).is_ok(), model.is_ok(), "{}", junk);
+        prop_assert_eq!(full_data(junk.as_bytes(), &redact, super::redact::Shape::POD, "v1", "Pod").is_ok(), model.is_ok(), "{}", junk);
     }
 }

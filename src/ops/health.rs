@@ -13,8 +13,11 @@ pub struct Health {
     /// A replica standing by for the Lease: ready (to take over), whatever else says.
     standby: AtomicBool,
     restored: AtomicBool,
-    /// Per watch scope (`*` or a namespace): synced yet.
+    /// Per watch scope (its label: `*` or a namespace for Pods, `deployments.apps/*`):
+    /// synced yet.
     scopes: Mutex<BTreeMap<String, bool>>,
+    /// Custom resources waited for (their CRD is not installed), by configured name.
+    waiting: Mutex<std::collections::BTreeSet<String>>,
     /// Per sink: connected now.
     sinks: Mutex<BTreeMap<String, bool>>,
 }
@@ -29,7 +32,24 @@ impl Health {
             standby: AtomicBool::new(false),
             restored: AtomicBool::new(false),
             scopes: Mutex::new(scopes.into_iter().map(|s| (s, false)).collect()),
+            waiting: Mutex::new(Default::default()),
             sinks: Mutex::new(sinks.into_iter().map(|s| (s, false)).collect()),
+        }
+    }
+
+    /// A watch of `scope` starts: it is not synced until its list is done (a scope known
+    /// already keeps its state).
+    pub fn expect(&self, scope: &str) {
+        lock(&self.scopes).entry(scope.to_string()).or_insert(false);
+    }
+
+    /// The custom resource `name` is waited for (`true`) or served now (`false`).
+    pub fn waiting(&self, name: &str, waiting: bool) {
+        let mut w = lock(&self.waiting);
+        if waiting {
+            w.insert(name.to_string());
+        } else {
+            w.remove(name);
         }
     }
 
@@ -68,14 +88,17 @@ impl Health {
         if !self.restored.load(Ordering::Relaxed) {
             why.push("the state directory is not restored yet".to_string());
         }
+        for name in lock(&self.waiting).iter() {
+            why.push(format!(
+                "waiting for the custom resource {name}: its CustomResourceDefinition is not installed"
+            ));
+        }
         for (scope, synced) in lock(&self.scopes).iter() {
             if !synced {
-                let what = if scope == "*" {
-                    "all namespaces".to_string()
-                } else {
-                    format!("namespace {scope}")
-                };
-                why.push(format!("the initial list of pods in {what} is not done"));
+                why.push(format!(
+                    "the initial list of {} is not done",
+                    describe(scope)
+                ));
             }
         }
         for (sink, up) in lock(&self.sinks).iter() {
@@ -86,6 +109,27 @@ impl Health {
         if why.is_empty() { Ok(()) } else { Err(why) }
     }
 }
+
+/// `pods in all namespaces`, `pods in namespace shop`, `deployments.apps in all namespaces`,
+/// `nodes` for a scope label.
+fn describe(label: &str) -> String {
+    let (resource, ns) = label.split_once('/').unwrap_or(("pods", label));
+    match ns {
+        "*" if resource == "pods" || !CLUSTER_SCOPED.contains(&resource) => {
+            format!("{resource} in all namespaces")
+        }
+        "*" => resource.to_string(),
+        ns => format!("{resource} in namespace {ns}"),
+    }
+}
+
+/// Cluster-scoped built-ins, named without "in all namespaces" (others still read right).
+const CLUSTER_SCOPED: [&str; 4] = [
+    "nodes",
+    "namespaces",
+    "persistentvolumes",
+    "customresourcedefinitions.apiextensions.k8s.io",
+];
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // The maps stay consistent between statements; a panic elsewhere does not spoil them.
@@ -112,6 +156,27 @@ mod tests {
             h.readiness().is_err(),
             "a sink that went down makes it unready again"
         );
+    }
+
+    #[test]
+    fn a_waited_for_custom_resource_and_an_unsynced_resource_are_named() {
+        let h = Health::new(["*".to_string()], []);
+        h.restored();
+        h.synced("*");
+        h.waiting("widgets.example.com", true);
+        h.expect("nodes/*");
+        h.expect("deployments.apps/shop");
+        let why = h.readiness().unwrap_err().join("; ");
+        assert!(
+            why.contains("waiting for the custom resource widgets.example.com"),
+            "{why}"
+        );
+        assert!(why.contains("initial list of nodes is not done"), "{why}");
+        assert!(why.contains("deployments.apps in namespace shop"), "{why}");
+        h.waiting("widgets.example.com", false);
+        h.synced("nodes/*");
+        h.synced("deployments.apps/shop");
+        assert!(h.readiness().is_ok());
     }
 
     #[test]

@@ -296,7 +296,10 @@ impl Bridge {
             let from_watch = matches!(item, Observed::Applied { .. } | Observed::Deleted { .. });
             let position = matches!(
                 item,
-                Observed::ListStart { .. } | Observed::ListDone { .. } | Observed::Bookmark { .. }
+                Observed::ListStart { .. }
+                    | Observed::ListDone { .. }
+                    | Observed::Bookmark { .. }
+                    | Observed::Unserved { .. }
             )
             .then(|| item.clone());
             for change in classify(&mut self.classifier, item) {
@@ -484,11 +487,16 @@ fn classify(c: &mut Classifier, item: Observed) -> Vec<Change> {
             c.list_start(&scope);
             Vec::new()
         }
-        Observed::Listed { scope, pod } => c.listed(&scope, pod).into_iter().collect(),
+        Observed::Listed { scope, object } => c.listed(&scope, object).into_iter().collect(),
         Observed::ListDone { scope, .. } => c.list_done(&scope),
-        Observed::Applied { pod, .. } => c.applied(pod).into_iter().collect(),
-        Observed::Deleted { pod, .. } => vec![c.deleted(pod)],
+        Observed::Applied { scope, object } => c.applied(&scope, object).into_iter().collect(),
+        Observed::Deleted { scope, object } => vec![c.deleted(&scope, object)],
         Observed::Bookmark { .. } => Vec::new(),
+        // Nothing of the scope is left: a list that finds nothing.
+        Observed::Unserved { scope } => {
+            c.list_start(&scope);
+            c.list_done(&scope)
+        }
     }
 }
 
@@ -500,7 +508,7 @@ fn encode(encoder: &Encoder, change: &Change) -> Event {
 pub(super) fn encode_as(encoder: &Encoder, change: &Change, mode: DataMode) -> Event {
     let (event, error) = encoder.encode_as(change, mode);
     if let Some(e) = error {
-        tracing::warn!(id = %event.id, error = %e, "pod sent as reference data");
+        tracing::warn!(id = %event.id, error = %e, "object sent as reference data");
     }
     tracing::debug!(id = %event.id, subject = %event.subject(), "event");
     event

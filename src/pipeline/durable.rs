@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::classify::{Classifier, Scope};
+use crate::classify::{Classifier, label_of_stored};
 use crate::config::{InitialList, StateConfig};
 use crate::event::Event;
 use crate::ops::Ops;
@@ -27,8 +27,12 @@ use super::feed::Feed;
 #[derive(Debug, Clone)]
 pub struct DurableSettings {
     pub state: StateConfig,
-    /// One watch per namespace (positions per namespace) rather than one for all.
+    /// Pods are watched per namespace: how the scope of a Pod event logged before other
+    /// kinds were watched is derived (its namespace, or `*`).
     pub per_namespace: bool,
+    /// The keys of the resources watched (resolved at start); objects of others are
+    /// forgotten. A custom resource still waited for is not among them yet.
+    pub resources: Vec<String>,
     pub initial: InitialList,
     /// The configured sinks' names: each has a cursor.
     pub sinks: Vec<String>,
@@ -44,8 +48,8 @@ pub struct DurableSettings {
 /// What the pipeline starts from.
 pub struct Start {
     pub classifier: Classifier,
-    /// Per scope, the resourceVersion to watch from; missing or `None`: list first.
-    pub resume: HashMap<Scope, Option<String>>,
+    /// Per scope label, the resourceVersion to watch from; missing or `None`: list first.
+    pub resume: HashMap<String, Option<String>>,
     /// Per sink, the events it has not acknowledged, oldest first.
     pub pending: BTreeMap<String, Vec<Arc<Event>>>,
     /// The router, restored.
@@ -57,7 +61,8 @@ pub struct Durable {
     store: Option<Store>,
     /// The next sequence number when there is no store.
     next_seq: u64,
-    positions: HashMap<Scope, Option<String>>,
+    /// Per scope label, the resourceVersion a restart watches from (`None`: list again).
+    positions: HashMap<String, Option<String>>,
     per_namespace: bool,
     batch: Vec<Record>,
     snapshot_due: bool,
@@ -87,7 +92,7 @@ impl Durable {
         };
         if let Some((keeper, kept)) = s.keeper {
             // Validation refuses routes and alerts beside an exactly-once sink.
-            return Ok(durable.kept(keeper, kept, &s.sinks, s.initial));
+            return Ok(durable.kept(keeper, kept, &s.sinks, s.initial, &s.resources));
         }
         let mut router = s.router;
         let Some(dir) = &s.state.dir else {
@@ -115,7 +120,9 @@ impl Durable {
         };
         durable.store = Some(store);
         for (scope, rv) in restored.snapshot.positions {
-            durable.positions.insert(scope.map(Arc::from), rv);
+            durable
+                .positions
+                .insert(label_of_stored(scope.as_deref()).to_string(), rv);
         }
         if let (Some(r), Some(snap)) = (router.as_mut(), restored.snapshot.routing) {
             r.restore_snapshot(snap);
@@ -126,20 +133,22 @@ impl Durable {
                 Record::Event { event, from_watch } if router.is_none() => {
                     classifier.replay(&event);
                     if from_watch {
-                        durable
-                            .positions
-                            .insert(durable.scope_of(&event.namespace), Some(event.rv.clone()));
+                        let label = event.scope_label(durable.per_namespace).to_string();
+                        durable.positions.insert(label, Some(event.rv.clone()));
                     }
                 }
                 Record::Event { .. } => {}
                 Record::Position { scope, rv, .. } => {
-                    durable.positions.insert(scope.map(Arc::from), rv);
+                    durable
+                        .positions
+                        .insert(label_of_stored(scope.as_deref()).to_string(), rv);
                 }
                 Record::Pod {
                     state, from_watch, ..
                 } => {
-                    classifier.restore_pod(
+                    classifier.restore_object(
                         &state.uid,
+                        state.resource_key(),
                         &state.namespace,
                         &state.name,
                         &state.rv,
@@ -149,13 +158,14 @@ impl Durable {
                         r.restore(&state);
                     }
                     if from_watch {
-                        durable
-                            .positions
-                            .insert(durable.scope_of(&state.namespace), Some(state.rv.clone()));
+                        let label = durable.state_scope(&state);
+                        durable.positions.insert(label, Some(state.rv.clone()));
                     }
                 }
             }
         }
+        let keys: Vec<&str> = s.resources.iter().map(String::as_str).collect();
+        classifier.retain_resources(&keys);
         let mut pending = restored.pending;
         if let Some(r) = &router {
             // Each sink gets back only what its routes sent it.
@@ -167,7 +177,7 @@ impl Durable {
         tracing::info!(
             dir = %dir.display(),
             fresh,
-            known_pods = classifier.len(),
+            known_objects = classifier.len(),
             unacknowledged = unacked,
             positions = ?durable.positions,
             "state restored"
@@ -188,6 +198,7 @@ impl Durable {
         kept: Option<Kept>,
         sinks: &[String],
         initial: InitialList,
+        resources: &[String],
     ) -> (Durable, Start) {
         let Some(kept) = kept else {
             let start = Start {
@@ -200,26 +211,24 @@ impl Durable {
         };
         self.next_seq = kept.seq + 1;
         self.feed = Feed::new(sinks, Some(&keeper), kept.seq);
+        // Positions are by scope label; one no watch has (the config changed) is not used.
         self.positions = kept
             .positions
             .into_iter()
-            .filter(|(scope, _)| self.per_namespace != (scope == "*"))
-            .map(|(scope, rv)| {
-                (
-                    self.per_namespace.then(|| Arc::from(scope.as_str())),
-                    Some(rv),
-                )
-            })
+            .map(|(scope, rv)| (scope, Some(rv)))
             .collect();
         tracing::info!(
             sink = keeper,
             seq = kept.seq,
-            known_pods = kept.known.len(),
+            known_objects = kept.known.len(),
             positions = ?self.positions,
             "state restored from the exactly-once sink's checkpoint"
         );
+        let mut classifier = Classifier::restored(initial, kept.known);
+        let keys: Vec<&str> = resources.iter().map(String::as_str).collect();
+        classifier.retain_resources(&keys);
         let start = Start {
-            classifier: Classifier::restored(initial, kept.known),
+            classifier,
             resume: self.positions.clone(),
             pending: BTreeMap::new(),
             router: None,
@@ -238,8 +247,16 @@ impl Durable {
         self.store.is_some() || self.feed.has_keeper()
     }
 
-    fn scope_of(&self, namespace: &str) -> Scope {
-        self.per_namespace.then(|| Arc::from(namespace))
+    /// The scope label of a logged routing state (derived for a Pod's logged before other
+    /// kinds were watched).
+    fn state_scope(&self, state: &PodState) -> String {
+        if !state.scope.is_empty() {
+            state.scope.clone()
+        } else if self.per_namespace {
+            state.namespace.clone()
+        } else {
+            "*".to_string()
+        }
     }
 
     /// Runs `f` on the store on the blocking pool; a no-op without a store.
@@ -269,7 +286,7 @@ impl Durable {
     pub fn event(&mut self, mut event: Event, from_watch: bool) -> Arc<Event> {
         event.from_watch = from_watch;
         if from_watch && self.keeps_positions() {
-            let scope = self.scope_of(&event.namespace);
+            let scope = event.scope_label(self.per_namespace).to_string();
             self.positions.insert(scope, Some(event.rv.clone()));
         }
         let Some(store) = self.store.as_mut() else {
@@ -290,7 +307,7 @@ impl Durable {
     /// its scope's watch position to the state's resourceVersion.
     pub fn pod(&mut self, state: PodState, from_watch: bool) {
         if from_watch && self.keeps_positions() {
-            let scope = self.scope_of(&state.namespace);
+            let scope = self.state_scope(&state);
             self.positions.insert(scope, Some(state.rv.clone()));
         }
         let Some(store) = self.store.as_mut() else {
@@ -308,7 +325,7 @@ impl Durable {
     /// way means "list again" on restart; a finished list or a bookmark is a resume point.
     pub fn observed(&mut self, item: &Observed) {
         let (scope, rv) = match item {
-            Observed::ListStart { scope } => (scope.clone(), None),
+            Observed::ListStart { scope } | Observed::Unserved { scope } => (scope.clone(), None),
             Observed::ListDone { scope, rv } => {
                 // The known state after a list (skipped pods included) is snapshotted soon.
                 self.snapshot_due = true;
@@ -320,14 +337,14 @@ impl Durable {
         if !self.keeps_positions() {
             return;
         }
-        self.positions.insert(scope.clone(), rv.clone());
+        self.positions.insert(scope.label().to_string(), rv.clone());
         let Some(store) = self.store.as_mut() else {
             return;
         };
         let seq = store.take_seq();
         self.batch.push(Record::Position {
             seq,
-            scope: scope.map(|s| s.to_string()),
+            scope: scope.stored(),
             rv,
         });
     }
@@ -390,15 +407,15 @@ fn snapshot(
     next_seq: u64,
     classifier: &Classifier,
     router: Option<&Router>,
-    positions: &HashMap<Scope, Option<String>>,
+    positions: &HashMap<String, Option<String>>,
 ) -> Snapshot {
     Snapshot {
         next_seq,
-        known: classifier.known_pods(),
+        known: classifier.known_objects(),
         routing: router.map(Router::snapshot),
         positions: positions
             .iter()
-            .map(|(s, rv)| (s.as_deref().map(str::to_string), rv.clone()))
+            .map(|(s, rv)| ((s != "*").then(|| s.clone()), rv.clone()))
             .collect(),
     }
 }

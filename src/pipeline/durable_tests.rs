@@ -18,6 +18,7 @@ fn settings(dir: Option<std::path::PathBuf>, sinks: &[&str]) -> DurableSettings 
         initial: InitialList::Emit,
         sinks: sinks.iter().map(|s| s.to_string()).collect(),
         ops: Arc::default(),
+        resources: vec!["pods".to_string()],
         keeper: None,
         router: None,
     }
@@ -33,8 +34,8 @@ fn temp_dir(label: &str) -> std::path::PathBuf {
     dir
 }
 
-fn ns() -> Scope {
-    Some(Arc::from("ns"))
+fn ns() -> crate::classify::Scope {
+    crate::classify::Scope::new(crate::kinds::Resource::pods(), Some("ns"))
 }
 
 /// Logs `events` as seen on the watch, mirroring them into `classifier` as the bridge does.
@@ -77,7 +78,7 @@ async fn a_crash_restores_known_pods_the_watch_position_and_each_sinks_unacknowl
         .unwrap();
     assert_eq!(start.classifier.known_rv("u1"), Some("12"));
     assert_eq!(start.classifier.known_rv("u2"), None, "deleted");
-    assert_eq!(start.resume.get(&ns()), Some(&Some("13".to_string())));
+    assert_eq!(start.resume.get("ns"), Some(&Some("13".to_string())));
     let ids =
         |sink: &str| -> Vec<String> { start.pending[sink].iter().map(|e| e.id.clone()).collect() };
     assert_eq!(ids("a"), vec!["u1:12:modified", "u2:deleted"]);
@@ -101,7 +102,7 @@ async fn a_list_under_way_at_the_crash_means_listing_again() {
         .await
         .unwrap();
     assert_eq!(
-        start.resume.get(&ns()),
+        start.resume.get("ns"),
         Some(&None),
         "no resume point: list again"
     );
@@ -155,7 +156,7 @@ async fn a_snapshot_and_the_log_after_it_restore_the_same_state_as_the_log() {
         Some("32"),
         "from the log after it"
     );
-    assert_eq!(start.resume.get(&ns()), Some(&Some("32".to_string())));
+    assert_eq!(start.resume.get("ns"), Some(&Some("32".to_string())));
     assert!(start.pending["a"].is_empty());
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -202,6 +203,8 @@ async fn with_routes_a_crash_restores_pod_states_alert_timers_and_only_each_sink
         br#"{"metadata":{"uid":"u1","namespace":"ns","name":"p"},"status":{"phase":"Pending"}}"#;
     let change = Change {
         kind: ChangeKind::Added,
+        resource: crate::kinds::Resource::pods(),
+        scope: "ns".into(),
         uid: "u1".into(),
         namespace: "ns".into(),
         name: "p".into(),
@@ -231,7 +234,7 @@ async fn with_routes_a_crash_restores_pod_states_alert_timers_and_only_each_sink
     let (_, start) = open().await.unwrap();
     assert_eq!(start.classifier.known_rv("u1"), Some("10"));
     assert_eq!(
-        start.resume.get(&ns()),
+        start.resume.get("ns"),
         Some(&Some("10".to_string())),
         "the pod state moved the position"
     );

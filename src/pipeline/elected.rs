@@ -19,7 +19,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{Grace, PipelineError, Stats, bridge};
-use crate::classify::Scope;
 use crate::config::Validated;
 use crate::ha::{Election, Elector};
 use crate::ops::Ops;
@@ -30,7 +29,6 @@ pub(super) async fn elected(
     client: kube::Client,
     shutdown: impl Future<Output = ()>,
     ops: Arc<Ops>,
-    scopes: Vec<Scope>,
     election: Election,
 ) -> Result<Stats, PipelineError> {
     let settings = election.resolve();
@@ -71,7 +69,6 @@ pub(super) async fn elected(
             client.clone(),
             term_over,
             ops.clone(),
-            scopes.clone(),
             Some(grace.clone()),
         )
         .await;

@@ -10,7 +10,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use tokio::sync::watch;
 
-use crate::classify::Scope;
 use crate::sinks::{KeeperFeed, Positions};
 
 pub struct Feed {
@@ -63,15 +62,13 @@ impl Feed {
         }
     }
 
-    /// After event `seq`, the watch positions are `positions`.
-    pub fn moved(&self, seq: u64, positions: &HashMap<Scope, Option<String>>) {
+    /// After event `seq`, the watch positions (by scope label) are `positions`.
+    pub fn moved(&self, seq: u64, positions: &HashMap<String, Option<String>>) {
         let now = Positions {
             seq,
             positions: positions
                 .iter()
-                .filter_map(|(scope, rv)| {
-                    Some((scope.as_deref().unwrap_or("*").to_string(), rv.clone()?))
-                })
+                .filter_map(|(scope, rv)| Some((scope.clone(), rv.clone()?)))
                 .collect(),
         };
         self.positions.send_if_modified(|p| {
@@ -119,8 +116,8 @@ mod tests {
         let feed = Feed::new(&["k".to_string()], Some("k"), 0);
         let rx = feed.subscribe();
         let mut positions = HashMap::new();
-        positions.insert(Some("a".into()), Some("7".to_string()));
-        positions.insert(Some("b".into()), None);
+        positions.insert("a".to_string(), Some("7".to_string()));
+        positions.insert("b".to_string(), None);
         feed.moved(3, &positions);
         let p = rx.positions.borrow().clone();
         assert_eq!(p.seq, 3);
@@ -128,7 +125,8 @@ mod tests {
             p.positions,
             BTreeMap::from([("a".to_string(), "7".to_string())])
         );
-        let all: HashMap<Scope, Option<String>> = HashMap::from([(None, Some("9".to_string()))]);
+        let all: HashMap<String, Option<String>> =
+            HashMap::from([("*".to_string(), Some("9".to_string()))]);
         feed.moved(4, &all);
         assert_eq!(rx.positions.borrow().positions["*"], "9");
     }

@@ -12,6 +12,7 @@ mod bridge;
 mod durable;
 mod elected;
 mod feed;
+mod resources;
 mod routed;
 mod stats;
 
@@ -29,7 +30,9 @@ use crate::ops::{self, Health, Metrics, Ops};
 use crate::sinks::kafka::ExactlyOnceError;
 use crate::sinks::{self, SinkError};
 use crate::store::StoreError;
-use crate::watch::{self, Observed, WatchError, WatchSettings};
+use crate::watch::{self, Observed, Target, WatchError, WatchSettings};
+
+pub use resources::ResourceError;
 
 use bridge::{Bridge, Parts};
 use durable::{Durable, DurableSettings};
@@ -58,9 +61,17 @@ pub enum PipelineError {
     Config(#[source] crate::config::ValidationError),
     #[error("the leader election task stopped")]
     ElectorGone,
+    #[error(transparent)]
+    Resource(#[from] ResourceError),
 }
 
 impl PipelineError {
+    /// The config names something the cluster does not serve or the config may not watch:
+    /// like an invalid config, exit 2.
+    pub fn is_config(&self) -> bool {
+        matches!(self, PipelineError::Resource(ResourceError::Invalid { .. }))
+    }
+
     /// A newer leader's exactly-once sink fenced this replica's: it may stand by again.
     pub fn is_fenced(&self) -> bool {
         matches!(self, PipelineError::Sink(e) if e.cause.downcast_ref::<ExactlyOnceError>()
@@ -84,22 +95,11 @@ pub async fn run(
     client: kube::Client,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Stats, PipelineError> {
-    let scopes: Vec<_> = if config.watch.namespaces.is_empty() {
-        vec![None]
-    } else {
-        config
-            .watch
-            .namespaces
-            .iter()
-            .map(|ns| Some(Arc::<str>::from(ns.as_str())))
-            .collect()
-    };
     let ops = Arc::new(Ops {
         metrics: Metrics::new(),
+        // The watch scopes are added as the resources are resolved.
         health: Health::new(
-            scopes
-                .iter()
-                .map(|s| s.as_deref().unwrap_or("*").to_string()),
+            std::iter::empty(),
             config.sinks.iter().map(|(n, _)| n.clone()),
         ),
     });
@@ -108,8 +108,8 @@ pub async fn run(
         None => None,
     };
     let outcome = match config.leader_election.clone() {
-        Some(election) => elected::elected(config, client, shutdown, ops, scopes, election).await,
-        None => bridge(config, client, shutdown, ops, scopes, None).await,
+        Some(election) => elected::elected(config, client, shutdown, ops, election).await,
+        None => bridge(config, client, shutdown, ops, None).await,
     };
     if let Some(s) = server {
         s.abort();
@@ -142,41 +142,30 @@ async fn bridge(
     client: kube::Client,
     shutdown: impl Future<Output = ()>,
     ops: Arc<Ops>,
-    scopes: Vec<crate::classify::Scope>,
     grace: Option<Grace>,
 ) -> Result<Stats, PipelineError> {
-    // With routes, the apiserver filters by what every route's selector requires.
-    let label_selector = match (
-        config.watch.label_selector.clone(),
-        config
-            .routing
-            .as_ref()
-            .and_then(crate::config::union_selector),
-    ) {
-        (Some(own), Some(routes)) => Some(format!("{own},{routes}")),
-        (own, routes) => own.or(routes),
+    let max_backoff = Duration::from_secs(u64::from(config.watch.max_backoff_seconds));
+    tokio::pin!(shutdown);
+    // What each `watch.resources` entry names, from the apiserver's discovery.
+    let planned = tokio::select! {
+        p = resources::plan(&client, &config.watch, max_backoff) => p?,
+        _ = &mut shutdown => return Ok(Stats::default()),
     };
-    let settings = Arc::new(WatchSettings {
-        label_selector,
-        field_selector: config.watch.field_selector.clone(),
-        page_size: config.watch.page_size,
-        timeout_seconds: config.watch.timeout_seconds,
-        max_backoff: Duration::from_secs(u64::from(config.watch.max_backoff_seconds)),
-        streaming: config.watch.streaming_list,
-        resync: config
-            .watch
-            .resync_seconds
-            .map(|s| Duration::from_secs(u64::from(s))),
-        ops: ops.clone(),
-    });
-    let per_namespace = !config.watch.namespaces.is_empty();
+    // With routes, the apiserver filters by what every route's selector requires.
+    let route_selector = config
+        .routing
+        .as_ref()
+        .and_then(crate::config::union_selector);
+    // Pods' positions were per namespace in state written before other kinds were watched.
+    let per_namespace = planned
+        .iter()
+        .any(|p| p.is_pods() && !p.namespaces.is_empty());
     // An exactly-once sink keeps the resume point: it takes over (fencing any other replica)
     // before anything is read, so what it read is final.
     let keeper = config
         .sinks
         .iter()
         .find_map(|(name, v)| v.sink.keeper().map(|k| (name.clone(), k)));
-    tokio::pin!(shutdown);
     let kept = match &keeper {
         // Taking over waits for unreachable brokers; a shutdown meanwhile ends it.
         Some((_, k)) => tokio::select! {
@@ -191,6 +180,13 @@ async fn bridge(
         initial: config.watch.initial_list,
         sinks: config.sinks.iter().map(|(n, _)| n.clone()).collect(),
         ops: ops.clone(),
+        resources: planned
+            .iter()
+            .filter_map(|p| match &p.target {
+                Target::Resolved(r) => Some(r.key().to_string()),
+                Target::Pending { .. } => None,
+            })
+            .collect(),
         keeper: keeper.map(|(name, _)| (name, kept.flatten())),
         router: config
             .routing
@@ -202,16 +198,39 @@ async fn bridge(
     let (reports_tx, reports) = mpsc::unbounded_channel();
     let sinks = sinks::start(config.sinks, reports_tx, ops.clone(), durable.feed());
 
-    // One watch per scope, shared by every sink.
+    // One watch per (resource, scope), shared by every sink.
     let (observed_tx, observed) = mpsc::channel::<Observed>(256);
     let mut watches: JoinSet<Result<(), WatchError>> = JoinSet::new();
-    for scope in scopes {
-        let resume = start.resume.get(&scope).cloned().flatten();
-        watches.spawn(watch::run(
+    for p in planned {
+        let label_selector = match (p.label_selector.clone(), route_selector.clone()) {
+            (Some(own), Some(routes)) => Some(format!("{own},{routes}")),
+            (own, routes) => own.or(routes),
+        };
+        let settings = Arc::new(WatchSettings {
+            label_selector,
+            field_selector: p.field_selector.clone(),
+            page_size: config.watch.page_size,
+            timeout_seconds: config.watch.timeout_seconds,
+            max_backoff,
+            streaming: config.watch.streaming_list,
+            resync: config
+                .watch
+                .resync_seconds
+                .map(|s| Duration::from_secs(u64::from(s))),
+            ops: ops.clone(),
+        });
+        if let Target::Resolved(r) = &p.target {
+            // Not ready until each scope has listed, from the start.
+            for scope in watch::scopes(r, &p.namespaces) {
+                ops.health.expect(scope.label());
+            }
+        }
+        watches.spawn(watch::run_resource(
             client.clone(),
-            scope,
-            settings.clone(),
-            resume,
+            p.target,
+            p.namespaces,
+            settings,
+            start.resume.clone(),
             observed_tx.clone(),
         ));
     }

@@ -18,9 +18,7 @@ use tokio::sync::mpsc;
 use super::ReplayError;
 use super::decode::{data_bytes, time_text};
 use super::facts::Facts;
-use crate::event::{
-    ChangeKind, Event, SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY,
-};
+use crate::event::{ChangeKind, Event};
 use crate::sinks::kafka::KafkaConfig;
 use crate::sinks::queue::QueueTx;
 use crate::sinks::{KeeperFeed, Report, SinkKind, Sinks, WhenFull};
@@ -175,14 +173,38 @@ impl Publisher {
     }
 }
 
+/// The resource key (`deployments.apps`, `pods`) of an event's `source`
+/// (`k8s://{cluster}/apis/apps/v1/namespaces/ns/deployments`); `pods` when it is not one
+/// kubecast writes.
+fn resource_of_source(source: &str) -> String {
+    let path = source
+        .strip_prefix("k8s://")
+        .and_then(|rest| rest.split_once('/'))
+        .map(|(_, p)| p)
+        .unwrap_or_default();
+    let parts: Vec<&str> = path.split('/').collect();
+    let plural = parts.last().copied().unwrap_or_default();
+    match parts.first() {
+        Some(&"api") if !plural.is_empty() => plural.to_string(),
+        Some(&"apis") if parts.len() >= 4 => format!("{plural}.{}", parts[1]),
+        _ => "pods".to_string(),
+    }
+}
+
 /// kubecast's form of a replayed event, for the sinks; `None` when its type or data schema
 /// is not one kubecast writes.
 pub fn to_kubecast(event: &CloudEvent, facts: &Facts) -> Option<Event> {
     let kind = ChangeKind::of_type(event.ty())?;
     let schema = event.dataschema().map(|u| u.as_str())?;
-    let dataschema = [SCHEMA_FULL, SCHEMA_SUMMARY, SCHEMA_REFERENCE, SCHEMA_ALERT]
-        .into_iter()
-        .find(|s| *s == schema)?;
+    let dataschema = schema
+        .strip_prefix("urn:kubecast:schema:")
+        .map(|_| schema)?;
+    let text = |name: &str, default: &str| -> Arc<str> {
+        match event.extension(name) {
+            Some(cloudevents::event::ExtensionValue::String(s)) => s.as_str().into(),
+            _ => default.into(),
+        }
+    };
     let flag = |name: &str| {
         matches!(
             event.extension(name),
@@ -193,9 +215,14 @@ pub fn to_kubecast(event: &CloudEvent, facts: &Facts) -> Option<Event> {
         seq: 0,
         id: event.id().to_string(),
         kind,
+        ty: event.ty().into(),
+        resource: resource_of_source(event.source().as_str()).into(),
+        scope: "".into(),
+        api_version: text("k8sapiversion", "v1"),
+        k8s_kind: text("k8skind", "Pod"),
         source: event.source().to_string(),
         time: time_text(event).unwrap_or_default(),
-        dataschema,
+        dataschema: dataschema.into(),
         uid: facts.uid.clone()?,
         namespace: facts.namespace.clone().unwrap_or_default(),
         name: facts.name.clone().unwrap_or_default(),

@@ -32,10 +32,17 @@ pub struct Mark {
     pub matched: bool,
 }
 
-/// One pod's routing state after a change: logged, so that a restart continues from it.
+/// One object's routing state after a change: logged, so that a restart continues from it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PodState {
     pub uid: String,
+    /// The object's resource key; empty in states logged before other kinds were watched
+    /// (Pods).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource: String,
+    /// The label of the watch scope it came from; empty as above.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub scope: String,
     pub namespace: String,
     pub name: String,
     /// The resourceVersion the known state moves to.
@@ -85,6 +92,17 @@ pub struct Router {
     episodes: Episodes,
     /// Whether a change's object must be parsed (a selector, a predicate or a rule reads it).
     parse: bool,
+}
+
+impl PodState {
+    /// The object's resource key (`pods` for a state without one).
+    pub fn resource_key(&self) -> &str {
+        if self.resource.is_empty() {
+            "pods"
+        } else {
+            &self.resource
+        }
+    }
 }
 
 impl Router {
@@ -200,7 +218,8 @@ impl Router {
                 }
                 transitions.push(t);
             }
-        } else if let Some(pod) = &pod {
+        } else if let Some(pod) = pod.as_ref().filter(|_| change.resource.is_pod()) {
+            // Alert rules judge Pods (rules for other kinds come with their own resources).
             for rule in &self.rules {
                 let holds = rule.evaluate(pod).map(|e| {
                     let message = rule.message.render(pod, &e);
@@ -212,6 +231,8 @@ impl Router {
         let gone = change.kind == ChangeKind::Deleted;
         routed.states.push(PodState {
             uid: change.uid.clone(),
+            resource: change.resource.key().to_string(),
+            scope: change.scope.to_string(),
             namespace: change.namespace.clone(),
             name: change.name.clone(),
             rv: change.rv.clone(),
@@ -285,6 +306,8 @@ impl Router {
             };
             routed.states.push(PodState {
                 uid: uid.clone(),
+                resource: "pods".to_string(),
+                scope: String::new(),
                 namespace: first.namespace.clone(),
                 name: first.name.clone(),
                 rv: first.rv.clone(),

@@ -24,6 +24,8 @@ fn rules(yaml: &str) -> Vec<Rule> {
 fn change(kind: ChangeKind, rv: &str, prev: &str, pod: Option<Value>) -> Change {
     Change {
         kind,
+        resource: crate::kinds::Resource::pods(),
+        scope: "*".into(),
         uid: "u1".into(),
         namespace: "prod".into(),
         name: "web".into(),

@@ -27,7 +27,7 @@ use super::queue::{QueueConfig, QueueRx};
 use crate::config::Issue;
 use crate::event::Event;
 use crate::ops::Ops;
-use crate::store::KnownPod;
+use crate::store::KnownObject;
 
 /// A sink kind's config (the fields under `sinks.NAME` besides `type`, `queue` and
 /// `dead_letter`).
@@ -93,7 +93,7 @@ pub struct Kept {
     /// resumes after; a scope missing here is listed again.
     pub positions: BTreeMap<String, String>,
     /// Each known pod and the resourceVersion of its last committed event.
-    pub known: Vec<KnownPod>,
+    pub known: Vec<KnownObject>,
 }
 
 /// What a sink says about an event, in the order of its acks.

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 pub use log::Log;
 pub use record::Record;
-pub use snapshot::{Cursors, KnownPod, Snapshot};
+pub use snapshot::{Cursors, KnownObject, Snapshot};
 
 use crate::event::Event;
 

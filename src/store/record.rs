@@ -2,7 +2,9 @@
 //!
 //! Every record has a sequence number, one counter for the whole log. An `Event` record is
 //! an event as the sinks send it, and says whether it came from the watch (then it also moves
-//! the watch position of its scope to its resourceVersion). A `Position` record moves a
+//! the watch position of its scope to its resourceVersion). Event records written before
+//! other kinds were watched (tag 1) are read as Pods' events; new ones (tag 4) carry the
+//! object's type, apiVersion, kind, resource and watch scope. A `Position` record moves a
 //! scope's watch position: to a bookmark's or a finished list's resourceVersion, or to
 //! "list again" while a list is under way. Replaying the records after a snapshot therefore
 //! rebuilds both the known state and the resume point, consistent with each other.
@@ -53,7 +55,7 @@ impl Record {
                 event: e,
                 from_watch,
             } => {
-                out.put_u8(1);
+                out.put_u8(4);
                 out.put_u64_le(e.seq);
                 out.put_u8(u8::from(*from_watch));
                 out.put_u8(match e.kind {
@@ -78,9 +80,9 @@ impl Record {
                 }
                 put_bytes(out, e.dataschema.as_bytes());
                 put_bytes(out, &e.data);
-                // After the data, so that records written before routes existed still read.
-                if let Some(route) = &e.route {
-                    put_opt(out, Some(route));
+                put_opt(out, e.route.as_deref());
+                for s in [&e.ty, &e.api_version, &e.k8s_kind, &e.resource, &e.scope] {
+                    put_bytes(out, s.as_bytes());
                 }
             }
             Record::Position { seq, scope, rv } => {
@@ -107,7 +109,7 @@ impl Record {
     pub fn decode(mut b: Bytes) -> Option<Record> {
         let tag = get_u8(&mut b)?;
         match tag {
-            1 => {
+            1 | 4 => {
                 let seq = get_u64(&mut b)?;
                 let from_watch = get_u8(&mut b)? != 0;
                 let kind = match get_u8(&mut b)? {
@@ -124,10 +126,27 @@ impl Record {
                     strings.push(get_string(&mut b)?);
                 }
                 let data = get_bytes(&mut b)?;
-                let route = if b.has_remaining() {
+                // Tag 1: the route after the data only when there is one (records written
+                // before routes existed end with the data); Pods' events.
+                let route = if tag == 4 || b.has_remaining() {
                     get_opt(&mut b)?.map(Arc::from)
                 } else {
                     None
+                };
+                let [ty, api_version, k8s_kind, resource, scope]: [Arc<str>; 5] = if tag == 4 {
+                    let mut five = Vec::with_capacity(5);
+                    for _ in 0..5 {
+                        five.push(Arc::from(get_string(&mut b)?));
+                    }
+                    five.try_into().ok()?
+                } else {
+                    [
+                        kind.event_type().into(),
+                        "v1".into(),
+                        "Pod".into(),
+                        "pods".into(),
+                        "".into(),
+                    ]
                 };
                 let mut s = strings.into_iter();
                 let mut next = || s.next().unwrap_or_default();
@@ -135,6 +154,11 @@ impl Record {
                     seq,
                     id: next(),
                     kind,
+                    ty,
+                    api_version,
+                    k8s_kind,
+                    resource,
+                    scope,
                     source: next(),
                     time: next(),
                     uid: next(),
@@ -142,7 +166,7 @@ impl Record {
                     name: next(),
                     rv: next(),
                     prev_rv: next(),
-                    dataschema: schema_of(&next())?,
+                    dataschema: next().into(),
                     inferred: flags & 1 != 0,
                     initial: flags & 2 != 0,
                     from_watch,
@@ -173,14 +197,6 @@ impl Record {
             _ => None,
         }
     }
-}
-
-/// The `&'static` schema URN named by `s`.
-fn schema_of(s: &str) -> Option<&'static str> {
-    use crate::event::{SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY};
-    [SCHEMA_FULL, SCHEMA_SUMMARY, SCHEMA_REFERENCE, SCHEMA_ALERT]
-        .into_iter()
-        .find(|u| *u == s)
 }
 
 fn put_bytes(out: &mut BytesMut, b: &[u8]) {
@@ -235,9 +251,15 @@ pub(crate) mod tests {
             seq,
             id: crate::event::event_id(uid, rv, kind),
             kind,
+            ty: kind.event_type().into(),
             source: "k8s://c/api/v1/namespaces/ns/pods".into(),
             time: "2026-01-01T00:00:00Z".into(),
-            dataschema: crate::event::SCHEMA_FULL,
+            dataschema: crate::event::SCHEMA_FULL.into(),
+            api_version: "v1".into(),
+            k8s_kind: "Pod".into(),
+            resource: "pods".into(),
+            // Derived from the namespace, as for events logged by the Pod-only version.
+            scope: "".into(),
             uid: uid.into(),
             namespace: "ns".into(),
             name: format!("pod-{uid}"),
@@ -277,7 +299,7 @@ pub(crate) mod tests {
             Record::Event {
                 event: Arc::new(Event {
                     route: Some("oncall".into()),
-                    dataschema: crate::event::SCHEMA_ALERT,
+                    dataschema: crate::event::SCHEMA_ALERT.into(),
                     ..event(10, "u", "12", ChangeKind::AlertFiring)
                 }),
                 from_watch: false,
@@ -286,6 +308,8 @@ pub(crate) mod tests {
                 seq: 11,
                 state: Arc::new(PodState {
                     uid: "u".into(),
+                    resource: "pods".into(),
+                    scope: "*".into(),
                     namespace: "ns".into(),
                     name: "p".into(),
                     rv: "12".into(),
@@ -304,6 +328,79 @@ pub(crate) mod tests {
             r.encode(&mut b);
             assert_eq!(Record::decode(b.freeze()), Some(r));
         }
+    }
+
+    /// A record as the Pod-only version wrote it (tag 1, the route only when there is one).
+    fn pod_only_record(e: &Event) -> BytesMut {
+        let mut out = BytesMut::new();
+        out.put_u8(1);
+        out.put_u64_le(e.seq);
+        out.put_u8(1);
+        out.put_u8(1);
+        out.put_u8(0);
+        for s in [
+            &e.id,
+            &e.source,
+            &e.time,
+            &e.uid,
+            &e.namespace,
+            &e.name,
+            &e.rv,
+            &e.prev_rv,
+        ] {
+            put_bytes(&mut out, s.as_bytes());
+        }
+        put_bytes(&mut out, e.dataschema.as_bytes());
+        put_bytes(&mut out, &e.data);
+        out
+    }
+
+    #[test]
+    fn an_event_logged_by_the_pod_only_version_reads_as_a_pods_event() {
+        let e = event(3, "u", "9", ChangeKind::Modified);
+        let Some(Record::Event {
+            event: read,
+            from_watch,
+        }) = Record::decode(pod_only_record(&e).freeze())
+        else {
+            panic!("not read")
+        };
+        assert!(from_watch);
+        assert_eq!(&*read.ty, "io.k8s.core.v1.pod.modified");
+        assert_eq!(
+            (&*read.api_version, &*read.k8s_kind, &*read.resource),
+            ("v1", "Pod", "pods")
+        );
+        assert_eq!(
+            &*read.scope, "",
+            "derived from the namespace, as it was then"
+        );
+        assert_eq!(
+            (read.id.as_str(), read.route.as_deref()),
+            (e.id.as_str(), None)
+        );
+    }
+
+    #[test]
+    fn an_event_of_another_kind_keeps_its_type_kind_resource_and_scope() {
+        let e = Event {
+            ty: "io.k8s.core.v1.node.added".into(),
+            api_version: "v1".into(),
+            k8s_kind: "Node".into(),
+            resource: "nodes".into(),
+            scope: "nodes/*".into(),
+            namespace: String::new(),
+            dataschema: "urn:kubecast:schema:node-full:v1".into(),
+            from_watch: true,
+            ..event(4, "n", "2", ChangeKind::Added)
+        };
+        let r = Record::Event {
+            event: Arc::new(e),
+            from_watch: true,
+        };
+        let mut b = BytesMut::new();
+        r.encode(&mut b);
+        assert_eq!(Record::decode(b.freeze()), Some(r));
     }
 
     #[test]

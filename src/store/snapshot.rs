@@ -11,21 +11,31 @@ use serde::{Deserialize, Serialize};
 use super::log::sync_dir;
 use super::{StoreError, io};
 
-/// One known pod, as the classifier keeps it.
+/// One known object, as the classifier keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KnownPod {
+pub struct KnownObject {
     pub uid: String,
+    /// Its resource's key (`pods`, `deployments.apps`); state written before other kinds were
+    /// watched has none and holds Pods.
+    #[serde(default = "pods")]
+    pub resource: String,
+    /// Empty for a cluster-scoped object.
     pub namespace: String,
     pub name: String,
     pub rv: String,
+}
+
+fn pods() -> String {
+    "pods".to_string()
 }
 
 /// The state after every log record below `next_seq`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub next_seq: u64,
-    pub known: Vec<KnownPod>,
-    /// Watch position per scope (`None`: all namespaces); `None` position: list again.
+    pub known: Vec<KnownObject>,
+    /// Watch position per scope (its stored label, [`crate::classify::Scope::stored`]:
+    /// `None` for Pods in all namespaces); `None` position: list again.
     pub positions: Vec<(Option<String>, Option<String>)>,
     /// With routes or alert rules: the routes' marks and the open alert episodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,9 +1,11 @@
-//! The Pod watch: list + watch against the kube-apiserver, one stream per scope (all
-//! namespaces, or one per configured namespace), shared by every sink.
+//! The watches: list + watch against the kube-apiserver, one stream per scope (a resource in
+//! all namespaces, or in each configured namespace), shared by every sink. They know no kind.
 //!
-//! Entry point: [`run`] watches one scope and sends what it sees as [`Observed`] items into
-//! a bounded channel. The channel is the backpressure point: when the
-//! pipeline stops taking items, the watch stops reading the apiserver's stream.
+//! Entry points: [`run_resource`] resolves one configured resource (waiting for a custom
+//! resource whose CRD is not installed yet) and watches its scopes; [`run`] watches one
+//! scope. What they see goes as [`Observed`] items into a bounded channel. The channel is the
+//! backpressure point: when the pipeline stops taking items, the watch stops reading the
+//! apiserver's stream.
 //!
 //! The objects are carried as the apiserver's JSON bytes; only their metadata is parsed here.
 //! A watch never ends on an error: it retries with exponential backoff and logs why, and after
@@ -12,6 +14,7 @@
 
 mod parse;
 mod request;
+mod resource;
 mod source;
 mod stream;
 
@@ -19,45 +22,48 @@ mod stream;
 mod proptests;
 
 pub use parse::{ListPage, ParseError, WatchLine, parse_list_page, parse_watch_line};
-pub use source::{WatchSettings, run};
+pub use resource::{Target, run_resource, scopes};
+pub use source::{Ended, WatchSettings, run};
 pub use stream::{LineOutcome, Stream};
 
-use crate::classify::{PodObject, Scope};
+use crate::classify::{Object, Scope};
 
 /// What a watch reports to the pipeline, in the order it happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Observed {
     /// A (re-)list of `scope` begins.
     ListStart { scope: Scope },
-    /// One pod of that list.
-    Listed { scope: Scope, pod: PodObject },
+    /// One object of that list.
+    Listed { scope: Scope, object: Object },
     /// The list is complete, at resourceVersion `rv`; the watch goes on from there.
     ListDone { scope: Scope, rv: String },
-    /// A pod added or modified on the watch.
-    Applied { scope: Scope, pod: PodObject },
-    /// A pod deleted on the watch.
-    Deleted { scope: Scope, pod: PodObject },
+    /// An object added or modified on the watch.
+    Applied { scope: Scope, object: Object },
+    /// An object deleted on the watch.
+    Deleted { scope: Scope, object: Object },
     /// The apiserver's bookmark: the watch has seen everything up to `rv`.
     Bookmark { scope: Scope, rv: String },
+    /// The resource is no longer served (its CRD was deleted): every object still known in
+    /// the scope is gone (inferred deletes), and the next watch lists afresh.
+    Unserved { scope: Scope },
 }
 
 /// Why a watch stopped for good.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
     /// Retrying cannot help: the apiserver rejected kubecast's credentials or permissions.
-    #[error("watching pods{scope}: {what}")]
+    #[error("watching {scope}: {what}")]
     Rejected {
         scope: String,
-        what: &'static str,
+        what: String,
         #[source]
         source: kube::Error,
     },
-}
-
-/// `" in namespace NS"` or `" in all namespaces"`, for messages.
-pub(crate) fn describe(scope: &Scope) -> String {
-    match scope {
-        Some(ns) => format!(" in namespace {ns}"),
-        None => " in all namespaces".to_string(),
-    }
+    /// Discovery refused kubecast, or a resource name stopped resolving for good.
+    #[error("watching {name}")]
+    Discovery {
+        name: String,
+        #[source]
+        source: crate::kinds::discovery::DiscoveryError,
+    },
 }

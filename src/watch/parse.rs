@@ -1,5 +1,6 @@
-//! Reading the apiserver's list pages and watch lines. Only each Pod's metadata is parsed;
-//! the object itself stays the bytes the apiserver sent (sliced, not copied).
+//! Reading the apiserver's list pages and watch lines, for any kind. Only each object's
+//! metadata is parsed; the object itself stays the bytes the apiserver sent (sliced, not
+//! copied).
 
 use std::borrow::Cow;
 
@@ -8,7 +9,7 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::classify::PodObject;
+use crate::classify::Object;
 
 /// A response the watch cannot use.
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +46,7 @@ struct Metadata<'a> {
 }
 
 #[derive(Deserialize)]
-struct Object<'a> {
+struct WithMetadata<'a> {
     #[serde(borrow)]
     metadata: Metadata<'a>,
 }
@@ -97,7 +98,7 @@ fn metadata_offset(obj: &str) -> Option<usize> {
     }
 }
 
-/// A Pod's metadata. The object was already validated as JSON (as part of its line or
+/// An object's metadata. The object was already validated as JSON (as part of its line or
 /// page), so when the metadata comes first (the apiserver's order) only the metadata is
 /// read, not the spec and status after it, and of the metadata only as far as the identity
 /// fields go.
@@ -111,14 +112,15 @@ fn metadata_of(obj: &str) -> Result<Metadata<'_>, serde_json::Error> {
             return m;
         }
     }
-    serde_json::from_str::<Object<'_>>(obj).map(|o| o.metadata)
+    serde_json::from_str::<WithMetadata<'_>>(obj).map(|o| o.metadata)
 }
 
 /// The identity fields of the metadata object that `text` starts with, read only as far as
 /// the last of the four: the apiserver writes them before labels, annotations and
 /// managedFields, so the rest (most of the metadata) is not scanned again. `None` when the
 /// reading stops before all four were found (another order, an escaped key, a field given
-/// twice): then the metadata is read whole. Only for an object already validated as JSON.
+/// twice, a cluster-scoped object without a namespace): then the metadata is read whole. Only
+/// for an object already validated as JSON.
 fn identity_first(text: &str) -> Option<Metadata<'_>> {
     /// What was read so far; the reader stops when `complete`.
     #[derive(Default)]
@@ -187,15 +189,18 @@ fn identity_first(text: &str) -> Option<Metadata<'_>> {
     })
 }
 
-fn pod_of(whole: &Bytes, raw: &RawValue) -> Result<PodObject, ParseError> {
+fn object_of(whole: &Bytes, raw: &RawValue) -> Result<Object, ParseError> {
     let m = metadata_of(raw.get())?;
     let need = |v: Option<Cow<'_, str>>, field| {
-        v.map(Cow::into_owned)
-            .ok_or(ParseError::Missing { what: "pod", field })
+        v.map(Cow::into_owned).ok_or(ParseError::Missing {
+            what: "object",
+            field,
+        })
     };
-    Ok(PodObject {
+    Ok(Object {
         uid: need(m.uid, "metadata.uid")?,
-        namespace: need(m.namespace, "metadata.namespace")?,
+        // Cluster-scoped objects have none.
+        namespace: m.namespace.map(Cow::into_owned).unwrap_or_default(),
         name: need(m.name, "metadata.name")?,
         rv: need(m.resource_version, "metadata.resourceVersion")?,
         bytes: whole.slice_ref(raw.get().as_bytes()),
@@ -205,9 +210,9 @@ fn pod_of(whole: &Bytes, raw: &RawValue) -> Result<PodObject, ParseError> {
 /// One line of a watch stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchLine {
-    Added(PodObject),
-    Modified(PodObject),
-    Deleted(PodObject),
+    Added(Object),
+    Modified(Object),
+    Deleted(Object),
     /// A bookmark at `rv`; `initial_end` marks the end of a streaming list's initial events.
     Bookmark {
         rv: String,
@@ -237,9 +242,9 @@ pub fn parse_watch_line(line: Bytes) -> Result<WatchLine, ParseError> {
     })?;
     let l: Line<'_> = serde_json::from_str(text)?;
     Ok(match l.kind {
-        "ADDED" => WatchLine::Added(pod_of(&line, l.object)?),
-        "MODIFIED" => WatchLine::Modified(pod_of(&line, l.object)?),
-        "DELETED" => WatchLine::Deleted(pod_of(&line, l.object)?),
+        "ADDED" => WatchLine::Added(object_of(&line, l.object)?),
+        "MODIFIED" => WatchLine::Modified(object_of(&line, l.object)?),
+        "DELETED" => WatchLine::Deleted(object_of(&line, l.object)?),
         "BOOKMARK" => {
             let o: BookmarkObject<'_> = serde_json::from_str(l.object.get())?;
             let rv = o.metadata.resource_version.ok_or(ParseError::Missing {
@@ -273,10 +278,10 @@ pub fn parse_watch_line(line: Bytes) -> Result<WatchLine, ParseError> {
     })
 }
 
-/// One page of a list: its pods, the list's resourceVersion and the `continue` token.
+/// One page of a list: its objects, the list's resourceVersion and the `continue` token.
 #[derive(Debug)]
 pub struct ListPage {
-    pub pods: Vec<PodObject>,
+    pub objects: Vec<Object>,
     pub rv: String,
     pub continue_token: Option<String>,
 }
@@ -297,18 +302,18 @@ struct List<'a> {
     items: Vec<&'a RawValue>,
 }
 
-/// Parses a list page. A pod that lacks its identity is reported and skipped, not fatal.
+/// Parses a list page. An object that lacks its identity is reported and skipped, not fatal.
 pub fn parse_list_page(body: Bytes) -> Result<(ListPage, Vec<ParseError>), ParseError> {
     let text = std::str::from_utf8(&body).map_err(|source| ParseError::Utf8 {
         what: "list page",
         source,
     })?;
     let list: List<'_> = serde_json::from_str(text)?;
-    let mut pods = Vec::with_capacity(list.items.len());
+    let mut objects = Vec::with_capacity(list.items.len());
     let mut bad = Vec::new();
     for raw in list.items {
-        match pod_of(&body, raw) {
-            Ok(p) => pods.push(p),
+        match object_of(&body, raw) {
+            Ok(p) => objects.push(p),
             Err(e) => bad.push(e),
         }
     }
@@ -327,7 +332,7 @@ pub fn parse_list_page(body: Bytes) -> Result<(ListPage, Vec<ParseError>), Parse
         .map(Cow::into_owned);
     Ok((
         ListPage {
-            pods,
+            objects,
             rv,
             continue_token,
         },
@@ -487,13 +492,26 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_scoped_object_has_an_empty_namespace() {
+        let node = r#"{"kind":"Node","apiVersion":"v1","metadata":{"name":"n1","uid":"u","resourceVersion":"5","labels":{"a":"b"}}}"#;
+        let line = Bytes::from(format!(r#"{{"type":"ADDED","object":{node}}}"#));
+        let WatchLine::Added(n) = parse_watch_line(line).unwrap() else {
+            panic!("not added")
+        };
+        assert_eq!(
+            (n.namespace.as_str(), n.name.as_str(), n.rv.as_str()),
+            ("", "n1", "5")
+        );
+    }
+
+    #[test]
     fn a_list_page_keeps_good_pods_and_reports_bad_ones() {
         let body = format!(
             r#"{{"kind":"PodList","metadata":{{"resourceVersion":"50","continue":"tok"}},"items":[{POD},{{"metadata":{{"name":"x"}}}}]}}"#
         );
         let (page, bad) = parse_list_page(Bytes::from(body)).unwrap();
-        assert_eq!(page.pods.len(), 1);
-        assert_eq!(&page.pods[0].bytes[..], POD.as_bytes());
+        assert_eq!(page.objects.len(), 1);
+        assert_eq!(&page.objects[0].bytes[..], POD.as_bytes());
         assert_eq!(
             (page.rv.as_str(), page.continue_token.as_deref()),
             ("50", Some("tok"))

@@ -130,8 +130,8 @@ proptest! {
         let body = format!(r#"{{"kind":"PodList","metadata":{{"resourceVersion":"50"}},"items":[{POD},{POD}]}}"#);
         match parse_list_page(Bytes::from(apply(&body, &d))) {
             Ok((page, bad)) => {
-                prop_assert!(page.pods.len() + bad.len() <= 2);
-                for p in &page.pods {
+                prop_assert!(page.objects.len() + bad.len() <= 2);
+                for p in &page.objects {
                     prop_assert!(!p.uid.is_empty() && !p.rv.is_empty());
                 }
             }
@@ -151,7 +151,7 @@ proptest! {
         lines in proptest::collection::vec(input(), 1..40),
     ) {
         let mut position = start.map(|rv| rv.to_string());
-        let mut stream = Stream::new(None, &mut position, false);
+        let mut stream = Stream::new(crate::classify::Scope::all_pods(), &mut position, false);
         let mut expected = start.map(|rv| rv.to_string());
         for l in lines {
             let bytes = match &l {
@@ -164,7 +164,7 @@ proptest! {
                 LineOutcome::Skipped(e) => {
                     prop_assert!(!crate::error_chain(&e).is_empty());
                 }
-                LineOutcome::Emit(super::Observed::Applied { pod, .. } | super::Observed::Deleted { pod, .. }) => {
+                LineOutcome::Emit(super::Observed::Applied { object: pod, .. } | super::Observed::Deleted { object: pod, .. }) => {
                     expected = Some(pod.rv.clone());
                 }
                 LineOutcome::Emit(super::Observed::Bookmark { rv, .. }) => expected = Some(rv),

@@ -1,5 +1,5 @@
-//! The list and watch requests for Pods, built as plain HTTP requests so that the responses
-//! can be read as bytes (kube's typed API would deserialize every Pod).
+//! The list and watch requests of a scope (any resource), built as plain HTTP requests so
+//! that the responses can be read as bytes (kube's typed API would deserialize every object).
 
 use http::Request;
 
@@ -7,10 +7,7 @@ use crate::classify::Scope;
 
 /// The collection path of a scope.
 fn path(scope: &Scope) -> String {
-    match scope {
-        Some(ns) => format!("/api/v1/namespaces/{ns}/pods"),
-        None => "/api/v1/pods".to_string(),
-    }
+    scope.resource.collection_path(scope.namespace.as_deref())
 }
 
 fn build(
@@ -104,7 +101,7 @@ mod tests {
             limit: 50,
             continue_token: Some("abc=="),
         }
-        .to_http(&Some("team-a".into()));
+        .to_http(&Scope::new(crate::kinds::Resource::pods(), Some("team-a")));
         assert_eq!(
             r.uri().to_string(),
             "/api/v1/namespaces/team-a/pods?labelSelector=app%3Dweb%2Ctier%21%3Dcache&limit=50&continue=abc%3D%3D"
@@ -118,7 +115,7 @@ mod tests {
             timeout_seconds: 300,
             ..Default::default()
         }
-        .to_http(&None);
+        .to_http(&Scope::all_pods());
         let uri = r.uri().to_string();
         assert!(uri.starts_with("/api/v1/pods?watch=true"), "{uri}");
         for part in [
@@ -139,8 +136,21 @@ mod tests {
             timeout_seconds: 60,
             ..Default::default()
         }
-        .to_http(&None);
+        .to_http(&Scope::new(
+            std::sync::Arc::new(crate::kinds::Resource::new(
+                "apps",
+                "v1",
+                "Deployment",
+                "deployments",
+                true,
+            )),
+            Some("shop"),
+        ));
         let uri = r.uri().to_string();
+        assert!(
+            uri.starts_with("/apis/apps/v1/namespaces/shop/deployments?watch=true"),
+            "{uri}"
+        );
         assert!(uri.ends_with("resourceVersion=42"), "{uri}");
         assert!(!uri.contains("sendInitialEvents"), "{uri}");
     }

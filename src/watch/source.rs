@@ -1,4 +1,5 @@
-//! The list-then-watch loop of one scope. Entry point: [`run`].
+//! The list-then-watch loop of one scope (one resource, in a namespace or in all). Entry
+//! point: [`run`].
 //!
 //! The loop keeps one thing: the resourceVersion to resume from. Without one it lists
 //! (a streaming list where the apiserver offers it, else paginated pages); with one it
@@ -16,13 +17,13 @@ use tokio::sync::mpsc;
 use super::parse::parse_list_page;
 use super::request::{ListRequest, WatchRequest};
 use super::stream::{LineOutcome, Stream};
-use super::{Observed, WatchError, describe};
+use super::{Observed, WatchError};
 use crate::backoff::Backoff;
 use crate::classify::Scope;
 use crate::config::StreamingList;
 use crate::ops::Ops;
 
-/// How the watches run; shared by every scope.
+/// How the watches of one resource run; shared by its scopes.
 #[derive(Debug, Clone)]
 pub struct WatchSettings {
     pub label_selector: Option<String>,
@@ -49,15 +50,14 @@ enum Next {
     Closed,
     /// The resync period passed: list again.
     Resync,
+    /// The resource is no longer served (404 on a custom resource): its CRD was deleted.
+    Unserved,
 }
 
 /// Why an attempt failed.
 enum Failure {
     /// The apiserver refuses kubecast (`what` says how).
-    Fatal {
-        what: &'static str,
-        source: kube::Error,
-    },
+    Fatal { what: String, source: kube::Error },
     /// Worth another try after a backoff; `relist` when the position was lost too.
     Retry { reason: String, relist: bool },
     /// The apiserver refused `sendInitialEvents`: use paginated lists from now on.
@@ -66,15 +66,24 @@ enum Failure {
 
 type Attempt = Result<Next, Failure>;
 
-/// Watches `scope`, from `resume` if given (else with a list). Ends with `Ok` when `out` is
-/// closed, and with an error only when retrying cannot help.
+/// How a scope's watch ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The pipeline closed the channel.
+    Closed,
+    /// The resource is no longer served (`Observed::Unserved` was sent).
+    Unserved,
+}
+
+/// Watches `scope`, from `resume` if given (else with a list). Ends when `out` is closed or
+/// the resource stops being served, and with an error only when retrying cannot help.
 pub async fn run(
     client: kube::Client,
     scope: Scope,
     settings: Arc<WatchSettings>,
     resume: Option<String>,
     out: mpsc::Sender<Observed>,
-) -> Result<(), WatchError> {
+) -> Result<Ended, WatchError> {
     let mut w = Watch {
         client,
         scope,
@@ -100,11 +109,11 @@ struct Watch {
 }
 
 impl Watch {
-    async fn run(&mut self) -> Result<(), WatchError> {
+    async fn run(&mut self) -> Result<Ended, WatchError> {
         let mut streaming = self.settings.streaming == StreamingList::Auto;
         let mut backoff = Backoff::new(Duration::from_millis(250), self.settings.max_backoff);
         let scope = self.scope.clone();
-        let ns = scope.as_deref().unwrap_or("*").to_string();
+        let ns = scope.label().to_string();
         self.next_resync = self
             .settings
             .resync
@@ -116,10 +125,20 @@ impl Watch {
                 (None, false) => self.list().await,
             };
             match attempt {
-                Ok(Next::Closed) => return Ok(()),
+                Ok(Next::Closed) => return Ok(Ended::Closed),
+                Ok(Next::Unserved) => {
+                    tracing::warn!(scope = %ns, "the resource is no longer served (its CRD was deleted?): its objects are gone");
+                    self.position = None;
+                    let sent = self
+                        .send(Observed::Unserved {
+                            scope: scope.clone(),
+                        })
+                        .await;
+                    return Ok(if sent { Ended::Unserved } else { Ended::Closed });
+                }
                 Ok(Next::Resume) => backoff.reset(),
                 Ok(Next::Resync) => {
-                    tracing::info!(namespace = %ns, "resync: listing again to compare with the known state");
+                    tracing::info!(scope = %ns, "resync: listing again to compare with the known state");
                     self.position = None;
                     self.next_resync = self
                         .settings
@@ -128,24 +147,24 @@ impl Watch {
                 }
                 Ok(Next::Relist) => {
                     self.settings.ops.metrics.gone(&ns);
-                    tracing::info!(namespace = %ns, "resourceVersion expired (410 Gone); listing again");
+                    tracing::info!(scope = %ns, "resourceVersion expired (410 Gone); listing again");
                     self.position = None;
                 }
                 Err(Failure::Fatal { what, source }) => {
-                    tracing::error!(namespace = %ns, reason = what, error = %source, "watch stopped: the apiserver refuses kubecast");
+                    tracing::error!(scope = %ns, reason = %what, error = %source, "watch stopped: the apiserver refuses kubecast");
                     return Err(WatchError::Rejected {
-                        scope: describe(&scope),
+                        scope: scope.describe(),
                         what,
                         source,
                     });
                 }
                 Err(Failure::NoStreaming(reason)) => {
-                    tracing::info!(namespace = %ns, %reason, "the apiserver does not offer streaming lists; using paginated lists");
+                    tracing::info!(scope = %ns, %reason, "the apiserver does not offer streaming lists; using paginated lists");
                     streaming = false;
                 }
                 Err(Failure::Retry { reason, relist }) => {
                     let wait = backoff.next_delay();
-                    tracing::warn!(namespace = %ns, %reason, retry_in_ms = wait.as_millis() as u64, relist,
+                    tracing::warn!(scope = %ns, %reason, retry_in_ms = wait.as_millis() as u64, relist,
                         "watch failed; retrying");
                     if relist {
                         self.position = None;
@@ -156,9 +175,10 @@ impl Watch {
         }
     }
 
-    /// The scope's label in metrics and readiness: the namespace, or `*`.
+    /// The scope's label in metrics and readiness: `*` or the namespace for Pods,
+    /// `deployments.apps/*` for other resources.
     fn label(&self) -> &str {
-        self.scope.as_deref().unwrap_or("*")
+        self.scope.label()
     }
 
     async fn send(&self, item: Observed) -> bool {
@@ -191,22 +211,22 @@ impl Watch {
             let body = match self.client.request_text(req).await {
                 Ok(b) => Bytes::from(b),
                 // A continue token that expired mid-list (410) starts the list over.
-                Err(e) => return classify(e),
+                Err(e) => return classify(e, &self.scope),
             };
             let (page, bad) = parse_list_page(body).map_err(|e| Failure::Retry {
                 reason: e.to_string(),
                 relist: true,
             })?;
             for e in bad {
-                tracing::error!(error = %e, "skipping a listed pod the apiserver sent without its identity");
+                tracing::error!(scope = %self.scope.label(), error = %e, "skipping a listed object the apiserver sent without its identity");
             }
             list_rv.get_or_insert(page.rv);
-            count += page.pods.len();
-            for pod in page.pods {
+            count += page.objects.len();
+            for object in page.objects {
                 if !self
                     .send(Observed::Listed {
                         scope: self.scope.clone(),
-                        pod,
+                        object,
                     })
                     .await
                 {
@@ -219,7 +239,7 @@ impl Watch {
             }
         }
         let rv = list_rv.unwrap_or_default();
-        tracing::info!(namespace = self.scope.as_deref().unwrap_or("*"), pods = count, resource_version = %rv, "list complete");
+        tracing::info!(scope = %self.scope.label(), objects = count, resource_version = %rv, "list complete");
         if !self
             .send(Observed::ListDone {
                 scope: self.scope.clone(),
@@ -254,7 +274,7 @@ impl Watch {
             Err(kube::Error::Api(status)) if initial && matches!(status.code, 400 | 422) => {
                 return Err(Failure::NoStreaming(status.message.clone()));
             }
-            Err(e) => return classify(e),
+            Err(e) => return classify(e, &self.scope),
         };
         if initial
             && !self
@@ -346,10 +366,13 @@ impl Watch {
 }
 
 /// Sorts a request error: `410 Gone` means list again; rejected credentials or permissions
-/// are fatal; anything else (connection refused, timeouts, 5xx, 429) is retried.
-fn classify(e: kube::Error) -> Attempt {
+/// are fatal; `404` means a custom resource is no longer served; anything else (connection
+/// refused, timeouts, 5xx, 429) is retried.
+fn classify(e: kube::Error, scope: &Scope) -> Attempt {
+    let custom = crate::kinds::resolve::is_custom_group(&scope.resource.group);
     match e {
         kube::Error::Api(s) if s.code == 410 => Ok(Next::Relist),
+        kube::Error::Api(s) if s.code == 404 && custom => Ok(Next::Unserved),
         // A saved resourceVersion this apiserver has never reached (state from another
         // cluster, or etcd restored from an older backup): nothing to resume, list again.
         kube::Error::Api(s)
@@ -359,13 +382,23 @@ fn classify(e: kube::Error) -> Attempt {
             Ok(Next::Relist)
         }
         kube::Error::Api(ref s) if s.code == 401 => Err(Failure::Fatal {
-            what: "the apiserver rejected kubecast's credentials (401 Unauthorized)",
+            what: "the apiserver rejected kubecast's credentials (401 Unauthorized)".into(),
             source: e,
         }),
-        kube::Error::Api(ref s) if s.code == 403 => Err(Failure::Fatal {
-            what: "kubecast may not list and watch pods (403 Forbidden); grant `list` and `watch` on `pods`",
-            source: e,
-        }),
+        kube::Error::Api(ref s) if s.code == 403 => {
+            let verb = if s.message.contains("cannot watch") {
+                "watch"
+            } else {
+                "list"
+            };
+            Err(Failure::Fatal {
+                what: format!(
+                    "kubecast may not {verb} {} (403 Forbidden); grant `list` and `watch` on `{}`",
+                    scope.resource, scope.resource
+                ),
+                source: e,
+            })
+        }
         kube::Error::Api(s) => Err(Failure::Retry {
             reason: format!("{} {}: {}", s.code, s.reason, s.message),
             relist: false,
@@ -390,6 +423,8 @@ mod tests {
 
     #[test]
     fn request_errors_are_sorted_into_relist_fatal_and_retry() {
+        let pods = Scope::all_pods();
+        let classify = |e| classify(e, &pods);
         assert!(matches!(
             classify(api(410, "too old resource version")),
             Ok(Next::Relist)
@@ -413,6 +448,47 @@ mod tests {
         assert!(matches!(
             classify(api(500, "etcd down")),
             Err(Failure::Retry { relist: false, .. })
+        ));
+        // A built-in resource that answers 404 is an apiserver in trouble, not a deleted CRD.
+        assert!(matches!(
+            classify(api(404, "not found")),
+            Err(Failure::Retry { .. })
+        ));
+    }
+
+    #[test]
+    fn a_forbidden_watch_names_the_verb_and_the_resource_it_lacks() {
+        let d = Scope::new(
+            Arc::new(crate::kinds::Resource::new(
+                "apps",
+                "v1",
+                "Deployment",
+                "deployments",
+                true,
+            )),
+            None,
+        );
+        let e = api(
+            403,
+            r#"deployments.apps is forbidden: User "x" cannot watch resource "deployments" in API group "apps" at the cluster scope"#,
+        );
+        let Err(Failure::Fatal { what, .. }) = classify(e, &d) else {
+            panic!("not fatal")
+        };
+        assert!(what.contains("may not watch deployments.apps"), "{what}");
+        let w = Scope::new(
+            Arc::new(crate::kinds::Resource::new(
+                "example.com",
+                "v1",
+                "Widget",
+                "widgets",
+                true,
+            )),
+            None,
+        );
+        assert!(matches!(
+            classify(api(404, "not found"), &w),
+            Ok(Next::Unserved)
         ));
     }
 }

@@ -34,7 +34,7 @@ pub struct Stream<'a> {
     position: &'a mut Option<String>,
     /// A streaming list's initial events are still coming (they are `Listed`, not changes).
     in_initial: bool,
-    /// Pods listed so far by a streaming list.
+    /// Objects listed so far by a streaming list.
     listed: usize,
 }
 
@@ -68,22 +68,22 @@ impl<'a> Stream<'a> {
         };
         let scope = self.scope.clone();
         let item = match parsed {
-            WatchLine::Added(pod) if self.in_initial => {
+            WatchLine::Added(object) if self.in_initial => {
                 self.listed += 1;
-                Observed::Listed { scope, pod }
+                Observed::Listed { scope, object }
             }
-            WatchLine::Added(pod) | WatchLine::Modified(pod) => {
-                *self.position = Some(pod.rv.clone());
-                Observed::Applied { scope, pod }
+            WatchLine::Added(object) | WatchLine::Modified(object) => {
+                *self.position = Some(object.rv.clone());
+                Observed::Applied { scope, object }
             }
-            WatchLine::Deleted(pod) => {
-                *self.position = Some(pod.rv.clone());
-                Observed::Deleted { scope, pod }
+            WatchLine::Deleted(object) => {
+                *self.position = Some(object.rv.clone());
+                Observed::Deleted { scope, object }
             }
             WatchLine::Bookmark { rv, initial_end } if self.in_initial && initial_end => {
                 self.in_initial = false;
                 *self.position = Some(rv.clone());
-                tracing::info!(namespace = scope.as_deref().unwrap_or("*"), pods = self.listed, resource_version = %rv, "list complete (streamed)");
+                tracing::info!(scope = %scope.label(), objects = self.listed, resource_version = %rv, "list complete (streamed)");
                 Observed::ListDone { scope, rv }
             }
             WatchLine::Bookmark { .. } if self.in_initial => return LineOutcome::Nothing,

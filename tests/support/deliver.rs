@@ -23,7 +23,7 @@ pub fn fixture_event() -> Event {
         other => panic!("the fixture is not a MODIFIED line: {other:?}"),
     };
     let change = Classifier::new(InitialList::Emit)
-        .applied(pod)
+        .applied(&kubecast::classify::Scope::all_pods(), pod)
         .expect("a first sight is a change");
     let (event, error) =
         Encoder::new("bench", DataMode::Full, RedactConfig::default()).encode(&change);

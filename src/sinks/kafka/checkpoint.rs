@@ -16,7 +16,7 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use crate::store::KnownPod;
+use crate::store::KnownObject;
 
 /// One sink's position, as committed with its events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,9 +104,14 @@ pub(super) fn apply_checkpoint(
     Ok(())
 }
 
-/// The value of a pod's record in the state topic (its key is the pod's uid).
+/// The value of an object's record in the state topic (its key is the object's uid).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodState {
+    /// The object's resource key (`deployments.apps`); records written before other kinds
+    /// were watched have none and hold Pods, and Pods' records still leave it out.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource: String,
+    /// Empty for a cluster-scoped object.
     pub namespace: String,
     pub name: String,
     /// The resourceVersion of the pod's last event committed.
@@ -129,7 +134,7 @@ pub fn read_known(
     config: &ClientConfig,
     topic: &str,
     limit: Duration,
-) -> Result<Vec<KnownPod>, CheckpointError> {
+) -> Result<Vec<KnownObject>, CheckpointError> {
     let mut known: HashMap<String, PodState> = HashMap::new();
     let mut corrupt = None;
     read_from(config, topic, &mut HashMap::new(), limit, |m| {
@@ -174,11 +179,16 @@ pub(super) fn apply_state(
 }
 
 /// The known pods of a state read.
-pub(super) fn known_pods(known: &HashMap<String, PodState>) -> Vec<KnownPod> {
+pub(super) fn known_pods(known: &HashMap<String, PodState>) -> Vec<KnownObject> {
     known
         .iter()
-        .map(|(uid, s)| KnownPod {
+        .map(|(uid, s)| KnownObject {
             uid: uid.clone(),
+            resource: if s.resource.is_empty() {
+                "pods".to_string()
+            } else {
+                s.resource.clone()
+            },
             namespace: s.namespace.clone(),
             name: s.name.clone(),
             rv: s.rv.clone(),

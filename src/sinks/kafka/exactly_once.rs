@@ -162,7 +162,7 @@ async fn commit(
     let mut positions = ready.positions.clone();
     let mut state: HashMap<&str, Option<Vec<u8>>> = HashMap::new();
     for e in &fresh {
-        let scope = if ready.per_namespace { e.namespace.as_str() } else { "*" };
+        let scope = e.scope_label(ready.per_namespace);
         if e.from_watch {
             positions.insert(scope.to_string(), e.rv.clone());
         } else {
@@ -171,6 +171,11 @@ async fn commit(
         }
         let value = (e.kind != ChangeKind::Deleted).then(|| {
             PodState {
+                resource: if &*e.resource == "pods" {
+                    String::new()
+                } else {
+                    e.resource.to_string()
+                },
                 namespace: e.namespace.clone(),
                 name: e.name.clone(),
                 rv: e.rv.clone(),

@@ -405,22 +405,13 @@ mod tests {
     fn every_attribute_becomes_its_ce_header_and_datacontenttype_the_content_type() {
         for kind in [ChangeKind::Added, ChangeKind::Modified, ChangeKind::Deleted] {
             let event = Event {
-                seq: 1,
                 id: "id".into(),
-                kind,
-                source: "k8s://c/api/v1/namespaces/ns/pods".into(),
-                time: "2026-12-03T00:00:00Z".into(),
-                dataschema: "urn:x",
-                uid: "u".into(),
-                namespace: "ns".into(),
-                name: "p".into(),
-                rv: "2".into(),
+                dataschema: "urn:x".into(),
                 prev_rv: "1".into(),
                 inferred: false,
                 initial: true,
-                from_watch: false,
-                route: None,
                 data: bytes::Bytes::new(),
+                ..crate::store::record_tests_event(1, "u", "2", kind)
             };
             for (name, _) in event.attributes() {
                 let expected = if name == "datacontenttype" {

@@ -1,10 +1,25 @@
-//! The `summary` data mode: the state a dashboard or alert needs, without the spec.
+//! Pods: the summary (phase, conditions, container states, node, IPs, labels, owner; schema
+//! `schemas/pod-summary.v1.json`) and the pod spec at `spec` for redaction.
 
-use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-/// Builds the summary of a Pod object (schema `schemas/pod-summary.v1.json`).
-pub fn of(pod: &Value) -> Bytes {
+use super::{Kind, PodSpecAt, Resource};
+
+/// core/v1 Pod.
+pub struct Pod;
+
+impl Kind for Pod {
+    fn summary(&self, obj: &Value, _: &Resource) -> Value {
+        of(obj)
+    }
+
+    fn pod_spec(&self) -> PodSpecAt {
+        PodSpecAt::Spec
+    }
+}
+
+/// Builds the summary of a Pod object.
+fn of(pod: &Value) -> Value {
     let meta = &pod["metadata"];
     let status = &pod["status"];
     let mut containers = Vec::new();
@@ -34,21 +49,12 @@ pub fn of(pod: &Value) -> Bytes {
                 .collect()
         })
         .unwrap_or_default();
-    let owner = meta["ownerReferences"]
-        .as_array()
-        .and_then(|owners| {
-            owners
-                .iter()
-                .find(|o| o["controller"].as_bool() == Some(true))
-                .or(owners.first())
-        })
-        .map(|o| json!({"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["name"], "uid": o["uid"]}))
-        .unwrap_or(Value::Null);
+    let owner = super::owner(meta);
     let ips: Vec<Value> = status["podIPs"]
         .as_array()
         .map(|ips| ips.iter().map(|ip| ip["ip"].clone()).collect())
         .unwrap_or_default();
-    let v = json!({
+    json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -67,8 +73,7 @@ pub fn of(pod: &Value) -> Bytes {
         "hostIP": status["hostIP"],
         "conditions": conditions,
         "containers": containers,
-    });
-    Bytes::from(v.to_string())
+    })
 }
 
 /// `{"waiting": {"reason"}}`, `{"running": {"startedAt"}}` or `{"terminated": {...}}` → a
@@ -104,7 +109,7 @@ mod tests {
                     "state": {"running": {"startedAt": "t"}},
                     "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
         });
-        let s: Value = serde_json::from_slice(&of(&pod)).unwrap();
+        let s = of(&pod);
         assert_eq!(s["phase"], "Running");
         assert_eq!(s["nodeName"], "n1");
         assert_eq!(s["podIPs"][0], "10.0.0.1");

@@ -1,0 +1,139 @@
+//! What kubecast knows of particular kinds, kept out of the pipeline: each kind's `summary`
+//! data and where its objects hold pod specs (for redaction). The watch, classifier, store,
+//! sinks and replay know no kind; they carry a [`Resource`].
+//!
+//! Entry points: [`Resource`] (a served resource and the contract derived from it),
+//! [`of`] (the extras of a resource's kind), [`resolve`] (kubectl's names to resources) and
+//! [`discovery`] (asking the apiserver what it serves). Supporting a new kind's extras is one
+//! file with a [`Kind`] and one line in [`of`].
+
+pub mod discovery;
+mod event;
+mod generic;
+mod node;
+mod pod;
+pub mod resolve;
+mod resource;
+mod workload;
+
+pub use resource::Resource;
+
+use serde_json::{Value, json};
+
+/// Where a kind's objects hold a pod spec, whose env values are redacted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodSpecAt {
+    /// No pod spec.
+    None,
+    /// `spec` (a Pod).
+    Spec,
+    /// `spec.template.spec` (Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs).
+    Template,
+    /// `spec.jobTemplate.spec.template.spec` (CronJobs).
+    JobTemplate,
+}
+
+/// The extras of one kind.
+pub trait Kind: Sync {
+    /// The `summary` data of an object of this kind.
+    fn summary(&self, obj: &Value, r: &Resource) -> Value;
+
+    /// Where its objects hold a pod spec.
+    fn pod_spec(&self) -> PodSpecAt {
+        PodSpecAt::None
+    }
+
+    /// Whether `data` and `stringData` hold secrets (every value is redacted).
+    fn secret_data(&self) -> bool {
+        false
+    }
+}
+
+/// The extras of `resource`'s kind: a built-in's own, or the generic ones.
+pub fn of(resource: &Resource) -> &'static dyn Kind {
+    match (resource.group.as_str(), resource.kind.as_str()) {
+        ("", "Pod") => &pod::Pod,
+        ("", "Node") => &node::Node,
+        ("", "Event") => &event::CoreEvent,
+        ("", "Secret") => &generic::Secret,
+        ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") => &workload::Workload,
+        ("batch", "Job") => &workload::Job,
+        ("batch", "CronJob") => &workload::CronJob,
+        _ => &generic::Generic,
+    }
+}
+
+/// The identity every summary starts with: apiVersion, kind and the object's metadata
+/// (namespace, name, uid, resourceVersion, labels, deletionTimestamp), with its controlling
+/// owner.
+pub(crate) fn identity(obj: &Value, r: &Resource) -> serde_json::Map<String, Value> {
+    let meta = &obj["metadata"];
+    let mut m = serde_json::Map::new();
+    m.insert("apiVersion".into(), json!(&**r.api_version()));
+    m.insert("kind".into(), json!(r.kind));
+    m.insert(
+        "metadata".into(),
+        json!({
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "resourceVersion": meta["resourceVersion"],
+            "labels": if meta["labels"].is_object() { meta["labels"].clone() } else { json!({}) },
+            "deletionTimestamp": meta["deletionTimestamp"],
+        }),
+    );
+    m.insert("owner".into(), owner(meta));
+    m
+}
+
+/// The controlling owner reference (or the first one), as apiVersion, kind, name and uid.
+pub(crate) fn owner(meta: &Value) -> Value {
+    meta["ownerReferences"]
+        .as_array()
+        .and_then(|owners| {
+            owners
+                .iter()
+                .find(|o| o["controller"].as_bool() == Some(true))
+                .or(owners.first())
+        })
+        .map(|o| json!({"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["name"], "uid": o["uid"]}))
+        .unwrap_or(Value::Null)
+}
+
+/// `status.conditions` as type, status, reason, message and lastTransitionTime.
+pub(crate) fn conditions(status: &Value) -> Value {
+    Value::Array(
+        status["conditions"]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| {
+                        json!({"type": c["type"], "status": c["status"], "reason": c["reason"],
+                            "message": c["message"], "lastTransitionTime": c["lastTransitionTime"]})
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_in_kinds_have_their_own_extras_and_the_rest_the_generic_ones() {
+        let r = |g: &str, k: &str| Resource::new(g, "v1", k, "x", true);
+        assert_eq!(of(&r("", "Pod")).pod_spec(), PodSpecAt::Spec);
+        assert_eq!(of(&r("apps", "Deployment")).pod_spec(), PodSpecAt::Template);
+        assert_eq!(of(&r("batch", "Job")).pod_spec(), PodSpecAt::Template);
+        assert_eq!(
+            of(&r("batch", "CronJob")).pod_spec(),
+            PodSpecAt::JobTemplate
+        );
+        assert!(of(&r("", "Secret")).secret_data());
+        assert_eq!(of(&r("example.com", "Widget")).pod_spec(), PodSpecAt::None);
+        // A kind named like a built-in in another group is not that built-in.
+        assert_eq!(of(&r("example.com", "Pod")).pod_spec(), PodSpecAt::None);
+    }
+}

@@ -1,0 +1,200 @@
+//! The configured resources, resolved against the apiserver's discovery at start: what each
+//! `watch.resources` entry names, where it is watched and with which selectors. Entry point:
+//! [`plan`].
+//!
+//! The default `[pods]` needs no discovery (core/v1 Pods are always served), so a config
+//! that does not name resources starts exactly as before, even while the apiserver is down.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backoff::Backoff;
+use crate::config::{ResourceConfig, WatchConfig};
+use crate::kinds::Resource;
+use crate::kinds::discovery::{self, DiscoveryError};
+use crate::kinds::resolve::{self, ResolveError};
+use crate::watch::Target;
+
+/// Why the configured resources cannot be watched.
+#[derive(Debug, thiserror::Error)]
+pub enum ResourceError {
+    /// A name the apiserver does not serve, or a resource the config may not watch: the
+    /// config is wrong (exit 2).
+    #[error("field `{field}`: {message}")]
+    Invalid { field: String, message: String },
+    /// Discovery refused kubecast (exit 1).
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+}
+
+/// One resource as it will be watched.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub target: Target,
+    /// Namespaces (empty: all; ignored for cluster-scoped resources).
+    pub namespaces: Vec<String>,
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+}
+
+impl Planned {
+    /// Whether this is core/v1 Pods (known now or not).
+    pub fn is_pods(&self) -> bool {
+        matches!(&self.target, Target::Resolved(r) if r.is_pod())
+    }
+}
+
+/// Whether `watch` is the default `[pods]` with no overrides.
+fn only_pods(watch: &WatchConfig) -> bool {
+    matches!(watch.resources.as_slice(), [r] if *r == ResourceConfig::named("pods"))
+}
+
+/// Resolves every entry of `watch.resources`, asking discovery again while it is unavailable
+/// (the caller races it against its shutdown).
+pub async fn plan(
+    client: &kube::Client,
+    watch: &WatchConfig,
+    max_backoff: Duration,
+) -> Result<Vec<Planned>, ResourceError> {
+    if only_pods(watch) {
+        return Ok(vec![planned(
+            watch,
+            &watch.resources[0],
+            Target::Resolved(Resource::pods()),
+        )]);
+    }
+    let mut backoff = Backoff::new(Duration::from_millis(250), max_backoff);
+    let served = loop {
+        match discovery::served(client).await {
+            Ok(s) => break s,
+            Err(e) if e.is_retriable() => {
+                let wait = backoff.next_delay();
+                tracing::warn!(error = %crate::error_chain(&e), retry_in_ms = wait.as_millis() as u64,
+                    "discovery failed; retrying");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let mut out = Vec::new();
+    for (i, entry) in watch.resources.iter().enumerate() {
+        let field = format!("watch.resources[{i}]");
+        let target = match resolve::resolve(&entry.resource, &served) {
+            Ok(r) => {
+                check_allowed(&r, entry, &field)?;
+                tracing::info!(resource = %entry.resource, resolved = %r, api_version = %r.api_version(),
+                    namespaced = r.namespaced, "watching");
+                Target::Resolved(r)
+            }
+            Err(ResolveError::NotYet { name }) => {
+                let group = resolve::group_of(&name).unwrap_or_default().to_string();
+                Target::Pending { name, group }
+            }
+            Err(e) => {
+                return Err(ResourceError::Invalid {
+                    field,
+                    message: e.to_string(),
+                });
+            }
+        };
+        let p = planned(watch, entry, target);
+        if let Target::Resolved(r) = &p.target
+            && out
+                .iter()
+                .any(|o: &Planned| matches!(&o.target, Target::Resolved(x) if x == r))
+        {
+            return Err(ResourceError::Invalid {
+                field,
+                message: format!(
+                    "`{}` names {r}, which an earlier entry names already",
+                    entry.resource
+                ),
+            });
+        }
+        out.push(p);
+    }
+    Ok(out)
+}
+
+/// Secrets only with `allow_secrets`.
+fn check_allowed(
+    r: &Arc<Resource>,
+    entry: &ResourceConfig,
+    field: &str,
+) -> Result<(), ResourceError> {
+    if r.group.is_empty() && r.plural == "secrets" && !entry.allow_secrets {
+        return Err(ResourceError::Invalid {
+            field: field.to_string(),
+            message: "watching Secrets needs `allow_secrets: true` on this entry (their data and stringData are then always redacted)".into(),
+        });
+    }
+    Ok(())
+}
+
+fn planned(watch: &WatchConfig, entry: &ResourceConfig, target: Target) -> Planned {
+    Planned {
+        target,
+        namespaces: entry
+            .namespaces
+            .clone()
+            .unwrap_or_else(|| watch.namespaces.clone()),
+        label_selector: entry
+            .label_selector
+            .clone()
+            .or_else(|| watch.label_selector.clone()),
+        field_selector: entry
+            .field_selector
+            .clone()
+            .or_else(|| watch.field_selector.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_needs_no_discovery_and_any_override_does() {
+        let mut w = WatchConfig::default();
+        assert!(only_pods(&w));
+        w.resources = vec![ResourceConfig {
+            label_selector: Some("a=b".into()),
+            ..ResourceConfig::named("pods")
+        }];
+        assert!(!only_pods(&w));
+    }
+
+    #[test]
+    fn an_entry_overrides_the_watch_level_settings_it_names() {
+        let w = WatchConfig {
+            namespaces: vec!["a".into()],
+            label_selector: Some("app=web".into()),
+            ..WatchConfig::default()
+        };
+        let e = ResourceConfig {
+            field_selector: Some("type=Warning".into()),
+            namespaces: Some(vec![]),
+            ..ResourceConfig::named("events")
+        };
+        let p = planned(&w, &e, Target::Resolved(Resource::pods()));
+        assert!(p.namespaces.is_empty());
+        assert_eq!(p.label_selector.as_deref(), Some("app=web"));
+        assert_eq!(p.field_selector.as_deref(), Some("type=Warning"));
+    }
+
+    #[test]
+    fn secrets_need_allow_secrets() {
+        let s = Arc::new(Resource::new("", "v1", "Secret", "secrets", true));
+        let e =
+            check_allowed(&s, &ResourceConfig::named("secrets"), "watch.resources[1]").unwrap_err();
+        assert!(
+            e.to_string().contains("watch.resources[1]") && e.to_string().contains("allow_secrets"),
+            "{e}"
+        );
+        let ok = ResourceConfig {
+            allow_secrets: true,
+            ..ResourceConfig::named("secrets")
+        };
+        assert!(check_allowed(&s, &ok, "f").is_ok());
+    }
+}
