@@ -50,6 +50,7 @@ pub mod ha;
 pub mod kinds;
 pub mod ops;
 pub mod pipeline;
+pub mod rbac;
 pub mod replay;
 pub mod route;
 pub mod sinks;

@@ -38,6 +38,29 @@ enum Command {
     /// Read a topic back: print, filter, verify, re-publish, or reconstruct the pods at a
     /// time (README, "Audit and replay"). Exit 3 when `--verify` finds the record incomplete.
     Replay(Box<kubecast::replay::ReplayArgs>),
+    /// Print the RBAC objects a config needs: `list` and `watch` on exactly the configured
+    /// resources (resolved through the apiserver's discovery), and the Lease rules with
+    /// leader election. Apply them with `kubectl apply -f -`.
+    Rbac(RbacArgs),
+}
+
+#[derive(Debug, Args)]
+struct RbacArgs {
+    /// The YAML config file kubecast will run with.
+    #[arg(long, short, env = "KUBECAST_CONFIG")]
+    config: PathBuf,
+    /// The ServiceAccount kubecast runs as, `NAMESPACE/NAME`.
+    #[arg(long, default_value = "kubecast/kubecast")]
+    service_account: String,
+    /// The name of the printed Roles and bindings.
+    #[arg(long, default_value = "kubecast")]
+    name: String,
+    /// Kubeconfig file for discovery; overrides `kubernetes.kubeconfig`.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context; overrides `kubernetes.context`.
+    #[arg(long)]
+    context: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -83,6 +106,7 @@ fn main() -> ExitCode {
             Err(e) => config_error(&e),
         },
         Command::Run(args) => run(args),
+        Command::Rbac(args) => rbac(args),
         Command::Replay(args) => {
             init_logging(&config::LogConfig {
                 level: "warn".to_string(),
@@ -163,6 +187,78 @@ fn run(args: RunArgs) -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+    })
+}
+
+fn rbac(args: RbacArgs) -> ExitCode {
+    let Some((sa_namespace, sa_name)) = args.service_account.split_once('/') else {
+        eprintln!(
+            "kubecast: --service-account must be NAMESPACE/NAME, not `{}`",
+            args.service_account
+        );
+        return ExitCode::from(2);
+    };
+    let validated = match load(&args.config, |c| {
+        if let Some(k) = args.kubeconfig.clone() {
+            c.kubernetes.kubeconfig = Some(k);
+        }
+        if let Some(ctx) = args.context.clone() {
+            c.kubernetes.context = Some(ctx);
+        }
+    }) {
+        Ok(v) => v,
+        Err(e) => return config_error(&e),
+    };
+    init_logging(&config::LogConfig {
+        level: "warn".to_string(),
+        format: LogFormat::Text,
+    });
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kubecast: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let client = match kubecast::cluster::client(&validated.kubernetes).await {
+            Ok(c) => c,
+            Err(e) => return config_error(&e),
+        };
+        let backoff =
+            std::time::Duration::from_secs(u64::from(validated.watch.max_backoff_seconds));
+        let planned =
+            match kubecast::pipeline::plan_resources(&client, &validated.watch, backoff).await {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("kubecast: {}", error_chain(&e));
+                    return match e {
+                        kubecast::pipeline::ResourceError::Invalid { .. } => ExitCode::from(2),
+                        _ => ExitCode::FAILURE,
+                    };
+                }
+            };
+        let grants: Vec<_> = planned.iter().map(|p| p.grant()).collect();
+        let lease = validated.leader_election.as_ref().map(|e| {
+            (
+                e.lease.clone(),
+                e.namespace
+                    .clone()
+                    .unwrap_or_else(|| sa_namespace.to_string()),
+            )
+        });
+        let who = kubecast::rbac::Subject {
+            service_account: sa_name.to_string(),
+            namespace: sa_namespace.to_string(),
+            name: args.name.clone(),
+            lease,
+        };
+        print!("{}", kubecast::rbac::render(&grants, &who));
+        ExitCode::SUCCESS
     })
 }
 

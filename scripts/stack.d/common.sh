@@ -23,6 +23,8 @@ HOST=127.0.0.1
 ETCD_PORT=${KUBECAST_STACK_ETCD_PORT:-12379}
 ETCD_PEER_PORT=${KUBECAST_STACK_ETCD_PEER_PORT:-12380}
 APISERVER_PORT=${KUBECAST_STACK_APISERVER_PORT:-16443}
+# kube-controller-manager's health endpoint (HTTPS, on loopback).
+CONTROLLER_MANAGER_PORT=${KUBECAST_STACK_CONTROLLER_MANAGER_PORT:-16444}
 KAFKA_PORT=${KUBECAST_STACK_KAFKA_PORT:-19092}
 KAFKA_CONTROLLER_PORT=${KUBECAST_STACK_KAFKA_CONTROLLER_PORT:-19093}
 MQTT_PORT=${KUBECAST_STACK_MQTT_PORT:-11883}
@@ -38,7 +40,7 @@ COMPACTION_INTERVAL=${KUBECAST_STACK_COMPACTION_INTERVAL:-5m}
 # Seconds that `up` waits for each component to answer.
 READY_TIMEOUT=${KUBECAST_STACK_READY_TIMEOUT:-120}
 
-COMPONENTS=(etcd kube-apiserver kafka mosquitto)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kafka mosquitto)
 
 log() { printf 'stack: %s\n' "$*" >&2; }
 die() {
@@ -51,6 +53,7 @@ component_ports() {
     case $1 in
     etcd) echo "$ETCD_PORT $ETCD_PEER_PORT" ;;
     kube-apiserver) echo "$APISERVER_PORT" ;;
+    kube-controller-manager) echo "$CONTROLLER_MANAGER_PORT" ;;
     kafka) echo "$KAFKA_PORT $KAFKA_CONTROLLER_PORT $KAFKA_SASL_PORT" ;;
     mosquitto) echo "$MQTT_PORT $MQTT_AUTH_PORT" ;;
     esac
@@ -61,6 +64,7 @@ canonical_component() {
     case $1 in
     etcd) echo etcd ;;
     kube-apiserver | apiserver | kube) echo kube-apiserver ;;
+    kube-controller-manager | controller-manager | controllers) echo kube-controller-manager ;;
     kafka) echo kafka ;;
     mosquitto | mqtt) echo mosquitto ;;
     *) die "unknown component '$1'; expected one of: ${COMPONENTS[*]}" ;;

@@ -100,8 +100,9 @@ start_kube_apiserver() {
     bin=$(kube_apiserver_binary)
     ensure_pki
     write_kubeconfig
-    # No controller-manager runs, so nothing would create the `default` ServiceAccount that
-    # the ServiceAccount admission plugin insists on; and no endpoint reconciler is needed.
+    # The controller-manager runs no serviceaccount controller, so nothing would create the
+    # `default` ServiceAccount that the ServiceAccount admission plugin insists on; and no
+    # endpoint reconciler is needed.
     spawn kube-apiserver "$bin" \
         --bind-address="$HOST" --advertise-address="$HOST" --secure-port="$APISERVER_PORT" \
         --etcd-servers="http://$HOST:$ETCD_PORT" --etcd-compaction-interval="$COMPACTION_INTERVAL" \
@@ -123,6 +124,37 @@ kube_curl() {
 check_kube_apiserver() { [[ $(kube_curl /readyz) == ok ]]; }
 
 version_kube_apiserver() { kube_curl /version | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p'; }
+
+# --- kube-controller-manager ----------------------------------------------------------------
+
+# The controllers that need no kubelet, scheduler or cloud: a Deployment really creates its
+# ReplicaSets and Pods (which stay Pending: nothing schedules or runs them), scaling writes
+# the controllers' core/v1 Events, Jobs and CronJobs run their course as far as Pods go,
+# deleted namespaces are emptied and finalized, and owned objects are garbage collected.
+# Off: node lifecycle, endpoints, service accounts and tokens, PV binding, pod GC, TTL
+# and the rest, which either need nodes and a kubelet or would touch what tests create.
+CONTROLLERS=deployment-controller,replicaset-controller,statefulset-controller,daemonset-controller
+CONTROLLERS+=,job-controller,cronjob-controller,namespace-controller,garbage-collector-controller
+
+start_kube_controller_manager() {
+    local bin
+    bin=$(kube_controller_manager_binary)
+    ensure_pki
+    write_kubeconfig
+    spawn kube-controller-manager "$bin" \
+        --kubeconfig="$STATE/kubeconfig" \
+        --authentication-kubeconfig="$STATE/kubeconfig" --authorization-kubeconfig="$STATE/kubeconfig" \
+        --bind-address="$HOST" --secure-port="$CONTROLLER_MANAGER_PORT" \
+        --cert-dir="$STATE/kube-controller-manager/certs" \
+        --controllers="$CONTROLLERS" --leader-elect=false \
+        --use-service-account-credentials=false --concurrent-gc-syncs=5
+}
+
+check_kube_controller_manager() {
+    [[ $(curl -ksS --max-time 3 "https://$HOST:$CONTROLLER_MANAGER_PORT/healthz") == ok ]]
+}
+
+version_kube_controller_manager() { version_kube_apiserver; }
 
 # --- Kafka ----------------------------------------------------------------------------------
 

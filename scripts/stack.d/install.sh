@@ -115,6 +115,13 @@ kube_apiserver_binary() {
         "$K8S_VERSION" "$(k8s_version_ldflags)"
 }
 
+# kube-controller-manager from the same Kubernetes release, so that Deployments really create
+# ReplicaSets and Pods, and namespaces really finish deleting.
+kube_controller_manager_binary() {
+    build_go_binary kube-controller-manager "$ROOT/scripts/go/kube-controller-manager" \
+        k8s.io/kubernetes/cmd/kube-controller-manager "$K8S_VERSION" "$(k8s_version_ldflags)"
+}
+
 # kubectl from the same Kubernetes release as the apiserver: `scripts/stack env` puts it on
 # PATH, so a newcomer can change pods by hand.
 kubectl_binary() {

@@ -32,7 +32,7 @@ use crate::sinks::{self, SinkError};
 use crate::store::StoreError;
 use crate::watch::{self, Observed, Target, WatchError, WatchSettings};
 
-pub use resources::ResourceError;
+pub use resources::{Planned, ResourceError, plan as plan_resources};
 
 use bridge::{Bridge, Parts};
 use durable::{Durable, DurableSettings};

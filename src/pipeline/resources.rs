@@ -38,6 +38,29 @@ pub struct Planned {
 }
 
 impl Planned {
+    /// What RBAC must grant for it: a custom resource not served yet is named by its
+    /// `plural.group` as configured.
+    pub fn grant(&self) -> crate::rbac::Grant {
+        let (group, plural, namespaced) = match &self.target {
+            Target::Resolved(r) => (r.group.clone(), r.plural.clone(), r.namespaced),
+            Target::Pending { name, group } => (
+                group.clone(),
+                name.split('.').next().unwrap_or_default().to_string(),
+                true,
+            ),
+        };
+        crate::rbac::Grant {
+            group,
+            plural,
+            namespaced,
+            namespaces: if namespaced {
+                self.namespaces.clone()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
     /// Whether this is core/v1 Pods (known now or not).
     pub fn is_pods(&self) -> bool {
         matches!(&self.target, Target::Resolved(r) if r.is_pod())

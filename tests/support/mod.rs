@@ -13,6 +13,7 @@ pub mod deliver;
 pub mod deploy;
 pub mod http;
 pub mod kubecast;
+pub mod objects;
 pub mod observer;
 pub mod pods;
 pub mod proc;

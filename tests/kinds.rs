@@ -1,0 +1,409 @@
+//! Every kind through the same pipeline, against the real apiserver and controllers: a
+//! Deployment scaled by the real deployment and replicaset controllers arrives with its
+//! ReplicaSets, Pods and the controllers' Events; a Node (cluster-scoped) is created, turns
+//! not Ready and is deleted; a custom resource is waited for until its CRD exists and its
+//! objects are deleted when the CRD goes. Each with the event contract of its kind and gapless
+//! chains per object.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::http::{free_port, wait_for};
+use support::objects::{Objects, uid};
+use support::scene::{InProcess, Scene, file_events, file_sink};
+use support::unique_name;
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+/// Waits until the file sink at `path` holds events that `done` accepts.
+async fn events_until(
+    path: &std::path::Path,
+    what: &str,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let events = file_events(path);
+        if done(&events) {
+            return events;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let seen: Vec<String> = events
+                .iter()
+                .map(|e| format!("{} {}", e["type"], e["subject"]))
+                .collect();
+            panic!(
+                "timed out after {LIMIT:?} waiting for {what}; events so far:\n{}",
+                seen.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn s<'a>(e: &'a Value, attr: &str) -> &'a str {
+    e[attr].as_str().unwrap_or_default()
+}
+
+/// Events per object (by uid), in order.
+fn by_object(events: &[Value]) -> BTreeMap<String, Vec<&Value>> {
+    let mut out: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
+    for e in events {
+        out.entry(s(e, "k8suid").to_string()).or_default().push(e);
+    }
+    out
+}
+
+/// Each object's chain links: its first event has no previous version, every later one
+/// names the one before, and nothing comes twice.
+fn assert_gapless(events: &[Value]) {
+    for (uid, chain) in by_object(events) {
+        let mut last = String::new();
+        for e in chain {
+            assert_eq!(s(e, "k8sprevrv"), last, "a gap in the chain of {uid}: {e}");
+            last = s(e, "k8srv").to_string();
+        }
+    }
+}
+
+fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| s(e, "type") == ty).collect()
+}
+
+#[tokio::test]
+async fn a_deployment_scaled_by_the_real_controllers_arrives_with_its_replica_sets_pods_and_events()
+{
+    let scene = Scene::new("kinds-deploy").await;
+    let ns = scene.ns.clone();
+    let path = scene.dir.join("events.jsonl");
+    let config = scene.config("", &[file_sink("file", &path)]).replace(
+        "watch:\n",
+        "watch:\n  resources: [deployments.apps, rs, pods, events]\n",
+    );
+    let kubecast = InProcess::start(&scene, &config);
+    let objects = Objects::new(&scene.client);
+    let deployments = format!("/apis/apps/v1/namespaces/{ns}/deployments");
+    let d = objects
+        .create(
+            &deployments,
+            &json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{"name": "c", "image": "nginx:1.27",
+                            "env": [{"name": "TOKEN", "value": "s3cr3t"}]}]}}}}),
+        )
+        .await;
+    let web = format!("{deployments}/web");
+    let pods_of = |n: usize| {
+        move |events: &[Value]| {
+            let added = of_type(events, "io.k8s.core.v1.pod.added").len();
+            let deleted = of_type(events, "io.k8s.core.v1.pod.deleted").len();
+            added - deleted.min(added) == n
+        }
+    };
+    events_until(&path, "the controllers' first pod", pods_of(1)).await;
+    objects.patch(&web, &json!({"spec": {"replicas": 3}})).await;
+    events_until(&path, "three pods", pods_of(3)).await;
+    objects.patch(&web, &json!({"spec": {"replicas": 1}})).await;
+    events_until(&path, "back to one pod", pods_of(1)).await;
+    objects.delete(&web).await;
+    let events = events_until(
+        &path,
+        "the deployment, its replica sets and pods deleted",
+        |ev| {
+            let gone = |kind: &str| {
+                let added = ev
+                    .iter()
+                    .filter(|e| s(e, "type") == format!("{kind}.added"))
+                    .count();
+                let deleted = ev
+                    .iter()
+                    .filter(|e| s(e, "type") == format!("{kind}.deleted"))
+                    .count();
+                added > 0 && added == deleted
+            };
+            gone("io.k8s.apps.v1.deployment")
+                && gone("io.k8s.apps.v1.replicaset")
+                && gone("io.k8s.core.v1.pod")
+        },
+    )
+    .await;
+    kubecast.stop(Duration::from_secs(20)).await;
+
+    assert_gapless(&events);
+    let deployment: Vec<&Value> = events
+        .iter()
+        .filter(|e| s(e, "k8suid") == uid(&d))
+        .collect();
+    for e in &deployment {
+        assert_eq!(
+            s(e, "source"),
+            format!("k8s://test/apis/apps/v1/namespaces/{ns}/deployments")
+        );
+        assert_eq!(s(e, "subject"), format!("{ns}/web"));
+        assert_eq!(
+            (s(e, "k8skind"), s(e, "k8sapiversion")),
+            ("Deployment", "apps/v1")
+        );
+        assert_eq!(
+            s(e, "dataschema"),
+            "urn:kubecast:schema:deployment.v1.apps-full:v1"
+        );
+    }
+    let first = deployment.first().expect("the deployment's events");
+    assert_eq!(s(first, "type"), "io.k8s.apps.v1.deployment.added");
+    assert_eq!(
+        first["data"]["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"], "<redacted>",
+        "env values in a pod template are redacted"
+    );
+    assert!(first["data"]["metadata"].get("managedFields").is_none());
+    assert!(
+        deployment
+            .iter()
+            .any(|e| e["data"]["spec"]["replicas"] == 3),
+        "the scale to 3 is among the deployment's changes"
+    );
+    let pods_created = of_type(&events, "io.k8s.core.v1.pod.added");
+    assert_eq!(
+        pods_created.len(),
+        3,
+        "the replicaset controller created three pods"
+    );
+    for p in pods_created {
+        assert_eq!((s(p, "k8skind"), s(p, "k8sapiversion")), ("Pod", "v1"));
+        assert_eq!(
+            s(p, "source"),
+            format!("k8s://test/api/v1/namespaces/{ns}/pods")
+        );
+    }
+    let rs = of_type(&events, "io.k8s.apps.v1.replicaset.added");
+    assert!(!rs.is_empty());
+    assert_eq!(s(rs[0], "k8skind"), "ReplicaSet");
+    let reasons: Vec<&str> = of_type(&events, "io.k8s.core.v1.event.added")
+        .iter()
+        .map(|e| e["data"]["reason"].as_str().unwrap_or_default())
+        .collect();
+    for reason in ["ScalingReplicaSet", "SuccessfulCreate", "SuccessfulDelete"] {
+        assert!(
+            reasons.contains(&reason),
+            "no {reason} Event among {reasons:?}"
+        );
+    }
+    let event = of_type(&events, "io.k8s.core.v1.event.added")[0];
+    assert_eq!(
+        (s(event, "k8skind"), s(event, "k8sapiversion")),
+        ("Event", "v1")
+    );
+    assert_eq!(
+        s(event, "source"),
+        format!("k8s://test/api/v1/namespaces/{ns}/events")
+    );
+}
+
+#[tokio::test]
+async fn a_node_is_cluster_scoped_its_own_subject_and_its_ready_flip_arrives() {
+    let scene = Scene::new("kinds-node").await;
+    let path = scene.dir.join("events.jsonl");
+    let label = unique_name("node-test");
+    // Nodes are cluster-wide: this test's carry a label of its own.
+    let config = format!(
+        "cluster: test\nwatch:\n  resources: [{{resource: no, label_selector: 'kubecast-test={label}'}}]\nencoding: {{data: summary}}\nsinks:\n{}",
+        file_sink("file", &path)
+    );
+    let kubecast = InProcess::start(&scene, &config);
+    let objects = Objects::new(&scene.client);
+    let name = unique_name("node");
+    let node = objects
+        .create(
+            "/api/v1/nodes",
+            &json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubecast-test": label}},
+                "spec": {"taints": [{"key": "example.com/test", "effect": "NoSchedule"}]}}),
+        )
+        .await;
+    let at = format!("/api/v1/nodes/{name}");
+    for ready in ["True", "False"] {
+        objects
+            .patch(
+                &format!("{at}/status"),
+                &json!({"status": {"conditions": [{"type": "Ready", "status": ready,
+                    "reason": if ready == "True" { "KubeletReady" } else { "KubeletNotReady" },
+                    "message": "set by the test", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                    "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}),
+            )
+            .await;
+    }
+    objects.delete(&at).await;
+    let events = events_until(&path, "the node's delete", |ev| {
+        !of_type(ev, "io.k8s.core.v1.node.deleted").is_empty()
+    })
+    .await;
+    kubecast.stop(Duration::from_secs(20)).await;
+
+    assert_gapless(&events);
+    assert!(
+        events.iter().all(|e| s(e, "k8suid") == uid(&node)),
+        "only this test's node"
+    );
+    let types: Vec<&str> = events.iter().map(|e| s(e, "type")).collect();
+    assert_eq!(
+        types,
+        [
+            "io.k8s.core.v1.node.added",
+            "io.k8s.core.v1.node.modified",
+            "io.k8s.core.v1.node.modified",
+            "io.k8s.core.v1.node.deleted"
+        ]
+    );
+    for e in &events {
+        assert_eq!(s(e, "source"), "k8s://test/api/v1/nodes");
+        assert_eq!(s(e, "subject"), name);
+        assert_eq!(s(e, "k8snamespace"), "");
+        assert_eq!((s(e, "k8skind"), s(e, "k8sapiversion")), ("Node", "v1"));
+        assert_eq!(s(e, "dataschema"), "urn:kubecast:schema:node-summary:v1");
+    }
+    let not_ready = &events[2]["data"];
+    assert_eq!(not_ready["conditions"][0]["status"], "False");
+    assert_eq!(not_ready["conditions"][0]["reason"], "KubeletNotReady");
+    assert_eq!(not_ready["capacity"]["cpu"], "4");
+    assert_eq!(not_ready["taints"][0]["key"], "example.com/test");
+}
+
+#[tokio::test]
+async fn a_custom_resource_is_waited_for_watched_once_its_crd_exists_and_emptied_when_it_goes() {
+    let scene = Scene::new("kinds-crd").await;
+    let ns = scene.ns.clone();
+    let path = scene.dir.join("events.jsonl");
+    // A group of this test's own, so that runs side by side never share the CRD.
+    let group = format!("{}.example.com", unique_name("t"));
+    let resource = format!("widgets.{group}");
+    let port = free_port();
+    let config = scene
+        .config(
+            &format!("metrics: {{address: '127.0.0.1:{port}'}}\n"),
+            &[file_sink("file", &path)],
+        )
+        .replace("watch:\n", &format!("watch:\n  resources: [{resource}]\n"));
+    let kubecast = InProcess::start(&scene, &config);
+    let (code, body) = wait_for(
+        port,
+        "/readyz",
+        LIMIT,
+        "readiness naming the missing CRD",
+        |_, b| b.contains(&resource),
+    )
+    .await;
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("CustomResourceDefinition is not installed"),
+        "{body}"
+    );
+
+    let objects = Objects::new(&scene.client);
+    let crd_path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{resource}");
+    objects
+        .create(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": resource},
+                "spec": {"group": group, "scope": "Namespaced",
+                    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
+                    "versions": [{"name": "v1", "served": true, "storage": true,
+                        "schema": {"openAPIV3Schema": {"type": "object",
+                            "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}}),
+        )
+        .await;
+    objects
+        .wait_until(&crd_path, LIMIT, "the CRD to be established", |crd| {
+            crd.and_then(|c| c["status"]["conditions"].as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        })
+        .await;
+    let (code, body) = wait_for(
+        port,
+        "/readyz",
+        LIMIT,
+        "readiness once the CRD is served",
+        |c, _| c == 200,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let widgets = format!("/apis/{group}/v1/namespaces/{ns}/widgets");
+    let mut made = Vec::new();
+    for name in ["a", "b"] {
+        made.push(
+            objects
+                .create(
+                    &widgets,
+                    &json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+                    "metadata": {"name": name}, "spec": {"size": 1}}),
+                )
+                .await,
+        );
+    }
+    objects
+        .patch(&format!("{widgets}/a"), &json!({"spec": {"size": 2}}))
+        .await;
+    objects.delete(&format!("{widgets}/b")).await;
+    events_until(&path, "a's change and b's delete", |ev| {
+        ev.iter()
+            .any(|e| s(e, "type").ends_with(".widget.modified"))
+            && ev.iter().any(|e| s(e, "type").ends_with(".widget.deleted"))
+    })
+    .await;
+    // The CRD goes while `a` still exists: a's delete comes out, then the resource is
+    // waited for again.
+    objects.delete(&crd_path).await;
+    let events = events_until(&path, "a's delete after the CRD went", |ev| {
+        ev.iter()
+            .filter(|e| s(e, "type").ends_with(".widget.deleted"))
+            .count()
+            == 2
+    })
+    .await;
+    wait_for(
+        port,
+        "/readyz",
+        LIMIT,
+        "readiness naming the CRD again",
+        |c, b| c == 503 && b.contains(&resource),
+    )
+    .await;
+    kubecast.stop(Duration::from_secs(20)).await;
+
+    assert_gapless(&events);
+    let ty = |change: &str| format!("io.k8s.{group}.v1.widget.{change}");
+    let types: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| (s(e, "k8sname"), s(e, "type")))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("a", ty("added").as_str()),
+            ("b", ty("added").as_str()),
+            ("a", ty("modified").as_str()),
+            ("b", ty("deleted").as_str()),
+            ("a", ty("deleted").as_str()),
+        ]
+    );
+    for e in &events {
+        assert_eq!(
+            s(e, "source"),
+            format!("k8s://test/apis/{group}/v1/namespaces/{ns}/widgets")
+        );
+        assert_eq!(
+            (s(e, "k8skind"), s(e, "k8sapiversion")),
+            ("Widget", format!("{group}/v1").as_str())
+        );
+    }
+    assert_eq!(events[2]["data"]["spec"]["size"], 2);
+    assert_eq!(s(&events[4], "k8suid"), uid(&made[0]));
+}

@@ -1,0 +1,117 @@
+//! Any object through the real apiserver by its API path, as JSON in and out: Deployments,
+//! Nodes, custom resources and their definitions. Entry point: [`Objects`].
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+const MERGE: &str = "application/merge-patch+json";
+
+/// Requests on the stack's apiserver as its admin.
+pub struct Objects {
+    client: kube::Client,
+}
+
+impl Objects {
+    pub fn new(client: &kube::Client) -> Objects {
+        Objects {
+            client: client.clone(),
+        }
+    }
+
+    /// One request with a JSON body (or none); the JSON answer, or the apiserver's error.
+    pub async fn try_call(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, kube::Error> {
+        let req = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::CONTENT_TYPE, content_type)
+            .body(
+                body.map(|b| serde_json::to_vec(b).expect("JSON serializes"))
+                    .unwrap_or_default(),
+            )
+            .expect("a valid request");
+        let text = self.client.request_text(req).await?;
+        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: Option<&Value>,
+    ) -> Value {
+        self.try_call(method, path, content_type, body)
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// POSTs `object` to the collection `path`.
+    pub async fn create(&self, path: &str, object: &Value) -> Value {
+        self.call("POST", path, "application/json", Some(object))
+            .await
+    }
+
+    /// Merge-patches the object at `path` (a `/status` path patches its status).
+    pub async fn patch(&self, path: &str, patch: &Value) -> Value {
+        self.call("PATCH", path, MERGE, Some(patch)).await
+    }
+
+    /// Deletes the object at `path`, its dependents in the background.
+    pub async fn delete(&self, path: &str) -> Value {
+        self.call("DELETE", path, "application/json", None).await
+    }
+
+    /// GETs `path`; `None` on 404.
+    pub async fn get(&self, path: &str) -> Option<Value> {
+        match self.try_call("GET", path, "application/json", None).await {
+            Ok(v) => Some(v),
+            Err(kube::Error::Api(s)) if s.code == 404 => None,
+            Err(e) => panic!("GET {path}: {e}"),
+        }
+    }
+
+    /// Waits until GET `path` answers something `done` accepts.
+    pub async fn wait_until(
+        &self,
+        path: &str,
+        limit: Duration,
+        what: &str,
+        done: impl Fn(Option<&Value>) -> bool,
+    ) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let now = self.get(path).await;
+            if done(now.as_ref()) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out after {limit:?} waiting for {what}; GET {path} answers {now:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// An object's `metadata.resourceVersion`.
+pub fn rv(o: &Value) -> String {
+    o["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// An object's `metadata.uid`.
+pub fn uid(o: &Value) -> String {
+    o["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
