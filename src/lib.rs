@@ -44,6 +44,7 @@ pub mod alert;
 pub mod backoff;
 pub mod classify;
 pub mod cluster;
+pub mod commands;
 pub mod config;
 pub mod event;
 pub mod ha;

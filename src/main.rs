@@ -42,6 +42,25 @@ enum Command {
     /// resources (resolved through the apiserver's discovery), and the Lease rules with
     /// leader election. Apply them with `kubectl apply -f -`.
     Rbac(RbacArgs),
+    /// Print the JSON Schema of the `data` of a resource's events (the one its events name
+    /// as `dataschema`): built-ins from their API types, any other served resource (custom
+    /// resources too) from the apiserver's OpenAPI v3.
+    Schema(SchemaArgs),
+}
+
+#[derive(Debug, Args)]
+struct SchemaArgs {
+    /// The resource as `kubectl get` names it (`pods`, `deploy`, `widgets.example.com`).
+    resource: String,
+    /// The data mode: full, summary or reference.
+    #[arg(long, default_value = "full", value_parser = ["full", "summary", "reference"])]
+    mode: String,
+    /// Kubeconfig file (default: KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context.
+    #[arg(long)]
+    context: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -107,6 +126,7 @@ fn main() -> ExitCode {
         },
         Command::Run(args) => run(args),
         Command::Rbac(args) => rbac(args),
+        Command::Schema(args) => schema(args),
         Command::Replay(args) => {
             init_logging(&config::LogConfig {
                 level: "warn".to_string(),
@@ -190,14 +210,23 @@ fn run(args: RunArgs) -> ExitCode {
     })
 }
 
+/// A single-threaded runtime with rustls' provider installed, for the short commands.
+fn short_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    init_logging(&config::LogConfig {
+        level: "warn".to_string(),
+        format: LogFormat::Text,
+    });
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("kubecast: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
+
 fn rbac(args: RbacArgs) -> ExitCode {
-    let Some((sa_namespace, sa_name)) = args.service_account.split_once('/') else {
-        eprintln!(
-            "kubecast: --service-account must be NAMESPACE/NAME, not `{}`",
-            args.service_account
-        );
-        return ExitCode::from(2);
-    };
     let validated = match load(&args.config, |c| {
         if let Some(k) = args.kubeconfig.clone() {
             c.kubernetes.kubeconfig = Some(k);
@@ -209,57 +238,25 @@ fn rbac(args: RbacArgs) -> ExitCode {
         Ok(v) => v,
         Err(e) => return config_error(&e),
     };
-    init_logging(&config::LogConfig {
-        level: "warn".to_string(),
-        format: LogFormat::Text,
-    });
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("kubecast: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    match short_runtime() {
+        Ok(rt) => rt.block_on(kubecast::commands::rbac(
+            &validated,
+            &args.service_account,
+            &args.name,
+        )),
+        Err(code) => code,
+    }
+}
+
+fn schema(args: SchemaArgs) -> ExitCode {
+    let k = config::KubernetesConfig {
+        kubeconfig: args.kubeconfig,
+        context: args.context,
     };
-    runtime.block_on(async move {
-        let client = match kubecast::cluster::client(&validated.kubernetes).await {
-            Ok(c) => c,
-            Err(e) => return config_error(&e),
-        };
-        let backoff =
-            std::time::Duration::from_secs(u64::from(validated.watch.max_backoff_seconds));
-        let planned =
-            match kubecast::pipeline::plan_resources(&client, &validated.watch, backoff).await {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("kubecast: {}", error_chain(&e));
-                    return match e {
-                        kubecast::pipeline::ResourceError::Invalid { .. } => ExitCode::from(2),
-                        _ => ExitCode::FAILURE,
-                    };
-                }
-            };
-        let grants: Vec<_> = planned.iter().map(|p| p.grant()).collect();
-        let lease = validated.leader_election.as_ref().map(|e| {
-            (
-                e.lease.clone(),
-                e.namespace
-                    .clone()
-                    .unwrap_or_else(|| sa_namespace.to_string()),
-            )
-        });
-        let who = kubecast::rbac::Subject {
-            service_account: sa_name.to_string(),
-            namespace: sa_namespace.to_string(),
-            name: args.name.clone(),
-            lease,
-        };
-        print!("{}", kubecast::rbac::render(&grants, &who));
-        ExitCode::SUCCESS
-    })
+    match short_runtime() {
+        Ok(rt) => rt.block_on(kubecast::commands::schema(&k, &args.resource, &args.mode)),
+        Err(code) => code,
+    }
 }
 
 fn init_logging(log: &config::LogConfig) {

@@ -14,6 +14,7 @@ mod node;
 mod pod;
 pub mod resolve;
 mod resource;
+pub mod schema;
 mod workload;
 
 pub use resource::Resource;
