@@ -44,6 +44,12 @@ async fn events_until(
     }
 }
 
+/// Waits until kubecast has listed every resource (and its sinks are connected): changes
+/// made from now on arrive as changes.
+async fn ready(port: u16) {
+    wait_for(port, "/readyz", LIMIT, "kubecast ready", |c, _| c == 200).await;
+}
+
 fn s<'a>(e: &'a Value, attr: &str) -> &'a str {
     e[attr].as_str().unwrap_or_default()
 }
@@ -66,6 +72,17 @@ fn assert_gapless(events: &[Value]) {
             assert_eq!(s(e, "k8sprevrv"), last, "a gap in the chain of {uid}: {e}");
             last = s(e, "k8srv").to_string();
         }
+    }
+}
+
+/// Every event's data follows the schema its `dataschema` names (shipped in `schemas/`).
+fn follow_their_schemas(events: &[Value]) {
+    for e in events {
+        support::schema::assert_follows(
+            s(e, "dataschema"),
+            &e["data"],
+            &format!("{} {}", s(e, "type"), s(e, "subject")),
+        );
     }
 }
 
@@ -135,6 +152,7 @@ async fn a_deployment_scaled_by_the_real_controllers_arrives_with_its_replica_se
     kubecast.stop(Duration::from_secs(20)).await;
 
     assert_gapless(&events);
+    follow_their_schemas(&events);
     let deployment: Vec<&Value> = events
         .iter()
         .filter(|e| s(e, "k8suid") == uid(&d))
@@ -210,11 +228,13 @@ async fn a_node_is_cluster_scoped_its_own_subject_and_its_ready_flip_arrives() {
     let path = scene.dir.join("events.jsonl");
     let label = unique_name("node-test");
     // Nodes are cluster-wide: this test's carry a label of its own.
+    let port = free_port();
     let config = format!(
-        "cluster: test\nwatch:\n  resources: [{{resource: no, label_selector: 'kubecast-test={label}'}}]\nencoding: {{data: summary}}\nsinks:\n{}",
+        "cluster: test\nwatch:\n  resources: [{{resource: no, label_selector: 'kubecast-test={label}'}}]\nencoding: {{data: summary}}\nmetrics: {{address: '127.0.0.1:{port}'}}\nsinks:\n{}",
         file_sink("file", &path)
     );
     let kubecast = InProcess::start(&scene, &config);
+    ready(port).await;
     let objects = Objects::new(&scene.client);
     let name = unique_name("node");
     let node = objects

@@ -121,8 +121,10 @@ pub fn wrap(r: &Resource, mode: &str, body: Value) -> Value {
 }
 
 /// The API type's schema, with `apiVersion` and `kind` pinned (kubecast adds them to list
-/// items that lack them).
+/// items that lack them) and every optional field allowed to be `null`, as the apiserver
+/// writes some of them (an Event's `eventTime: null`, a condition's `lastProbeTime: null`).
 fn full_body(mut schema: Value, r: &Resource) -> Value {
+    nullable_optionals(&mut schema);
     if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
         props.insert("apiVersion".into(), json!({"const": &**r.api_version()}));
         props.insert("kind".into(), json!({"const": r.kind}));
@@ -342,6 +344,38 @@ fn standalone(schemas: &Map<String, Value>, key: &str) -> Value {
     root
 }
 
+/// Wherever a schema lists `properties`, those not `required` may also be `null`.
+fn nullable_optionals(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            let required: Vec<String> = m
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| {
+                    r.iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if let Some(Value::Object(props)) = m.get_mut("properties") {
+                for (k, p) in props.iter_mut() {
+                    nullable_optionals(p);
+                    if !required.contains(k) && p.is_object() {
+                        *p = json!({"anyOf": [p.take(), {"type": "null"}]});
+                    }
+                }
+            }
+            for (k, x) in m.iter_mut() {
+                if k != "properties" {
+                    nullable_optionals(x);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(nullable_optionals),
+        _ => {}
+    }
+}
+
 const COMPONENT: &str = "#/components/schemas/";
 
 fn collect_refs(v: &Value, out: &mut Vec<String>) {
@@ -461,5 +495,19 @@ mod tests {
             "#/$defs/io.k8s.Owner"
         );
         assert!(s["$defs"].get("io.k8s.Unrelated").is_none());
+    }
+
+    #[test]
+    fn optional_fields_may_be_null_as_the_apiserver_writes_them() {
+        let mut s = json!({"type": "object", "required": ["a"], "properties": {
+            "a": {"type": "string"}, "b": {"type": "string"},
+            "c": {"type": "object", "properties": {"d": {"$ref": "#/$defs/x"}}}}});
+        nullable_optionals(&mut s);
+        assert_eq!(s["properties"]["a"], json!({"type": "string"}));
+        assert_eq!(s["properties"]["b"]["anyOf"][1], json!({"type": "null"}));
+        assert_eq!(
+            s["properties"]["c"]["anyOf"][0]["properties"]["d"]["anyOf"][0]["$ref"],
+            "#/$defs/x"
+        );
     }
 }
