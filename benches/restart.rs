@@ -156,7 +156,7 @@ async fn measure(stack: &Stack, client: &kube::Client, ns: &str, n: usize, mode:
     let detail = match mode {
         Mode::StateDir => format!(
             "state restored ({} known pods)",
-            logged(&log, "state restored", "known_pods").unwrap_or_default()
+            logged(&log, "state restored", "known_objects").unwrap_or_default()
         ),
         Mode::ExactlyOnce => format!(
             "fence {} ms, read checkpoint + {} state records {} ms",

@@ -63,6 +63,8 @@ pub struct Classifier {
     known: HashMap<Box<str>, Known>,
     /// Interned namespaces and resource keys.
     names: HashSet<Arc<str>>,
+    /// Known objects per resource key, kept as objects come and go.
+    counts: HashMap<Arc<str>, usize>,
     initial: InitialList,
     /// Whether the known state came from a saved checkpoint; then no list is "initial".
     restored: bool,
@@ -79,6 +81,7 @@ impl Classifier {
         Classifier {
             known: HashMap::new(),
             names: HashSet::new(),
+            counts: HashMap::new(),
             initial,
             restored: false,
             listed_once: HashSet::new(),
@@ -101,13 +104,14 @@ impl Classifier {
     /// neither diffed nor deleted.
     pub fn retain_resources(&mut self, keys: &[&str]) {
         self.known.retain(|_, k| keys.contains(&&*k.resource));
+        self.counts.retain(|r, _| keys.contains(&&**r));
     }
 
     /// Applies an event emitted before a restart (replayed from the durable log).
     pub fn replay(&mut self, e: &crate::event::Event) {
         match e.kind {
             ChangeKind::Deleted => {
-                self.known.remove(e.uid.as_str());
+                self.forget(e.uid.as_str());
             }
             _ => self.remember(
                 &e.uid,
@@ -131,7 +135,7 @@ impl Classifier {
         gone: bool,
     ) {
         if gone {
-            self.known.remove(uid);
+            self.forget(uid);
         } else {
             self.remember(uid, resource, namespace, name, rv, self.epoch);
         }
@@ -162,12 +166,8 @@ impl Classifier {
     }
 
     /// Number of known objects per resource key.
-    pub fn counts(&self) -> HashMap<Arc<str>, usize> {
-        let mut out: HashMap<Arc<str>, usize> = HashMap::new();
-        for k in self.known.values() {
-            *out.entry(k.resource.clone()).or_default() += 1;
-        }
-        out
+    pub fn counts(&self) -> &HashMap<Arc<str>, usize> {
+        &self.counts
     }
 
     /// The last emitted resourceVersion of an object, if known.
@@ -222,7 +222,7 @@ impl Classifier {
             .collect();
         let mut out = Vec::with_capacity(gone.len());
         for uid in gone {
-            if let Some(k) = self.known.remove(&uid) {
+            if let Some(k) = self.forget(&uid) {
                 out.push(Change {
                     kind: ChangeKind::Deleted,
                     resource: scope.resource.clone(),
@@ -251,7 +251,7 @@ impl Classifier {
 
     /// An object deleted on the watch of `scope`.
     pub fn deleted(&mut self, scope: &Scope, pod: Object) -> Change {
-        let prev = self.known.remove(pod.uid.as_str());
+        let prev = self.forget(pod.uid.as_str());
         Change {
             kind: ChangeKind::Deleted,
             resource: scope.resource.clone(),
@@ -314,7 +314,23 @@ impl Classifier {
             name: name.into(),
             seen,
         };
-        self.known.insert(uid.into(), known);
+        let added = known.resource.clone();
+        if let Some(old) = self.known.insert(uid.into(), known) {
+            self.count(&old.resource, -1);
+        }
+        self.count(&added, 1);
+    }
+
+    /// Removes `uid` from the known state (and from its resource's count).
+    fn forget(&mut self, uid: &str) -> Option<Known> {
+        let k = self.known.remove(uid)?;
+        self.count(&k.resource, -1);
+        Some(k)
+    }
+
+    fn count(&mut self, resource: &Arc<str>, by: isize) {
+        let n = self.counts.entry(resource.clone()).or_default();
+        *n = n.saturating_add_signed(by);
     }
 
     fn intern(&mut self, name: &str) -> Arc<str> {
@@ -477,7 +493,7 @@ mod resource_tests {
         assert_eq!(c.known_rv("p"), Some("1"));
         let counts = c.counts();
         assert_eq!(counts.get("pods"), Some(&1));
-        assert_eq!(counts.get("nodes"), None);
+        assert_eq!(counts.get("nodes"), Some(&0));
     }
 
     #[test]

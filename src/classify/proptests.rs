@@ -117,6 +117,8 @@ proptest! {
             }
             consume(&mut seen, out)?;
             prop_assert_eq!(&seen, &cluster.truth());
+            let counted: usize = classifier.counts().values().sum();
+            prop_assert_eq!(counted, classifier.len(), "the per-resource counts follow the known state");
         }
     }
 }

@@ -200,4 +200,19 @@ mod tests {
         .to_string();
         assert!(unknown.contains("colour"), "{unknown}");
     }
+
+    #[test]
+    fn the_examples_of_other_kinds_are_valid() {
+        for (name, text, first) in [
+            ("rollouts", include_str!("../../examples/rollouts.yaml"), "deployments.apps"),
+            ("warning-events", include_str!("../../examples/warning-events.yaml"), "events"),
+            ("custom-resource", include_str!("../../examples/custom-resource.yaml"), "widgets.example.com"),
+        ] {
+            let v = load_str(name, text, Vec::new())
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .validate()
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(v.watch.resources[0].resource, first, "{name}");
+        }
+    }
 }

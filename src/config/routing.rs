@@ -33,6 +33,7 @@ pub(super) fn routes_and_rules(
     if config.routes.len() > MAX_ROUTES {
         issues.push(Issue::new("routes", format!("at most {MAX_ROUTES} routes")));
     }
+    let watched: Vec<&str> = config.watch.resources.iter().map(|r| r.resource.as_str()).collect();
     let mut routes = Vec::new();
     for (name, r) in &config.routes {
         if !super::validate::is_name(name) {
@@ -41,7 +42,7 @@ pub(super) fn routes_and_rules(
                 "route names are letters, digits, '-' and '_'",
             ));
         }
-        match r.validate(name, &names) {
+        match r.validate(name, &names, &watched) {
             Ok(r) => routes.push(r),
             Err(more) => issues.extend(more),
         }

@@ -28,13 +28,10 @@ pub struct Served {
 
 impl Served {
     fn resource(&self) -> Arc<Resource> {
-        Arc::new(Resource::new(
-            &self.group,
-            &self.version,
-            &self.kind,
-            &self.plural,
-            self.namespaced,
-        ))
+        Arc::new(
+            Resource::new(&self.group, &self.version, &self.kind, &self.plural, self.namespaced)
+                .with_names(&self.singular, &self.short_names),
+        )
     }
 
     /// `deployments.apps`, or `pods`.
@@ -108,6 +105,33 @@ pub fn is_version(s: &str) -> bool {
             tail.strip_prefix(p)
                 .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
         })
+}
+
+/// The short names of the built-in resources (as the apiserver serves them), for matching
+/// names offline (`kubecast replay --resource deploy`).
+pub fn builtin_short_names(group: &str, plural: &str) -> Vec<String> {
+    let short: &[&str] = match (group, plural) {
+        ("", "pods") => &["po"],
+        ("", "nodes") => &["no"],
+        ("", "events") => &["ev"],
+        ("", "namespaces") => &["ns"],
+        ("", "services") => &["svc"],
+        ("", "configmaps") => &["cm"],
+        ("", "persistentvolumeclaims") => &["pvc"],
+        ("", "persistentvolumes") => &["pv"],
+        ("", "serviceaccounts") => &["sa"],
+        ("", "endpoints") => &["ep"],
+        ("apps", "deployments") => &["deploy"],
+        ("apps", "replicasets") => &["rs"],
+        ("apps", "statefulsets") => &["sts"],
+        ("apps", "daemonsets") => &["ds"],
+        ("batch", "cronjobs") => &["cj"],
+        ("networking.k8s.io", "ingresses") => &["ing"],
+        ("autoscaling", "horizontalpodautoscalers") => &["hpa"],
+        ("policy", "poddisruptionbudgets") => &["pdb"],
+        _ => &[],
+    };
+    short.iter().map(|s| s.to_string()).collect()
 }
 
 /// A name read as kubectl reads it: the resource part, and the group and version if given.

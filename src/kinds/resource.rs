@@ -21,6 +21,9 @@ pub struct Resource {
     pub kind: String,
     /// `deployments`: the name in the URL path.
     pub plural: String,
+    /// `deployment`, and the short names (`deploy`), as discovery gave them.
+    pub singular: String,
+    pub short_names: Vec<String>,
     /// Whether objects live in namespaces (Pods) or in the cluster (Nodes).
     pub namespaced: bool,
     /// `deployments.apps` (`pods` for core): the resource's identity across versions, in the
@@ -58,6 +61,8 @@ impl Resource {
             version: version.to_string(),
             kind: kind.to_string(),
             plural: plural.to_string(),
+            singular: kind.to_ascii_lowercase(),
+            short_names: Vec::new(),
             namespaced,
             key,
             api_version,
@@ -72,7 +77,35 @@ impl Resource {
 
     /// `pods` in `v1`: what kubecast watches without `watch.resources`.
     pub fn pods() -> Arc<Resource> {
-        Arc::new(Resource::new("", "v1", "Pod", "pods", true))
+        Arc::new(Resource::new("", "v1", "Pod", "pods", true).with_names("pod", &["po".to_string()]))
+    }
+
+    /// The same, answering to `singular` and `short_names` too.
+    pub fn with_names(mut self, singular: &str, short_names: &[String]) -> Resource {
+        if !singular.is_empty() {
+            self.singular = singular.to_string();
+        }
+        self.short_names = short_names.to_vec();
+        self
+    }
+
+    /// Whether `name` names this resource as kubectl reads it: plural, singular, kind or a
+    /// short name, case-insensitively, optionally followed by `.{version}.{group}` or
+    /// `.{group}` of this resource.
+    pub fn answers_to(&self, name: &str) -> bool {
+        let name = name.trim();
+        let (base, rest) = name.split_once('.').unwrap_or((name, ""));
+        let eq = |s: &str| s.eq_ignore_ascii_case(base);
+        let named = eq(&self.plural)
+            || eq(&self.singular)
+            || eq(&self.kind)
+            || self.short_names.iter().any(|s| eq(s));
+        let qualified = rest.is_empty() && self.group.is_empty()
+            || rest.eq_ignore_ascii_case(&self.group)
+            || rest
+                .split_once('.')
+                .is_some_and(|(v, g)| v == self.version && g.eq_ignore_ascii_case(&self.group));
+        named && (qualified || rest.is_empty())
     }
 
     /// `deployments.apps`, or `pods` for the core group.
@@ -202,6 +235,19 @@ mod tests {
             &*w.event_type(ChangeKind::Added),
             "io.k8s.example.com.v1.widget.added"
         );
+    }
+
+    #[test]
+    fn a_resource_answers_to_the_names_kubectl_gives_it() {
+        let d = Resource::new("apps", "v1", "Deployment", "deployments", true)
+            .with_names("deployment", &["deploy".to_string()]);
+        for name in ["deployments", "deploy", "Deployment", "deployments.apps", "deploy.v1.apps"] {
+            assert!(d.answers_to(name), "{name}");
+        }
+        for name in ["pods", "deployments.extensions", "deployments.v2.apps", "dep"] {
+            assert!(!d.answers_to(name), "{name}");
+        }
+        assert!(Resource::pods().answers_to("po"));
     }
 
     #[test]

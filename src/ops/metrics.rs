@@ -71,6 +71,13 @@ struct SinkLabel {
 struct ScopeLabel {
     /// A namespace, or `*` for all namespaces.
     scope: String,
+    /// The watched resource (`pods`, `deployments.apps`).
+    resource: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabel {
+    resource: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -133,6 +140,7 @@ pub struct Metrics {
     inferred_deletes: Counter,
     alerts: Family<AlertLabel, Counter>,
     known_pods: Gauge,
+    known_objects: Family<ResourceLabel, Gauge>,
     sink_events: Family<SinkOutcome, Counter>,
     held_events: Family<SinkLabel, Gauge>,
     held_bytes: Family<SinkLabel, Gauge>,
@@ -168,6 +176,7 @@ impl Metrics {
             inferred_deletes: Counter::default(),
             alerts: Family::default(),
             known_pods: Gauge::default(),
+            known_objects: Family::default(),
             sink_events: Family::default(),
             held_events: Family::default(),
             held_bytes: Family::default(),
@@ -212,8 +221,13 @@ impl Metrics {
         );
         r.register(
             "known_pods",
-            "Pods in the known state (uid -> resourceVersion)",
+            "Pods in the known state (uid -> resourceVersion); kubecast_known_objects{resource=\"pods\"} under its older name",
             m.known_pods.clone(),
+        );
+        r.register(
+            "known_objects",
+            "Objects in the known state (uid -> resourceVersion), by resource",
+            m.known_objects.clone(),
         );
         r.register(
             "sink_events",
@@ -309,8 +323,19 @@ impl Metrics {
         self.alerts.get_or_create(&AlertLabel { state }).inc();
     }
 
-    pub fn known_pods(&self, n: usize) {
-        self.known_pods.set(n as i64);
+    /// The known state's size per resource key (every watched resource, 0 when empty).
+    pub fn known_objects(&self, resources: &[&str], counts: &std::collections::HashMap<std::sync::Arc<str>, usize>) {
+        for r in resources {
+            let n = counts.get(*r).copied().unwrap_or(0) as i64;
+            self.known_objects
+                .get_or_create(&ResourceLabel {
+                    resource: r.to_string(),
+                })
+                .set(n);
+            if *r == "pods" {
+                self.known_pods.set(n);
+            }
+        }
     }
 
     /// The per-event handles of `sink`.
@@ -384,9 +409,13 @@ impl Metrics {
     }
 }
 
+/// A watch scope's labels: `*` or `shop` are Pods' scopes; `deployments.apps/*` another
+/// resource's.
 fn scope_label(scope: &str) -> ScopeLabel {
+    let (resource, ns) = scope.split_once('/').unwrap_or(("pods", scope));
     ScopeLabel {
-        scope: scope.to_string(),
+        scope: ns.to_string(),
+        resource: resource.to_string(),
     }
 }
 

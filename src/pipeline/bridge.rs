@@ -82,6 +82,8 @@ pub struct Parts {
     pub reports: mpsc::UnboundedReceiver<Report>,
     pub watches: JoinSet<Result<(), WatchError>>,
     pub observed: mpsc::Receiver<Observed>,
+    /// The keys of the resources resolved at start, for the known-objects metric.
+    pub resources: Vec<Arc<str>>,
     pub durable: Durable,
     pub classifier: Classifier,
     pub encoder: Encoder,
@@ -101,6 +103,7 @@ pub struct Bridge {
     reports: mpsc::UnboundedReceiver<Report>,
     watches: JoinSet<Result<(), WatchError>>,
     observed: mpsc::Receiver<Observed>,
+    resources: Vec<Arc<str>>,
     upkeep: Interval,
     stats: Stats,
     durable: Durable,
@@ -139,6 +142,7 @@ impl Bridge {
             reports: parts.reports,
             watches: parts.watches,
             observed: parts.observed,
+            resources: parts.resources,
             upkeep,
             durable: parts.durable,
             classifier: parts.classifier,
@@ -189,7 +193,12 @@ impl Bridge {
                     Ok(())
                 }
                 _ = self.upkeep.tick() => {
-                    self.ops.metrics.known_pods(self.classifier.len());
+                    // The resources resolved at start, and any found since (a custom resource
+                    // whose CRD came later).
+                    let counts = self.classifier.counts();
+                    let mut keys: Vec<&str> = self.resources.iter().map(|r| &**r).collect();
+                    keys.extend(counts.keys().map(|k| &**k).filter(|k| !self.resources.iter().any(|r| &**r == *k)));
+                    self.ops.metrics.known_objects(&keys, counts);
                     let router = self.routes.as_ref().map(Routes::router);
                     self.durable.maintain(&self.classifier, router).await.map_err(Halt::from)
                 }

@@ -156,6 +156,13 @@ async fn bridge(
         .routing
         .as_ref()
         .and_then(crate::config::union_selector);
+    let resolved: Vec<Arc<str>> = planned
+        .iter()
+        .filter_map(|p| match &p.target {
+            Target::Resolved(r) => Some(r.key().clone()),
+            Target::Pending { .. } => None,
+        })
+        .collect();
     // Pods' positions were per namespace in state written before other kinds were watched.
     let per_namespace = planned
         .iter()
@@ -180,13 +187,7 @@ async fn bridge(
         initial: config.watch.initial_list,
         sinks: config.sinks.iter().map(|(n, _)| n.clone()).collect(),
         ops: ops.clone(),
-        resources: planned
-            .iter()
-            .filter_map(|p| match &p.target {
-                Target::Resolved(r) => Some(r.key().to_string()),
-                Target::Pending { .. } => None,
-            })
-            .collect(),
+        resources: resolved.iter().map(|k| k.to_string()).collect(),
         keeper: keeper.map(|(name, _)| (name, kept.flatten())),
         router: config
             .routing
@@ -247,6 +248,7 @@ async fn bridge(
         reports,
         watches,
         observed,
+        resources: resolved,
         durable,
         classifier: start.classifier,
         encoder,

@@ -190,7 +190,7 @@ impl Stats {
         s.record_held();
     }
 
-    pub fn log_summary(&self, known_pods: usize) {
+    pub fn log_summary(&self, known_objects: usize) {
         tracing::info!(
             added = self.added,
             modified = self.modified,
@@ -198,7 +198,7 @@ impl Stats {
             inferred_deletes = self.inferred_deletes,
             alerts_fired = self.alerts_fired,
             alerts_resolved = self.alerts_resolved,
-            known_pods,
+            known_objects,
             "kubecast stopped"
         );
         for (name, s) in &self.sinks {

@@ -43,7 +43,11 @@ pub struct ReplayArgs {
     /// Read only this partition. Repeatable. Default: all.
     #[arg(long)]
     pub partition: Vec<i32>,
-    /// Only pods in this namespace (a name or a glob such as `team-*`). Repeatable.
+    /// Only objects of this resource, as `kubectl get` names it (`pods`, `deploy`,
+    /// `deployments.apps`, `nodes`, `widgets.example.com`). Repeatable. Default: every kind.
+    #[arg(long)]
+    pub resource: Vec<String>,
+    /// Only objects in this namespace (a name or a glob such as `team-*`). Repeatable.
     #[arg(long)]
     pub namespace: Vec<String>,
     /// Only pods with this name (a name or a glob). Repeatable.
@@ -152,6 +156,7 @@ pub struct Range {
 /// Which events to keep.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
+    pub resources: Vec<String>,
     pub namespaces: Vec<String>,
     pub names: Vec<String>,
     pub uids: Vec<String>,
@@ -241,6 +246,7 @@ impl ReplayArgs {
             None => None,
         };
         let filter = Filter {
+            resources: self.resource.clone(),
             namespaces: self.namespace.clone(),
             names: self.name.clone(),
             uids: self.uid.clone(),
@@ -336,11 +342,16 @@ impl ReplayArgs {
     }
 }
 
-/// The full CloudEvents type of a `--type`.
+/// The CloudEvents type of a `--type`, or the word of a change of any kind (`added`,
+/// `modified`, `deleted`).
 fn event_type(t: &str) -> Result<String, UsageError> {
-    // The last word of kubecast's own types (`added`, ..., `firing`, `resolved`).
+    if ["added", "modified", "deleted"].contains(&t) {
+        return Ok(t.to_string());
+    }
+    // The last word of the alerts' types (`firing`, `resolved`).
     let word = ChangeKind::ALL
         .into_iter()
+        .filter(|k| k.is_alert())
         .map(ChangeKind::event_type)
         .find(|full| full.rsplit('.').next() == Some(t));
     if let Some(full) = word {

@@ -95,10 +95,10 @@ fn filters_are_checked() {
         "app in (a,b),!canary",
     ])
     .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(
-        p.filter.types,
-        ["io.k8s.core.v1.pod.deleted", "io.kubecast.alert.firing"]
-    );
+    // A change's word takes that change of every kind.
+    assert_eq!(p.filter.types, ["deleted", "io.kubecast.alert.firing"]);
+    let r = plan(&["--resource", "deploy", "--resource", "nodes"]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.filter.resources, ["deploy", "nodes"]);
     assert!(p.filter.labels.is_some());
     assert_eq!(error(&["--type", "created"]).flag, "--type");
     let e = error(&["--label", "app in (a"]);

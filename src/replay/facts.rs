@@ -40,6 +40,12 @@ pub struct Facts {
     /// `k8snamespace` and `k8sname`, or else the two halves of `subject` (`ns/name`).
     pub namespace: Option<String>,
     pub name: Option<String>,
+    /// `k8skind` and `k8sapiversion`; events written before other kinds were watched have
+    /// neither and are Pods' (`Pod`, `v1`).
+    pub k8s_kind: String,
+    pub api_version: String,
+    /// The resource key of its `source` (`deployments.apps`, `pods`).
+    pub resource: String,
     /// `k8srv` and `k8sprevrv`.
     pub rv: Option<String>,
     pub prev_rv: Option<String>,
@@ -58,13 +64,19 @@ impl Facts {
             Some(ChangeKind::AlertFiring | ChangeKind::AlertResolved) => Kind::Alert,
             None => Kind::Other,
         };
-        let subject = event.subject().and_then(|s| s.split_once('/'));
+        // `ns/name`, or `name` alone for a cluster-scoped object.
+        let subject = event
+            .subject()
+            .map(|s| s.split_once('/').unwrap_or(("", s)));
         Facts {
             kind,
             uid: extension_text(event, "k8suid"),
             namespace: extension_text(event, "k8snamespace")
                 .or_else(|| subject.map(|(ns, _)| ns.to_string())),
             name: extension_text(event, "k8sname").or_else(|| subject.map(|(_, n)| n.to_string())),
+            k8s_kind: extension_text(event, "k8skind").unwrap_or_else(|| "Pod".into()),
+            api_version: extension_text(event, "k8sapiversion").unwrap_or_else(|| "v1".into()),
+            resource: super::publish::resource_of_source(event.source().as_str()),
             rv: extension_text(event, "k8srv"),
             prev_rv: extension_text(event, "k8sprevrv"),
             time_ms: event.time().map(|t| t.timestamp_millis()),
@@ -72,13 +84,33 @@ impl Facts {
         }
     }
 
-    /// `namespace/name`, or what is known of it.
+    /// `namespace/name` (`name` for a cluster-scoped object), or what is known of it; with
+    /// the kind when it is not a Pod.
     pub fn object(&self) -> String {
-        format!(
-            "{}/{}",
-            self.namespace.as_deref().unwrap_or("?"),
-            self.name.as_deref().unwrap_or("?")
-        )
+        let name = self.name.as_deref().unwrap_or("?");
+        let at = match self.namespace.as_deref() {
+            Some("") => name.to_string(),
+            ns => format!("{}/{name}", ns.unwrap_or("?")),
+        };
+        if self.k8s_kind == "Pod" && self.api_version == "v1" {
+            at
+        } else {
+            format!("{} {at}", self.k8s_kind)
+        }
+    }
+
+    /// Whether the event's object is of the resource `name` names (kubectl's names: plural,
+    /// singular, kind, the built-ins' short names, optionally with the group).
+    pub fn is_resource(&self, name: &str) -> bool {
+        let (group, version) = match self.api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", self.api_version.as_str()),
+        };
+        let plural = self.resource.split('.').next().unwrap_or_default();
+        let short = crate::kinds::resolve::builtin_short_names(group, plural);
+        crate::kinds::Resource::new(group, version, &self.k8s_kind, plural, true)
+            .with_names(&self.k8s_kind.to_ascii_lowercase(), &short)
+            .answers_to(name)
     }
 
     /// Whether it is a change of a pod (added, modified, deleted), which has a chain.

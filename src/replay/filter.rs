@@ -25,7 +25,8 @@ impl Filter {
                     .as_deref()
                     .is_some_and(|v| patterns.iter().any(|p| glob(p, v)))
         };
-        any(&self.namespaces, &facts.namespace)
+        (self.resources.is_empty() || self.resources.iter().any(|r| facts.is_resource(r)))
+            && any(&self.namespaces, &facts.namespace)
             && any(&self.names, &facts.name)
             && (self.uids.is_empty()
                 || facts
@@ -36,7 +37,14 @@ impl Filter {
 
     /// Whether the event is of a type asked for and its pod's labels match.
     pub fn takes_event(&self, event: &Event) -> bool {
-        if !self.types.is_empty() && !self.types.iter().any(|t| t == event.ty()) {
+        // A word (`added`) takes that change of every kind; anything else is a whole type.
+        let word = crate::event::ChangeKind::of_type(event.ty()).map(|k| k.word());
+        if !self.types.is_empty()
+            && !self
+                .types
+                .iter()
+                .any(|t| t == event.ty() || Some(t.as_str()) == word)
+        {
             return false;
         }
         match &self.labels {

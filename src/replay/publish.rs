@@ -176,7 +176,7 @@ impl Publisher {
 /// The resource key (`deployments.apps`, `pods`) of an event's `source`
 /// (`k8s://{cluster}/apis/apps/v1/namespaces/ns/deployments`); `pods` when it is not one
 /// kubecast writes.
-fn resource_of_source(source: &str) -> String {
+pub(crate) fn resource_of_source(source: &str) -> String {
     let path = source
         .strip_prefix("k8s://")
         .and_then(|rest| rest.split_once('/'))

@@ -1,6 +1,7 @@
-//! `--state-at TIME`: the pods as they were at a time, reconstructed from the events: for
-//! every pod not deleted by then, its last event at or before the time. One entry per live
-//! pod, whatever the topic's length. Entry point: [`StateAt`].
+//! `--state-at TIME`: the objects as they were at a time, reconstructed from the events: for
+//! every object not deleted by then, its last event at or before the time. One entry per live
+//! object, whatever the topic's length; the table groups them by kind. Entry point:
+//! [`StateAt`].
 //!
 //! An event's time is when kubecast observed the change (the CloudEvents `time`), so the
 //! state at T is what kubecast knew at T. Events are taken in the order read; one older (by
@@ -17,10 +18,12 @@ use super::args::StateFormat;
 use super::decode::{data_is_json, json_of, time_text};
 use super::facts::{Facts, Kind, rv_order};
 
-/// One pod at the time.
+/// One object at the time.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodAt {
+    pub kind: String,
+    pub api_version: String,
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -83,6 +86,8 @@ impl StateAt {
             return;
         }
         let pod = PodAt {
+            kind: facts.k8s_kind.clone(),
+            api_version: facts.api_version.clone(),
             namespace: facts.namespace.clone().unwrap_or_default(),
             name: facts.name.clone().unwrap_or_default(),
             uid: uid.clone(),
@@ -132,7 +137,11 @@ impl StateAt {
             )
             .filter(|p| keep(p))
             .collect();
-        pods.sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
+        // Pods first (the record's oldest kind), then the other kinds by name.
+        let rank = |p: &PodAt| (p.kind != "Pod" || p.api_version != "v1", p.kind.clone(), p.api_version.clone());
+        pods.sort_by(|a, b| {
+            (rank(a), &a.namespace, &a.name, &a.uid).cmp(&(rank(b), &b.namespace, &b.name, &b.uid))
+        });
         pods
     }
 }
@@ -158,7 +167,31 @@ pub fn print(
             serde_json::to_writer_pretty(&mut *out, &Doc { at: &at_text, pods })?;
             writeln!(out)
         }
+        StateFormat::Table if pods.iter().all(|p| p.kind == "Pod" && p.api_version == "v1") => {
+            table(out, &format!("# {} pod(s) at {at_text}", pods.len()), pods)
+        }
         StateFormat::Table => {
+            writeln!(out, "# {} object(s) at {at_text}", pods.len())?;
+            let mut rest = pods;
+            while let Some(first) = rest.first() {
+                let n = rest
+                    .iter()
+                    .take_while(|p| p.kind == first.kind && p.api_version == first.api_version)
+                    .count();
+                let (group, after) = rest.split_at(n);
+                writeln!(out)?;
+                table(out, &format!("## {} ({}): {n}", first.kind, first.api_version), group)?;
+                rest = after;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// One table of `pods` under the line `title`.
+fn table(out: &mut dyn Write, title: &str, pods: &[PodAt]) -> std::io::Result<()> {
+    {
+        {
             let rows: Vec<[String; 6]> = pods
                 .iter()
                 .map(|p| {
@@ -186,7 +219,7 @@ pub fn print(
                     *w = (*w).max(c.chars().count());
                 }
             }
-            writeln!(out, "# {} pod(s) at {at_text}", pods.len())?;
+            writeln!(out, "{title}")?;
             let line = |cells: &[&str]| {
                 let mut s = String::new();
                 for (i, c) in cells.iter().enumerate() {

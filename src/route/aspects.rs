@@ -31,6 +31,14 @@ pub enum Aspect {
     Annotations,
     /// The whole `spec` (images, resources, ...).
     Spec,
+    /// The whole `status`.
+    Status,
+    /// `status.conditions`, without their heartbeat and probe times.
+    Conditions,
+    /// `metadata.generation` (a spec change, for kinds that count them).
+    Generation,
+    /// `metadata.ownerReferences`.
+    Owners,
     /// Any field, by path.
     Path(FieldPath),
 }
@@ -48,19 +56,39 @@ impl Aspect {
             "labels" => Aspect::Labels,
             "annotations" => Aspect::Annotations,
             "spec" => Aspect::Spec,
+            "status" => Aspect::Status,
+            "conditions" => Aspect::Conditions,
+            "generation" => Aspect::Generation,
+            "owners" => Aspect::Owners,
             path if path.contains('.') || path.contains('[') => {
                 Aspect::Path(FieldPath::parse(path).map_err(|e| e.to_string())?)
             }
             other => {
                 return Err(format!(
-                    "`{other}` is not an aspect (phase, readiness, container_states, restart_counts, node, ips, labels, annotations, spec) or a field path (status.qosClass)"
+                    "`{other}` is not an aspect (phase, readiness, container_states, restart_counts, node, ips for Pods; labels, annotations, spec, status, conditions, generation, owners for any kind) or a field path (status.qosClass)"
                 ));
             }
         })
     }
 }
 
-/// The fingerprint of `aspect` in `pod` (a Pod as JSON).
+impl Aspect {
+    /// Whether only Pods have it (refused on a route that can take other kinds).
+    pub fn pod_only(&self) -> bool {
+        matches!(
+            self,
+            Aspect::Phase
+                | Aspect::Readiness
+                | Aspect::ContainerStates
+                | Aspect::RestartCounts
+                | Aspect::Node
+                | Aspect::Ips
+        )
+    }
+}
+
+/// The fingerprint of `aspect` in `pod` (an object of any kind as JSON; the Pod-only
+/// aspects read a Pod's fields).
 pub fn fingerprint(pod: &Value, aspect: &Aspect) -> u64 {
     let status = &pod["status"];
     let containers = || {
@@ -107,6 +135,16 @@ pub fn fingerprint(pod: &Value, aspect: &Aspect) -> u64 {
         Aspect::Labels => h.value(&pod["metadata"]["labels"]),
         Aspect::Annotations => h.value(&pod["metadata"]["annotations"]),
         Aspect::Spec => h.value(&pod["spec"]),
+        Aspect::Status => h.value(status),
+        Aspect::Conditions => {
+            for c in status["conditions"].as_array().into_iter().flatten() {
+                for k in ["type", "status", "reason", "message"] {
+                    h.value(&c[k]);
+                }
+            }
+        }
+        Aspect::Generation => h.value(&pod["metadata"]["generation"]),
+        Aspect::Owners => h.value(&pod["metadata"]["ownerReferences"]),
         Aspect::Path(path) => {
             for v in path.select(pod) {
                 h.value(v);

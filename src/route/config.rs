@@ -19,6 +19,11 @@ use crate::event::ChangeKind;
 pub struct RouteConfig {
     /// The sinks (names under `sinks`) this route feeds. Required.
     pub sinks: Vec<String>,
+    /// The resources taken, as `kubectl get` names them (`pods`, `deploy`,
+    /// `deployments.apps`), matched against each watched resource's plural, singular, kind
+    /// and short names. Default: every watched resource.
+    #[serde(default)]
+    pub resources: Vec<String>,
     /// Event types taken: `added`, `modified`, `deleted`, and the alert events
     /// `alert.firing`, `alert.resolved` (`alerts` for both). Default: the three pod changes
     /// (alerts go only to routes that name them).
@@ -59,6 +64,8 @@ const TYPES: [&str; 5] = [
 pub struct Route {
     pub name: String,
     pub sinks: Vec<String>,
+    /// Resource names taken; empty: every watched resource.
+    resources: Vec<String>,
     types: BTreeSet<&'static str>,
     namespaces: Vec<String>,
     pub selector: Option<Selector>,
@@ -69,10 +76,26 @@ pub struct Route {
 }
 
 impl RouteConfig {
-    /// Checks route `name` against the configured `sinks`, without any I/O.
-    pub fn validate(&self, name: &str, sinks: &[&str]) -> Result<Route, Vec<Issue>> {
+    /// Checks route `name` against the configured `sinks` and the names in
+    /// `watch.resources` (`watched`), without any I/O.
+    pub fn validate(&self, name: &str, sinks: &[&str], watched: &[&str]) -> Result<Route, Vec<Issue>> {
         let at = format!("routes.{name}");
         let mut issues = Vec::new();
+        for (i, r) in self.resources.iter().enumerate() {
+            if r.trim().is_empty() || !r.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b)) {
+                issues.push(Issue::new(
+                    format!("{at}.resources[{i}]"),
+                    format!("`{r}` is not a resource name such as `deployments.apps` or `deploy`"),
+                ));
+            }
+        }
+        // What the route can take: its own resources, else everything watched.
+        let takes: &[String] = &self.resources;
+        let only_pods = if takes.is_empty() {
+            watched.iter().all(|w| is_pods(w))
+        } else {
+            takes.iter().all(|r| is_pods(r))
+        };
         if self.sinks.is_empty() {
             issues.push(Issue::new(
                 format!("{at}.sinks"),
@@ -125,11 +148,17 @@ impl RouteConfig {
         };
         let mut changes = Vec::new();
         for (i, c) in self.changes.iter().enumerate() {
+            // Paths are checked against the Pod's schema on a route of Pods; other kinds'
+            // schemas are known only once the apiserver was asked.
             let checked = Aspect::parse(c).and_then(|a| match &a {
-                Aspect::Path(p) => crate::alert::fields::check(p).map(|()| a),
+                Aspect::Path(p) if only_pods => crate::alert::fields::check(p).map(|()| a),
                 _ => Ok(a),
             });
             match checked {
+                Ok(a) if a.pod_only() && !only_pods => issues.push(Issue::new(
+                    format!("{at}.changes[{i}]"),
+                    format!("`{c}` is an aspect of Pods only, and this route can take other kinds; set `resources: [pods]` on the route, or use labels, annotations, spec, status, conditions, generation, owners or a path"),
+                )),
                 Ok(a) => changes.push(a),
                 Err(e) => issues.push(Issue::new(format!("{at}.changes[{i}]"), e)),
             }
@@ -146,6 +175,7 @@ impl RouteConfig {
         Ok(Route {
             name: name.to_string(),
             sinks: self.sinks.clone(),
+            resources: self.resources.clone(),
             types,
             namespaces: self.namespaces.clone(),
             selector,
@@ -156,7 +186,17 @@ impl RouteConfig {
     }
 }
 
+/// Whether `name` is one of kubectl's names for core/v1 Pods.
+pub fn is_pods(name: &str) -> bool {
+    ["pods", "pod", "po"].iter().any(|p| p.eq_ignore_ascii_case(name.trim()))
+}
+
 impl Route {
+    /// Whether this route takes objects of `r`.
+    pub fn takes_resource(&self, r: &crate::kinds::Resource) -> bool {
+        self.resources.is_empty() || self.resources.iter().any(|n| r.answers_to(n))
+    }
+
     /// Whether this route takes events of `kind`.
     pub fn takes_kind(&self, kind: ChangeKind) -> bool {
         self.types.contains(kind.word())
@@ -217,7 +257,38 @@ mod tests {
 
     fn route(yaml: &str) -> Result<Route, Vec<Issue>> {
         let c: RouteConfig = serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{e}"));
-        c.validate("r", &["kafka", "edge"])
+        c.validate("r", &["kafka", "edge"], &["pods"])
+    }
+
+    fn route_watching(yaml: &str, watched: &[&str]) -> Result<Route, Vec<Issue>> {
+        let c: RouteConfig = serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{e}"));
+        c.validate("r", &["kafka", "edge"], watched)
+    }
+
+    #[test]
+    fn pod_only_aspects_are_refused_on_a_route_that_can_take_other_kinds() {
+        let watched = ["deployments.apps", "pods"];
+        let e = route_watching("sinks: [kafka]\nchanges: [phase, status.readyReplicas]\n", &watched)
+            .expect_err("phase on every kind");
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].field, "routes.r.changes[0]");
+        assert!(e[0].message.contains("Pods only"), "{}", e[0].message);
+        // A route of Pods may, and general aspects work on any route.
+        assert!(route_watching("sinks: [kafka]\nresources: [po]\nchanges: [phase]\n", &watched).is_ok());
+        assert!(route_watching("sinks: [kafka]\nchanges: [conditions, generation, owners, status, labels]\n", &watched).is_ok());
+        let e = route_watching("sinks: [kafka]\nresources: ['no way']\n", &watched).expect_err("a bad name");
+        assert_eq!(e[0].field, "routes.r.resources[0]");
+    }
+
+    #[test]
+    fn a_route_takes_the_resources_it_names_and_every_one_without() {
+        let d = crate::kinds::Resource::new("apps", "v1", "Deployment", "deployments", true)
+            .with_names("deployment", &["deploy".to_string()]);
+        let only = route_watching("sinks: [kafka]\nresources: [deploy]\n", &["deploy", "pods"]).expect("valid");
+        assert!(only.takes_resource(&d));
+        assert!(!only.takes_resource(&crate::kinds::Resource::pods()));
+        let all = route_watching("sinks: [kafka]\n", &["deploy", "pods"]).expect("valid");
+        assert!(all.takes_resource(&d) && all.takes_resource(&crate::kinds::Resource::pods()));
     }
 
     #[test]

@@ -169,6 +169,9 @@ impl Router {
             });
         }
         for (i, (r, m)) in self.routes.iter().zip(marks.iter_mut()).enumerate() {
+            if !r.takes_resource(&change.resource) {
+                continue;
+            }
             if change.kind == ChangeKind::Deleted {
                 // The pod as it was last seen decides (an inferred delete has no object).
                 let selected = m.matched

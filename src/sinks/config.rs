@@ -171,8 +171,34 @@ pub struct DeadLetterConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placeholder {
     Cluster,
+    /// The object's namespace (empty for a cluster-scoped object).
     Namespace,
     Name,
+    /// The object's kind in lower case (`deployment`).
+    Kind,
+    /// The object's resource as `{plural}.{group}` (`deployments.apps`; `pods` for core).
+    Resource,
+}
+
+/// What a template is rendered for: one object's facts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Vars<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// The kind as the API spells it (`Deployment`); rendered in lower case.
+    pub kind: &'a str,
+    pub resource: &'a str,
+}
+
+impl<'a> Vars<'a> {
+    pub fn of(event: &'a crate::event::Event) -> Vars<'a> {
+        Vars {
+            namespace: &event.namespace,
+            name: &event.name,
+            kind: &event.k8s_kind,
+            resource: &event.resource,
+        }
+    }
 }
 
 /// A sink's topic templates: its own, and those of the routes that set theirs.
@@ -220,7 +246,7 @@ impl Topics {
             .as_deref()
             .and_then(|r| self.routes.iter().find(|(n, _)| &**n == r))
             .map_or(&self.own, |(_, t)| t);
-        t.render(&event.namespace, &event.name)
+        t.render(&Vars::of(event))
     }
 }
 
@@ -254,6 +280,8 @@ impl Template {
                 "cluster" => Placeholder::Cluster,
                 "namespace" => Placeholder::Namespace,
                 "name" => Placeholder::Name,
+                "kind" => Placeholder::Kind,
+                "resource" => Placeholder::Resource,
                 other => return Err(format!("`{text}`: unknown placeholder `{{{other}}}`")),
             };
             if !allowed.contains(&var) {
@@ -286,16 +314,20 @@ impl Template {
         })
     }
 
-    /// Renders the template for one pod.
-    pub fn render(&self, namespace: &str, name: &str) -> String {
+    /// Renders the template for one object.
+    pub fn render(&self, v: &Vars<'_>) -> String {
         let mut out = String::with_capacity(64);
         for part in &self.parts {
             match part {
                 Part::Text(t) => out.push_str(t),
                 // Bound in `parse`; never a `Var`.
                 Part::Var(Placeholder::Cluster) => {}
-                Part::Var(Placeholder::Namespace) => out.push_str(namespace),
-                Part::Var(Placeholder::Name) => out.push_str(name),
+                Part::Var(Placeholder::Namespace) => out.push_str(v.namespace),
+                Part::Var(Placeholder::Name) => out.push_str(v.name),
+                Part::Var(Placeholder::Kind) => {
+                    out.extend(v.kind.chars().map(|c| c.to_ascii_lowercase()))
+                }
+                Part::Var(Placeholder::Resource) => out.push_str(v.resource),
             }
         }
         out
@@ -314,7 +346,19 @@ mod tests {
             &[Cluster, Namespace, Name],
             "c",
         );
-        assert_eq!(t.unwrap().render("ns", "p"), "kubecast/c/ns/p");
+        let v = Vars {
+            namespace: "ns",
+            name: "p",
+            ..Vars::default()
+        };
+        assert_eq!(t.unwrap().render(&v), "kubecast/c/ns/p");
+        let k = Template::parse("k8s.{cluster}.{kind}.{resource}", &[Cluster, Kind, Resource], "c");
+        let v = Vars {
+            kind: "Deployment",
+            resource: "deployments.apps",
+            ..Vars::default()
+        };
+        assert_eq!(k.unwrap().render(&v), "k8s.c.deployment.deployments.apps");
     }
 
     #[test]

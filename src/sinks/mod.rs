@@ -16,7 +16,7 @@ pub mod queue;
 mod runner;
 
 pub use config::{
-    Common, DeadLetterConfig, Placeholder, Secret, SinkConfig, Template, TlsConfig, Topics,
+    Common, DeadLetterConfig, Placeholder, Secret, SinkConfig, Template, TlsConfig, Topics, Vars,
 };
 pub use contract::{
     Acks, Keeper, KeeperFeed, Kept, Positions, Report, Sink, SinkError, SinkSpec, ValidSink,

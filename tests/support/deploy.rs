@@ -60,9 +60,20 @@ pub fn kustomize(stack: &Stack, dir: &str) -> Vec<Value> {
 /// A kubeconfig (written into `dir`) with a fresh token of deploy/'s ServiceAccount
 /// `kubecast/kubecast`, and a client with it.
 pub async fn as_service_account(stack: &Stack, admin: &Client, dir: &Path) -> (PathBuf, Client) {
+    as_service_account_named(stack, admin, dir, "kubecast", "kubecast").await
+}
+
+/// The same for the ServiceAccount `namespace/name` (which must exist).
+pub async fn as_service_account_named(
+    stack: &Stack,
+    admin: &Client,
+    dir: &Path,
+    namespace: &str,
+    name: &str,
+) -> (PathBuf, Client) {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
-    let sa: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kubecast");
+    let sa: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
             expiration_seconds: Some(3600),
@@ -71,7 +82,7 @@ pub async fn as_service_account(stack: &Stack, admin: &Client, dir: &Path) -> (P
         ..Default::default()
     };
     let token = sa
-        .create_token_request("kubecast", &Default::default(), &request)
+        .create_token_request(name, &Default::default(), &request)
         .await
         .expect("a token for the kubecast ServiceAccount")
         .status

@@ -14,7 +14,8 @@ use crate::sinks::{Common, Placeholder, Secret, Sink, SinkSpec, Template, TlsCon
 pub struct KafkaConfig {
     /// Bootstrap servers, `host:port[,host:port...]`. Required.
     pub brokers: String,
-    /// Topic template; may use `{cluster}` and `{namespace}`. Default: `kubecast.pods`.
+    /// Topic template; may use `{cluster}`, `{namespace}`, `{kind}` (lower case) and
+    /// `{resource}` (`deployments.apps`). Default: `kubecast.pods`.
     #[serde(default = "default_topic")]
     pub topic: String,
     /// CloudEvents Kafka binding mode: `binary` (attributes as `ce_` headers, data as the
@@ -168,8 +169,22 @@ impl KafkaConfig {
             ));
         }
         let topic = Topics::parse(&self.topic, at, common, &mut issues, |text| {
-            let t = Template::parse(text, &[Placeholder::Cluster, Placeholder::Namespace], cluster)?;
-            let sample = t.render("ns", "");
+            let t = Template::parse(
+                text,
+                &[
+                    Placeholder::Cluster,
+                    Placeholder::Namespace,
+                    Placeholder::Kind,
+                    Placeholder::Resource,
+                ],
+                cluster,
+            )?;
+            let sample = t.render(&crate::sinks::Vars {
+                namespace: "ns",
+                name: "",
+                kind: "Kind",
+                resource: "resources.example.com",
+            });
             if !valid_topic(&sample) {
                 return Err(format!("`{text}` gives topic `{sample}`: Kafka topics are at most 249 of [a-zA-Z0-9._-]"));
             }

@@ -18,7 +18,8 @@ pub struct MqttConfig {
     /// Type) or `v311` (structured JSON). Default: `v5`.
     #[serde(default)]
     pub protocol: Protocol,
-    /// Topic template; may use `{cluster}`, `{namespace}` and `{name}`.
+    /// Topic template; may use `{cluster}`, `{namespace}` (empty for a cluster-scoped object),
+    /// `{name}`, `{kind}` (lower case) and `{resource}` (`deployments.apps`).
     /// Default: `kubecast/{cluster}/{namespace}/{name}`.
     #[serde(default = "default_topic")]
     pub topic: String,
@@ -149,7 +150,13 @@ impl MqttConfig {
         let topic = Topics::parse(&self.topic, at, common, &mut issues, |text| {
             let t = Template::parse(
                 text,
-                &[Placeholder::Cluster, Placeholder::Namespace, Placeholder::Name],
+                &[
+                    Placeholder::Cluster,
+                    Placeholder::Namespace,
+                    Placeholder::Name,
+                    Placeholder::Kind,
+                    Placeholder::Resource,
+                ],
                 cluster,
             )?;
             if t.literals().any(|l| l.contains(['+', '#', '\0'])) {
@@ -223,7 +230,12 @@ mod tests {
             ("127.0.0.1", 11883, true)
         );
         assert_eq!(s.client_id, "kubecast-local");
-        assert_eq!(s.topic.own().render("ns", "p"), "kubecast/local/ns/p");
+        let v = crate::sinks::Vars {
+            namespace: "ns",
+            name: "p",
+            ..Default::default()
+        };
+        assert_eq!(s.topic.own().render(&v), "kubecast/local/ns/p");
     }
 
     #[test]
