@@ -82,7 +82,7 @@ fn routes() -> Vec<kubecast::route::config::Route> {
         serde_saphyr::from_str(ROUTES).expect("the bench's routes parse");
     map.iter()
         .map(|(n, r)| {
-            r.validate(n, &["a", "b", "c"])
+            r.validate(n, &["a", "b", "c"], &["pods"])
                 .expect("the bench's routes are valid")
         })
         .collect()

@@ -28,7 +28,11 @@ fn rbac(scene: &Scene, config: &std::path::Path, args: &[&str]) -> Vec<Value> {
         .output()
         .expect("running kubecast rbac");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "kubecast rbac failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubecast rbac failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     text.split("---\n")
         .map(|d| serde_saphyr::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
         .collect()
@@ -60,7 +64,11 @@ async fn the_printed_role_suffices_and_without_a_verb_kubecast_names_what_it_lac
     let sa = format!("{}/{name}", scene.ns);
     let objects = rbac(&scene, &path, &["--service-account", &sa, "--name", &name]);
     let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
-    assert_eq!(kinds, ["ClusterRole", "ClusterRoleBinding"], "nodes are cluster-scoped");
+    assert_eq!(
+        kinds,
+        ["ClusterRole", "ClusterRoleBinding"],
+        "nodes are cluster-scoped"
+    );
     let rules = rules_of(&objects, "ClusterRole");
     assert_eq!(
         rules,
@@ -75,12 +83,22 @@ async fn the_printed_role_suffices_and_without_a_verb_kubecast_names_what_it_lac
         "metadata": {"name": name, "namespace": scene.ns}});
     let mut all = vec![account.clone()];
     all.extend(objects.iter().cloned());
-    deploy::apply_all(&scene.client, &all).await.unwrap_or_else(|e| panic!("applying: {e}"));
+    deploy::apply_all(&scene.client, &all)
+        .await
+        .unwrap_or_else(|e| panic!("applying: {e}"));
     let (kubeconfig, sa_client) =
-        deploy::as_service_account_named(&scene.stack, &scene.client, &scene.dir, &scene.ns, &name).await;
+        deploy::as_service_account_named(&scene.stack, &scene.client, &scene.dir, &scene.ns, &name)
+            .await;
     let as_sa = config(&format!("kubeconfig: {}", kubeconfig.display()));
     let kubecast = Kubecast::start(&scene.stack, &scene.dir, &as_sa);
-    wait_for(port, "/readyz", LIMIT, "kubecast ready with the printed role", |c, _| c == 200).await;
+    wait_for(
+        port,
+        "/readyz",
+        LIMIT,
+        "kubecast ready with the printed role",
+        |c, _| c == 200,
+    )
+    .await;
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
 
@@ -89,15 +107,24 @@ async fn the_printed_role_suffices_and_without_a_verb_kubecast_names_what_it_lac
     for o in cut.iter_mut().filter(|o| o["kind"] == "ClusterRole") {
         o["rules"][1]["verbs"] = json!(["list"]);
     }
-    deploy::apply_all(&scene.client, &cut).await.unwrap_or_else(|e| panic!("applying: {e}"));
+    deploy::apply_all(&scene.client, &cut)
+        .await
+        .unwrap_or_else(|e| panic!("applying: {e}"));
     // The authorizer sees the change within moments: wait until the identity is refused.
     let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> = kube::Api::all(sa_client);
     let deadline = tokio::time::Instant::now() + LIMIT;
     loop {
-        match deployments.watch(&kube::api::WatchParams::default(), "0").await {
+        match deployments
+            .watch(&kube::api::WatchParams::default(), "0")
+            .await
+        {
             Err(kube::Error::Api(s)) if s.code == 403 => break,
             other => {
-                assert!(tokio::time::Instant::now() < deadline, "the cut role never took effect: {:?}", other.map(drop));
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the cut role never took effect: {:?}",
+                    other.map(drop)
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -106,7 +133,8 @@ async fn the_printed_role_suffices_and_without_a_verb_kubecast_names_what_it_lac
     let (code, log) = kubecast.exited(LIMIT).await;
     assert_eq!(code, Some(1), "{log}");
     assert!(
-        log.contains("may not watch deployments.apps") && log.contains("grant `list` and `watch` on `deployments.apps`"),
+        log.contains("may not watch deployments.apps")
+            && log.contains("grant `list` and `watch` on `deployments.apps`"),
         "the error names the verb and the resource: {log}"
     );
 }

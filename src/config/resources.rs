@@ -204,9 +204,21 @@ mod tests {
     #[test]
     fn the_examples_of_other_kinds_are_valid() {
         for (name, text, first) in [
-            ("rollouts", include_str!("../../examples/rollouts.yaml"), "deployments.apps"),
-            ("warning-events", include_str!("../../examples/warning-events.yaml"), "events"),
-            ("custom-resource", include_str!("../../examples/custom-resource.yaml"), "widgets.example.com"),
+            (
+                "rollouts",
+                include_str!("../../examples/rollouts.yaml"),
+                "deployments.apps",
+            ),
+            (
+                "warning-events",
+                include_str!("../../examples/warning-events.yaml"),
+                "events",
+            ),
+            (
+                "custom-resource",
+                include_str!("../../examples/custom-resource.yaml"),
+                "widgets.example.com",
+            ),
         ] {
             let v = load_str(name, text, Vec::new())
                 .unwrap_or_else(|e| panic!("{name}: {e}"))

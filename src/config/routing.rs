@@ -33,7 +33,12 @@ pub(super) fn routes_and_rules(
     if config.routes.len() > MAX_ROUTES {
         issues.push(Issue::new("routes", format!("at most {MAX_ROUTES} routes")));
     }
-    let watched: Vec<&str> = config.watch.resources.iter().map(|r| r.resource.as_str()).collect();
+    let watched: Vec<&str> = config
+        .watch
+        .resources
+        .iter()
+        .map(|r| r.resource.as_str())
+        .collect();
     let mut routes = Vec::new();
     for (name, r) in &config.routes {
         if !super::validate::is_name(name) {

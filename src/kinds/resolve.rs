@@ -29,8 +29,14 @@ pub struct Served {
 impl Served {
     fn resource(&self) -> Arc<Resource> {
         Arc::new(
-            Resource::new(&self.group, &self.version, &self.kind, &self.plural, self.namespaced)
-                .with_names(&self.singular, &self.short_names),
+            Resource::new(
+                &self.group,
+                &self.version,
+                &self.kind,
+                &self.plural,
+                self.namespaced,
+            )
+            .with_names(&self.singular, &self.short_names),
         )
     }
 

@@ -77,7 +77,9 @@ impl Resource {
 
     /// `pods` in `v1`: what kubecast watches without `watch.resources`.
     pub fn pods() -> Arc<Resource> {
-        Arc::new(Resource::new("", "v1", "Pod", "pods", true).with_names("pod", &["po".to_string()]))
+        Arc::new(
+            Resource::new("", "v1", "Pod", "pods", true).with_names("pod", &["po".to_string()]),
+        )
     }
 
     /// The same, answering to `singular` and `short_names` too.
@@ -241,10 +243,21 @@ mod tests {
     fn a_resource_answers_to_the_names_kubectl_gives_it() {
         let d = Resource::new("apps", "v1", "Deployment", "deployments", true)
             .with_names("deployment", &["deploy".to_string()]);
-        for name in ["deployments", "deploy", "Deployment", "deployments.apps", "deploy.v1.apps"] {
+        for name in [
+            "deployments",
+            "deploy",
+            "Deployment",
+            "deployments.apps",
+            "deploy.v1.apps",
+        ] {
             assert!(d.answers_to(name), "{name}");
         }
-        for name in ["pods", "deployments.extensions", "deployments.v2.apps", "dep"] {
+        for name in [
+            "pods",
+            "deployments.extensions",
+            "deployments.v2.apps",
+            "dep",
+        ] {
             assert!(!d.answers_to(name), "{name}");
         }
         assert!(Resource::pods().answers_to("po"));

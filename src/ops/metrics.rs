@@ -324,7 +324,11 @@ impl Metrics {
     }
 
     /// The known state's size per resource key (every watched resource, 0 when empty).
-    pub fn known_objects(&self, resources: &[&str], counts: &std::collections::HashMap<std::sync::Arc<str>, usize>) {
+    pub fn known_objects(
+        &self,
+        resources: &[&str],
+        counts: &std::collections::HashMap<std::sync::Arc<str>, usize>,
+    ) {
         for r in resources {
             let n = counts.get(*r).copied().unwrap_or(0) as i64;
             self.known_objects

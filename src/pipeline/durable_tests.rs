@@ -182,8 +182,8 @@ async fn with_routes_a_crash_restores_pod_states_alert_timers_and_only_each_sink
         let a: RouteConfig = serde_saphyr::from_str("sinks: [a]\n").unwrap();
         let b: RouteConfig = serde_saphyr::from_str("sinks: [b]\nchanges: [phase]\n").unwrap();
         let routes = vec![
-            a.validate("ra", &["a", "b"]).unwrap(),
-            b.validate("rb", &["a", "b"]).unwrap(),
+            a.validate("ra", &["a", "b"], &["pods"]).unwrap(),
+            b.validate("rb", &["a", "b"], &["pods"]).unwrap(),
         ];
         let alerts: crate::alert::config::AlertsConfig =
             serde_saphyr::from_str("not_ready: {for: 1h}\nunscheduled: {enabled: false}\n")

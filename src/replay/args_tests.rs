@@ -97,7 +97,8 @@ fn filters_are_checked() {
     .unwrap_or_else(|e| panic!("{e}"));
     // A change's word takes that change of every kind.
     assert_eq!(p.filter.types, ["deleted", "io.kubecast.alert.firing"]);
-    let r = plan(&["--resource", "deploy", "--resource", "nodes"]).unwrap_or_else(|e| panic!("{e}"));
+    let r =
+        plan(&["--resource", "deploy", "--resource", "nodes"]).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(r.filter.resources, ["deploy", "nodes"]);
     assert!(p.filter.labels.is_some());
     assert_eq!(error(&["--type", "created"]).flag, "--type");

@@ -138,7 +138,13 @@ impl StateAt {
             .filter(|p| keep(p))
             .collect();
         // Pods first (the record's oldest kind), then the other kinds by name.
-        let rank = |p: &PodAt| (p.kind != "Pod" || p.api_version != "v1", p.kind.clone(), p.api_version.clone());
+        let rank = |p: &PodAt| {
+            (
+                p.kind != "Pod" || p.api_version != "v1",
+                p.kind.clone(),
+                p.api_version.clone(),
+            )
+        };
         pods.sort_by(|a, b| {
             (rank(a), &a.namespace, &a.name, &a.uid).cmp(&(rank(b), &b.namespace, &b.name, &b.uid))
         });
@@ -167,7 +173,11 @@ pub fn print(
             serde_json::to_writer_pretty(&mut *out, &Doc { at: &at_text, pods })?;
             writeln!(out)
         }
-        StateFormat::Table if pods.iter().all(|p| p.kind == "Pod" && p.api_version == "v1") => {
+        StateFormat::Table
+            if pods
+                .iter()
+                .all(|p| p.kind == "Pod" && p.api_version == "v1") =>
+        {
             table(out, &format!("# {} pod(s) at {at_text}", pods.len()), pods)
         }
         StateFormat::Table => {
@@ -180,7 +190,11 @@ pub fn print(
                     .count();
                 let (group, after) = rest.split_at(n);
                 writeln!(out)?;
-                table(out, &format!("## {} ({}): {n}", first.kind, first.api_version), group)?;
+                table(
+                    out,
+                    &format!("## {} ({}): {n}", first.kind, first.api_version),
+                    group,
+                )?;
                 rest = after;
             }
             Ok(())

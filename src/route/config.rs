@@ -78,11 +78,20 @@ pub struct Route {
 impl RouteConfig {
     /// Checks route `name` against the configured `sinks` and the names in
     /// `watch.resources` (`watched`), without any I/O.
-    pub fn validate(&self, name: &str, sinks: &[&str], watched: &[&str]) -> Result<Route, Vec<Issue>> {
+    pub fn validate(
+        &self,
+        name: &str,
+        sinks: &[&str],
+        watched: &[&str],
+    ) -> Result<Route, Vec<Issue>> {
         let at = format!("routes.{name}");
         let mut issues = Vec::new();
         for (i, r) in self.resources.iter().enumerate() {
-            if r.trim().is_empty() || !r.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b)) {
+            if r.trim().is_empty()
+                || !r
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b))
+            {
                 issues.push(Issue::new(
                     format!("{at}.resources[{i}]"),
                     format!("`{r}` is not a resource name such as `deployments.apps` or `deploy`"),
@@ -188,7 +197,9 @@ impl RouteConfig {
 
 /// Whether `name` is one of kubectl's names for core/v1 Pods.
 pub fn is_pods(name: &str) -> bool {
-    ["pods", "pod", "po"].iter().any(|p| p.eq_ignore_ascii_case(name.trim()))
+    ["pods", "pod", "po"]
+        .iter()
+        .any(|p| p.eq_ignore_ascii_case(name.trim()))
 }
 
 impl Route {
@@ -268,15 +279,31 @@ mod tests {
     #[test]
     fn pod_only_aspects_are_refused_on_a_route_that_can_take_other_kinds() {
         let watched = ["deployments.apps", "pods"];
-        let e = route_watching("sinks: [kafka]\nchanges: [phase, status.readyReplicas]\n", &watched)
-            .expect_err("phase on every kind");
+        let e = route_watching(
+            "sinks: [kafka]\nchanges: [phase, status.readyReplicas]\n",
+            &watched,
+        )
+        .expect_err("phase on every kind");
         assert_eq!(e.len(), 1, "{e:?}");
         assert_eq!(e[0].field, "routes.r.changes[0]");
         assert!(e[0].message.contains("Pods only"), "{}", e[0].message);
         // A route of Pods may, and general aspects work on any route.
-        assert!(route_watching("sinks: [kafka]\nresources: [po]\nchanges: [phase]\n", &watched).is_ok());
-        assert!(route_watching("sinks: [kafka]\nchanges: [conditions, generation, owners, status, labels]\n", &watched).is_ok());
-        let e = route_watching("sinks: [kafka]\nresources: ['no way']\n", &watched).expect_err("a bad name");
+        assert!(
+            route_watching(
+                "sinks: [kafka]\nresources: [po]\nchanges: [phase]\n",
+                &watched
+            )
+            .is_ok()
+        );
+        assert!(
+            route_watching(
+                "sinks: [kafka]\nchanges: [conditions, generation, owners, status, labels]\n",
+                &watched
+            )
+            .is_ok()
+        );
+        let e = route_watching("sinks: [kafka]\nresources: ['no way']\n", &watched)
+            .expect_err("a bad name");
         assert_eq!(e[0].field, "routes.r.resources[0]");
     }
 
@@ -284,7 +311,8 @@ mod tests {
     fn a_route_takes_the_resources_it_names_and_every_one_without() {
         let d = crate::kinds::Resource::new("apps", "v1", "Deployment", "deployments", true)
             .with_names("deployment", &["deploy".to_string()]);
-        let only = route_watching("sinks: [kafka]\nresources: [deploy]\n", &["deploy", "pods"]).expect("valid");
+        let only = route_watching("sinks: [kafka]\nresources: [deploy]\n", &["deploy", "pods"])
+            .expect("valid");
         assert!(only.takes_resource(&d));
         assert!(!only.takes_resource(&crate::kinds::Resource::pods()));
         let all = route_watching("sinks: [kafka]\n", &["deploy", "pods"]).expect("valid");

@@ -10,7 +10,7 @@ fn routes(yaml: &str) -> Vec<Route> {
         serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{e}"));
     map.iter()
         .map(|(n, r)| {
-            r.validate(n, &["a", "b"])
+            r.validate(n, &["a", "b"], &["pods"])
                 .unwrap_or_else(|e| panic!("{e:?}"))
         })
         .collect()

@@ -352,7 +352,11 @@ mod tests {
             ..Vars::default()
         };
         assert_eq!(t.unwrap().render(&v), "kubecast/c/ns/p");
-        let k = Template::parse("k8s.{cluster}.{kind}.{resource}", &[Cluster, Kind, Resource], "c");
+        let k = Template::parse(
+            "k8s.{cluster}.{kind}.{resource}",
+            &[Cluster, Kind, Resource],
+            "c",
+        );
         let v = Vars {
             kind: "Deployment",
             resource: "deployments.apps",
