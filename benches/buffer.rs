@@ -35,6 +35,7 @@ fn event(seq: u64) -> Event {
         prev_rv: rv,
         inferred: false,
         initial: false,
+        truncated: false,
         from_watch: false,
         route: None,
         data: Bytes::from(vec![b'x'; DATA]),

@@ -59,6 +59,7 @@ fn event(kind: ChangeKind) -> Event {
         prev_rv: String::new(),
         inferred: false,
         initial: false,
+        truncated: false,
         from_watch: false,
         route: None,
         data: Bytes::from_static(b"{}"),

@@ -427,3 +427,99 @@ async fn a_custom_resource_is_waited_for_watched_once_its_crd_exists_and_emptied
     assert_eq!(events[2]["data"]["spec"]["size"], 2);
     assert_eq!(s(&events[4], "k8suid"), uid(&made[0]));
 }
+
+#[tokio::test]
+async fn a_one_mib_config_map_is_dead_lettered_or_sent_as_a_flagged_reference_and_the_queue_moves_on()
+ {
+    use support::consume::KafkaTopic;
+    let scene = Scene::new("kinds-big").await;
+    let ns = scene.ns.clone();
+    let (plain, reference) = (unique_name("kc-big"), unique_name("kc-big-ref"));
+    let plain_topic = KafkaTopic::create(&scene.stack, &plain).await;
+    let reference_topic = KafkaTopic::create(&scene.stack, &reference).await;
+    let dead = scene.dir.join("dead.jsonl");
+    let port = free_port();
+    let config = scene
+        .config(
+            &format!("metrics: {{address: '127.0.0.1:{port}'}}\n"),
+            &[
+                scene.kafka_sink(
+                    "plain",
+                    &plain,
+                    &[&format!("dead_letter: {{file: {}}}", dead.display())],
+                ),
+                scene.kafka_sink("reference", &reference, &["too_large: reference"]),
+            ],
+        )
+        .replace("watch:\n", "watch:\n  resources: [configmaps]\n");
+    let kubecast = InProcess::start(&scene, &config);
+    ready(port).await;
+    let objects = Objects::new(&scene.client);
+    let configmaps = format!("/api/v1/namespaces/{ns}/configmaps");
+    // About 1 MiB of data: a ConfigMap's limit, above Kafka's default message size.
+    let big = objects
+        .create(
+            &configmaps,
+            &json!({"metadata": {"name": "big"}, "data": {"blob": "x".repeat(1_040_000)}}),
+        )
+        .await;
+    objects
+        .create(
+            &configmaps,
+            &json!({"metadata": {"name": "after"}, "data": {"k": "v"}}),
+        )
+        .await;
+    let after = |rs: &[support::consume::Record]| rs.iter().any(|r| r.ce("k8sname") == "after");
+    let plain_records = plain_topic
+        .wait_until("the small one after the big one", LIMIT, after)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let reference_records = reference_topic
+        .wait_until("the small one after the big one", LIMIT, after)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    kubecast.stop(Duration::from_secs(20)).await;
+
+    assert!(
+        plain_records.iter().all(|r| r.ce("k8sname") != "big"),
+        "the big one is not in the plain sink's topic"
+    );
+    let letters = file_events_raw(&dead);
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(letters[0]["event"]["k8sname"], "big");
+    assert!(
+        letters[0]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("max_message_bytes"),
+        "{}",
+        letters[0]
+    );
+
+    let flagged: Vec<_> = reference_records
+        .iter()
+        .filter(|r| r.ce("k8sname") == "big")
+        .collect();
+    assert_eq!(flagged.len(), 1);
+    let r = flagged[0];
+    assert_eq!(r.ce("k8struncated"), "true");
+    assert_eq!(
+        r.ce("id"),
+        format!("{}:{}:added", uid(&big), support::objects::rv(&big))
+    );
+    assert_eq!(
+        r.ce("dataschema"),
+        "urn:kubecast:schema:configmap-reference:v1"
+    );
+    assert_eq!(r.json()["metadata"]["uid"], uid(&big).as_str());
+    support::schema::assert_follows(r.ce("dataschema"), &r.json(), "the flagged reference");
+}
+
+/// The JSON lines of a file (a dead-letter file).
+fn file_events_raw(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .collect()
+}

@@ -54,7 +54,7 @@ async fn the_printed_role_suffices_and_without_a_verb_kubecast_names_what_it_lac
     let out = scene.dir.join("events.jsonl");
     let config = |kubeconfig: &str| {
         format!(
-            "cluster: test\nkubernetes: {{{kubeconfig}}}\nwatch:\n  resources: [deploy, pods, no, {{resource: events, namespaces: [{}]}}]\nmetrics: {{address: '127.0.0.1:{port}'}}\nsinks:\n{}",
+            "cluster: test\nkubernetes: {{{kubeconfig}}}\nwatch:\n  resources: [deploy, pods, nodes, {{resource: events, namespaces: [{}]}}]\nmetrics: {{address: '127.0.0.1:{port}'}}\nsinks:\n{}",
             scene.ns,
             file_sink("out", &out)
         )

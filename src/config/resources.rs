@@ -71,6 +71,11 @@ pub fn entries<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ResourceConfig>, D
                 fn visit_str<E: de::Error>(self, v: &str) -> Result<Entry, E> {
                     Ok(Entry(ResourceConfig::named(v)))
                 }
+                fn visit_bool<E: de::Error>(self, v: bool) -> Result<Entry, E> {
+                    Err(E::custom(format!(
+                        "`{v}` is not a resource name: YAML reads a bare `no` (the short name of nodes) as false; write `nodes` or quote it, 'no'"
+                    )))
+                }
                 fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Entry, A::Error> {
                     ResourceConfig::deserialize(de::value::MapAccessDeserializer::new(map))
                         .map(Entry)
@@ -191,6 +196,14 @@ mod tests {
                 "watch.resources[3].label_selector"
             ]
         );
+        let no = load_str(
+            "t.yaml",
+            "cluster: c\nwatch:\n  resources: [pods, no]\nsinks: {s: {type: stdout}}\n",
+            Vec::new(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(no.contains("write `nodes` or quote it"), "{no}");
         let unknown = load_str(
             "t.yaml",
             "cluster: c\nwatch:\n  resources: [{resource: pods, colour: red}]\nsinks: {s: {type: stdout}}\n",

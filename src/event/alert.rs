@@ -56,6 +56,7 @@ pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -
         prev_rv: String::new(),
         inferred: false,
         initial: false,
+        truncated: false,
         from_watch: false,
         route: None,
         data: Bytes::from(data.to_string()),

@@ -106,6 +106,7 @@ impl Encoder {
             prev_rv: change.prev_rv.clone(),
             inferred: change.inferred,
             initial: change.initial,
+            truncated: false,
             from_watch: false,
             route: None,
             data,

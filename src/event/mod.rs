@@ -141,6 +141,9 @@ pub struct Event {
     pub inferred: bool,
     /// An `added` that comes from the initial list of a start without saved state.
     pub initial: bool,
+    /// Sent in `reference` mode in place of an event too large for its sink (`too_large:
+    /// reference`): the `k8struncated` extension. Set by the sink; never logged.
+    pub truncated: bool,
     /// Seen on the watch (its resourceVersion is a point the watch can resume after) rather
     /// than in a list. Given by the pipeline; not an attribute.
     pub from_watch: bool,
@@ -195,12 +198,43 @@ impl Event {
             ("k8srv", self.rv.clone()),
             ("k8sprevrv", self.prev_rv.clone()),
         ];
+        if self.truncated {
+            out.push(("k8struncated", "true".to_string()));
+        }
         match self.kind {
             ChangeKind::Added => out.push(("k8sinitial", self.initial.to_string())),
             ChangeKind::Deleted => out.push(("k8sinferred", self.inferred.to_string())),
             ChangeKind::Modified | ChangeKind::AlertFiring | ChangeKind::AlertResolved => {}
         }
         out
+    }
+
+    /// This event in `reference` mode, flagged `k8struncated`: what a sink with `too_large:
+    /// reference` sends when the event itself is too large for it. Same id and chain.
+    pub fn as_reference(&self) -> Event {
+        let mut meta = serde_json::Map::new();
+        if !self.namespace.is_empty() {
+            meta.insert("namespace".into(), self.namespace.clone().into());
+        }
+        meta.insert("name".into(), self.name.clone().into());
+        meta.insert("uid".into(), self.uid.clone().into());
+        meta.insert("resourceVersion".into(), self.rv.clone().into());
+        let data = serde_json::json!({
+            "apiVersion": &*self.api_version,
+            "kind": &*self.k8s_kind,
+            "metadata": meta,
+        });
+        let dataschema = ["-full:", "-summary:"]
+            .iter()
+            .find(|m| self.dataschema.contains(**m))
+            .map(|m| self.dataschema.replacen(m, "-reference:", 1).into())
+            .unwrap_or_else(|| self.dataschema.clone());
+        Event {
+            data: Bytes::from(data.to_string()),
+            dataschema,
+            truncated: true,
+            ..self.clone()
+        }
     }
 
     /// The structured-mode JSON object (`application/cloudevents+json`), data inline.
@@ -211,7 +245,9 @@ impl Event {
             .map(|(k, v)| {
                 // Booleans are JSON booleans in structured mode.
                 let v = match (k, v.as_str()) {
-                    ("k8sinitial" | "k8sinferred", "true") => serde_json::Value::Bool(true),
+                    ("k8sinitial" | "k8sinferred" | "k8struncated", "true") => {
+                        serde_json::Value::Bool(true)
+                    }
                     ("k8sinitial" | "k8sinferred", "false") => serde_json::Value::Bool(false),
                     _ => serde_json::Value::String(v),
                 };
@@ -262,6 +298,7 @@ mod tests {
             prev_rv: String::new(),
             inferred: false,
             initial: true,
+            truncated: false,
             from_watch: false,
             route: None,
             data: Bytes::from_static(br#"{"a":1}"#),
@@ -303,6 +340,34 @@ mod tests {
             (Some("Pod"), Some("v1"))
         );
         assert_eq!(v["data"]["a"], 1);
+    }
+
+    #[test]
+    fn an_event_too_large_becomes_its_flagged_reference_with_the_same_id() {
+        let e = Event {
+            dataschema: "urn:kubecast:schema:configmap-full:v1".into(),
+            k8s_kind: "ConfigMap".into(),
+            data: Bytes::from(vec![b'x'; 2_000_000]),
+            ..sample(ChangeKind::Modified)
+        };
+        let r = e.as_reference();
+        assert_eq!(
+            (r.id.as_str(), r.rv.as_str()),
+            (e.id.as_str(), e.rv.as_str())
+        );
+        assert_eq!(&*r.dataschema, "urn:kubecast:schema:configmap-reference:v1");
+        let d: serde_json::Value = serde_json::from_slice(&r.data).expect("JSON");
+        assert_eq!(
+            (d["kind"].as_str(), d["metadata"]["uid"].as_str()),
+            (Some("ConfigMap"), Some("u1"))
+        );
+        assert!(
+            r.attributes()
+                .contains(&("k8struncated", "true".to_string()))
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.structured_json()).expect("JSON");
+        assert_eq!(v["k8struncated"], true);
+        assert!(!e.attributes().iter().any(|(k, _)| *k == "k8struncated"));
     }
 
     #[test]

@@ -113,7 +113,7 @@ fn describe(e: &SdkError) -> String {
 }
 
 fn normalize_booleans(event: &mut Event) {
-    for name in ["k8sinitial", "k8sinferred"] {
+    for name in ["k8sinitial", "k8sinferred", "k8struncated"] {
         let flag = match event.extension(name) {
             Some(ExtensionValue::String(s)) if s == "true" => true,
             Some(ExtensionValue::String(s)) if s == "false" => false,

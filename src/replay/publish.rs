@@ -230,6 +230,7 @@ pub fn to_kubecast(event: &CloudEvent, facts: &Facts) -> Option<Event> {
         prev_rv: facts.prev_rv.clone().unwrap_or_default(),
         inferred: flag("k8sinferred"),
         initial: flag("k8sinitial"),
+        truncated: flag("k8struncated"),
         from_watch: false,
         route: None,
         data: data_bytes(event)

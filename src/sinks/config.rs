@@ -32,14 +32,31 @@ pub struct Common {
     /// Where events the sink can never deliver (too large, refused) go. Default: the log only.
     #[serde(default)]
     pub dead_letter: Option<DeadLetterConfig>,
+    /// An event larger than the sink takes (`max_message_bytes`, `max_packet_bytes`; a
+    /// ConfigMap holds up to 1 MiB): `dead_letter` sends it to the dead letter, naming the
+    /// object; `reference` sends it in `reference` mode instead, with the same id, flagged
+    /// `k8struncated=true`. Default: `dead_letter`.
+    #[serde(default)]
+    pub too_large: TooLarge,
     /// The topics of the routes that feed this sink and set their own (route name, template),
     /// filled in from `routes:` before validation; not a field of the sink.
     #[serde(skip)]
     pub route_topics: Vec<(String, String)>,
 }
 
+/// What a sink does with an event too large for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TooLarge {
+    /// To the dead letter, with the reason.
+    #[default]
+    DeadLetter,
+    /// In `reference` mode, flagged `k8struncated`.
+    Reference,
+}
+
 /// The envelope's field names, taken out of a sink's map before its kind reads the rest.
-const COMMON_FIELDS: [&str; 2] = ["queue", "dead_letter"];
+const COMMON_FIELDS: [&str; 3] = ["queue", "dead_letter", "too_large"];
 
 impl Common {
     /// The envelope's issues; `at` is the sink's field path, `topic_ok` whether its kind

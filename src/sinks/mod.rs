@@ -16,7 +16,8 @@ pub mod queue;
 mod runner;
 
 pub use config::{
-    Common, DeadLetterConfig, Placeholder, Secret, SinkConfig, Template, TlsConfig, Topics, Vars,
+    Common, DeadLetterConfig, Placeholder, Secret, SinkConfig, Template, TlsConfig, TooLarge,
+    Topics, Vars,
 };
 pub use contract::{
     Acks, Keeper, KeeperFeed, Kept, Positions, Report, Sink, SinkError, SinkSpec, ValidSink,

@@ -112,6 +112,8 @@ pub struct KafkaSettings {
     pub max_message_bytes: usize,
     pub in_flight: usize,
     pub dead_letter_topic: Option<String>,
+    /// `too_large: reference`: an event above `max_message_bytes` goes in reference mode.
+    pub too_large_reference: bool,
     /// Every librdkafka property, kubecast's own and the user's.
     pub properties: Vec<(String, Secret)>,
     /// With `exactly_once: true`, its transactions.
@@ -293,6 +295,7 @@ impl KafkaConfig {
                 max_message_bytes: self.max_message_bytes as usize,
                 in_flight: self.in_flight,
                 dead_letter_topic,
+                too_large_reference: common.too_large == crate::sinks::TooLarge::Reference,
                 properties: props,
             }),
             _ => Err(issues),

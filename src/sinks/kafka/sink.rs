@@ -167,6 +167,9 @@ fn header_name(name: &'static str) -> Cow<'static, str> {
         "k8sprevrv" => "ce_k8sprevrv",
         "k8sinitial" => "ce_k8sinitial",
         "k8sinferred" => "ce_k8sinferred",
+        "k8skind" => "ce_k8skind",
+        "k8sapiversion" => "ce_k8sapiversion",
+        "k8struncated" => "ce_k8struncated",
         other => return Cow::Owned(format!("ce_{other}")),
     })
 }
@@ -259,6 +262,14 @@ async fn submit(
     }
 }
 
+/// The size of `event`'s record payload in the sink's mode.
+fn payload_size(settings: &KafkaSettings, event: &Event) -> usize {
+    match settings.mode {
+        Mode::Binary => event.data.len(),
+        Mode::Structured => event.structured_json().len(),
+    }
+}
+
 /// Hands one record to librdkafka, waiting for room while its queue is full. The error is
 /// the reason the record can never be sent.
 pub(super) async fn enqueue(
@@ -268,6 +279,14 @@ pub(super) async fn enqueue(
     event: &Event,
     dead: Option<&str>,
 ) -> Result<Delivery, Unsendable> {
+    let small: Event;
+    let mut event = event;
+    if dead.is_none() && settings.too_large_reference && payload_size(settings, event) > settings.max_message_bytes {
+        tracing::warn!(sink, id = %event.id, subject = %event.subject(),
+            "event too large for max_message_bytes: sent as reference data (k8struncated)");
+        small = event.as_reference();
+        event = &small;
+    }
     let (topic, payload, headers) = match dead {
         None => {
             let topic = settings.topic.render(event);

@@ -77,6 +77,8 @@ pub enum Protocol {
 /// The validated MQTT sink.
 #[derive(Debug, Clone)]
 pub struct MqttSettings {
+    /// `too_large: reference`: an event above `max_packet_bytes` goes in reference mode.
+    pub too_large_reference: bool,
     pub host: String,
     pub port: u16,
     pub tls: Option<TlsFiles>,
@@ -204,6 +206,7 @@ impl MqttConfig {
                     .clone()
                     .map(|u| (u, self.password.clone().unwrap_or_default())),
                 max_packet_bytes: self.max_packet_bytes as usize,
+                too_large_reference: common.too_large == crate::sinks::TooLarge::Reference,
                 keep_alive: Duration::from_secs(u64::from(self.keep_alive_seconds.max(5))),
                 in_flight: self.in_flight,
             }),

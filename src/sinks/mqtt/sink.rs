@@ -165,8 +165,16 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
             next = rx.recv(), if open && room => match next {
                 None => open = false,
                 Some(event) => {
-                    let msgs = messages(&s, &event);
-                    if let Some(big) = msgs.iter().map(packet_size).max().filter(|n| *n > s.max_packet_bytes) {
+                    let mut event = event;
+                    let mut msgs = messages(&s, &event);
+                    let too_big = |msgs: &[Message]| msgs.iter().map(packet_size).max().filter(|n| *n > s.max_packet_bytes);
+                    if s.too_large_reference && too_big(&msgs).is_some() {
+                        tracing::warn!(sink = %acks.sink(), id = %event.id, subject = %event.subject(),
+                            "event too large for max_packet_bytes: sent as reference data (k8struncated)");
+                        event = std::sync::Arc::new(event.as_reference());
+                        msgs = messages(&s, &event);
+                    }
+                    if let Some(big) = too_big(&msgs) {
                         // Dead-lettered in its place in the sequence, after what is before it.
                         window.push_refused(event, format!("MQTT packet of about {big} bytes exceeds max_packet_bytes {}", s.max_packet_bytes));
                         report(&acks, window.settle()).await?;
