@@ -1,13 +1,15 @@
 //! An independent observer of the truth: its own watch on the apiserver (kube's typed API,
-//! not kubecast's code), recording every change of the pods in one namespace, and the event
-//! id kubecast's contract gives each.
+//! not kubecast's code), recording every change of the pods (or objects of another kind) in
+//! one namespace, and the event id kubecast's contract gives each.
 
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
+use kube::api::ObjectMeta;
 use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::{Api, Resource};
 
 /// One change the apiserver reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,15 +43,29 @@ impl Observer {
     /// Lists the namespace (the starting point, whose pods are reported as `added`) and
     /// watches it from there, resuming by itself when a watch request ends.
     pub async fn start(client: &kube::Client, ns: &str) -> Observer {
-        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+        Observer::start_for::<Pod>(client, ns).await
+    }
+
+    /// The same for objects of kind `K` (ConfigMaps, Deployments, ...).
+    pub async fn start_for<K>(client: &kube::Client, ns: &str) -> Observer
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+    {
+        let api: Api<K> = Api::namespaced(client.clone(), ns);
         let list = api
             .list(&ListParams::default())
             .await
-            .expect("observer: listing pods");
+            .expect("observer: listing");
         let start_rv = list.metadata.resource_version.clone().unwrap_or_default();
         let changes = Arc::new(Mutex::new(Vec::new()));
         for p in &list.items {
-            push(&changes, "added", p);
+            push(&changes, "added", p.meta());
         }
         let out = changes.clone();
         let broken = Arc::new(Mutex::new(None));
@@ -127,8 +143,8 @@ impl Observer {
                             panic!("observer: the apiserver ended its watch: {e:?}")
                         }
                     };
-                    rv = pod.metadata.resource_version.clone().unwrap_or_default();
-                    push(&out, kind, &pod);
+                    rv = pod.meta().resource_version.clone().unwrap_or_default();
+                    push(&out, kind, pod.meta());
                 }
             }
         });
@@ -176,7 +192,10 @@ impl Observer {
 
 /// Lists the pods; when each one is live in `changes` at the listed resourceVersion and no
 /// other is, returns the list's resourceVersion to watch from.
-async fn relist_if_unchanged(api: &Api<Pod>, changes: &Mutex<Vec<Change>>) -> Option<String> {
+async fn relist_if_unchanged<K>(api: &Api<K>, changes: &Mutex<Vec<Change>>) -> Option<String>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
     let list = api.list(&ListParams::default()).await.ok()?;
     let mut live = std::collections::BTreeMap::new();
     for c in changes.lock().ok()?.iter() {
@@ -191,20 +210,20 @@ async fn relist_if_unchanged(api: &Api<Pod>, changes: &Mutex<Vec<Change>>) -> Op
         .iter()
         .map(|p| {
             (
-                p.metadata.uid.clone().unwrap_or_default(),
-                p.metadata.resource_version.clone().unwrap_or_default(),
+                p.meta().uid.clone().unwrap_or_default(),
+                p.meta().resource_version.clone().unwrap_or_default(),
             )
         })
         .collect();
     (listed == live).then(|| list.metadata.resource_version.unwrap_or_default())
 }
 
-fn push(changes: &Mutex<Vec<Change>>, kind: &'static str, p: &Pod) {
+fn push(changes: &Mutex<Vec<Change>>, kind: &'static str, m: &ObjectMeta) {
     let c = Change {
         kind,
-        uid: p.metadata.uid.clone().unwrap_or_default(),
-        name: p.metadata.name.clone().unwrap_or_default(),
-        rv: p.metadata.resource_version.clone().unwrap_or_default(),
+        uid: m.uid.clone().unwrap_or_default(),
+        name: m.name.clone().unwrap_or_default(),
+        rv: m.resource_version.clone().unwrap_or_default(),
     };
     if let Ok(mut v) = changes.lock() {
         v.push(c);
