@@ -69,9 +69,11 @@ fn event(kind: ChangeKind) -> Event {
 const KINDS: [ChangeKind; 3] = [ChangeKind::Added, ChangeKind::Modified, ChangeKind::Deleted];
 
 /// The names each kind of change carries, by `names_of`: (every name any change has, the
-/// names every change has).
+/// names every change has). A change sent as a flagged reference (`too_large: reference`)
+/// is among them.
 fn union_and_common(names_of: impl Fn(&Event) -> BTreeSet<String>) -> (Vec<String>, Vec<String>) {
-    let sets: Vec<BTreeSet<String>> = KINDS.iter().map(|k| names_of(&event(*k))).collect();
+    let mut sets: Vec<BTreeSet<String>> = KINDS.iter().map(|k| names_of(&event(*k))).collect();
+    sets.push(names_of(&event(ChangeKind::Modified).as_reference()));
     let union = sets.iter().flatten().cloned().collect::<BTreeSet<_>>();
     let common = sets.iter().skip(1).fold(sets[0].clone(), |acc, s| {
         acc.intersection(s).cloned().collect()
