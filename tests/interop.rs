@@ -1,5 +1,6 @@
-//! Interoperability with clients no one here wrote: kubecast publishes a pod's life to Kafka
-//! (binary and structured mode) and MQTT (5 binary, 3.1.1 structured), and the Python suite
+//! Interoperability with clients no one here wrote: kubecast publishes the lives of a pod, a
+//! Deployment and a Node (cluster-scoped) to Kafka (binary and structured mode) and MQTT (5
+//! binary, 3.1.1 structured), and the Python suite
 //! in `tests/interop/` decodes it with the official CloudEvents SDK, confluent-kafka and
 //! paho-mqtt, comparing each event with what kubecast's file sink says it meant to send.
 //!
@@ -64,6 +65,7 @@ async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
     assert!(ok, "opening the persistent MQTT session:\n{out}");
 
     let expected = scene.dir.join("expected.jsonl");
+    let node_label = unique_name("interop");
     let config = scene.config(
         "",
         &[
@@ -83,24 +85,42 @@ async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
             ),
             file_sink("file", &expected),
         ],
+    )
+    .replace(
+        "watch:\n",
+        &format!("watch:\n  resources: [pods, deployments.apps, {{resource: nodes, label_selector: 'kubecast-test={node_label}'}}]\n"),
     );
     let mut kubecast = Kubecast::start(stack, &scene.dir, &config);
-    kubecast.wait_for_log("list complete", 1, LIMIT).await;
+    // Three resources listed (the nodes' scope is cluster-wide).
+    kubecast.wait_for_log("list complete", 3, LIMIT).await;
     let pods = &scene.pods;
     pods.create("api").await;
     pods.running("api", 0).await;
     pods.label("api", "tier", "backend").await;
     pods.delete("api").await;
-    // created, Running, label, deletionTimestamp, deleted
-    let n = 5;
-    let lines = || {
-        std::fs::read_to_string(&expected)
-            .unwrap_or_default()
-            .lines()
-            .count()
+    let objects = support::objects::Objects::new(&scene.client);
+    let deployments = format!("/apis/apps/v1/namespaces/{}/deployments", scene.ns);
+    objects
+        .create(&deployments, &serde_json::json!({"metadata": {"name": "api"},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "api"}},
+                "template": {"metadata": {"labels": {"app": "api"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}}))
+        .await;
+    objects.delete(&format!("{deployments}/api")).await;
+    let node = unique_name("interop-node");
+    objects
+        .create("/api/v1/nodes", &serde_json::json!({"metadata": {"name": node, "labels": {"kubecast-test": node_label}}}))
+        .await;
+    objects.delete(&format!("/api/v1/nodes/{node}")).await;
+    // Each object's delete is its last event.
+    let done = || {
+        let text = std::fs::read_to_string(&expected).unwrap_or_default();
+        ["io.k8s.core.v1.pod.deleted", "io.k8s.apps.v1.deployment.deleted", "io.k8s.core.v1.node.deleted"]
+            .iter()
+            .all(|t| text.contains(t))
+            .then(|| text.lines().count())
     };
-    let written = wait_for(LIMIT, "the file sink", || (lines() >= n).then_some(())).await;
-    kubecast.check(written.ok_or_else(|| format!("{n} events in {}", expected.display())));
+    let written = wait_for(LIMIT, "the file sink", done).await;
+    let n = kubecast.check(written.ok_or_else(|| format!("the three deletes in {}", expected.display())));
     kubecast.check(
         kafka_bin
             .wait_until("binary records", LIMIT, |r| r.len() >= n)
@@ -115,7 +135,7 @@ async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
     assert!(
-        log.contains("sink=m5 delivered=5") && log.contains("sink=m3 delivered=5"),
+        log.contains(&format!("sink=m5 delivered={n}")) && log.contains(&format!("sink=m3 delivered={n}")),
         "{log}"
     );
 
