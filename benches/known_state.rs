@@ -3,7 +3,10 @@
 //! its own per-chunk overhead). Pods with real-shaped identities (a 36-character uid, a
 //! 5 to 8 digit resourceVersion, a 20-character name, one of 50 namespaces) are listed into
 //! a fresh classifier, and the live bytes before and after are compared.
-//! Prints a Markdown table for BENCHMARKS.md ("Memory per known pod"); nothing is asserted.
+//! Then the same for core/v1 Events (often a cluster's most numerous objects; names such as
+//! `checkout-7d9f8b-00042.18ee22f430da6744`), watched beside Pods: their resource key is
+//! interned like the namespaces.
+//! Prints Markdown tables for BENCHMARKS.md ("Memory per known pod"); nothing is asserted.
 //!
 //! `cargo bench --bench known_state -- 10000 100000` (default: 1000 10000 100000).
 
@@ -55,6 +58,27 @@ fn pod(i: usize) -> Object {
     }
 }
 
+fn event(i: usize) -> Object {
+    Object {
+        name: format!("checkout-7d9f8b-{:05}.{:016x}", i % 100_000, (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+        ..pod(i)
+    }
+}
+
+/// Live heap bytes of a classifier that listed `n` objects made by `make` in `scope`.
+fn measure(n: usize, scope: &kubecast::classify::Scope, make: fn(usize) -> Object) -> isize {
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut classifier = Classifier::new(InitialList::Skip);
+    classifier.list_start(scope);
+    for i in 0..n {
+        std::hint::black_box(classifier.listed(scope, make(i)));
+    }
+    std::hint::black_box(classifier.list_done(scope));
+    let bytes = LIVE.load(Ordering::Relaxed) - before;
+    assert_eq!(classifier.len(), n, "every listed object is known");
+    bytes
+}
+
 fn main() {
     let mut counts: Vec<usize> = std::env::args()
         .skip(1)
@@ -78,5 +102,16 @@ fn main() {
         let bytes = LIVE.load(Ordering::Relaxed) - before;
         println!("| {n} | {bytes} | {:.0} B |", bytes as f64 / n as f64);
         assert_eq!(classifier.len(), n, "every listed pod is known");
+    }
+    let events = kubecast::classify::Scope::new(
+        std::sync::Arc::new(kubecast::kinds::Resource::new("", "v1", "Event", "events", true)),
+        None,
+    );
+    println!();
+    println!("| known core Events | live heap bytes of the known state | per Event |");
+    println!("| --- | --- | --- |");
+    for n in [100_000] {
+        let bytes = measure(n, &events, event);
+        println!("| {n} | {bytes} | {:.0} B |", bytes as f64 / n as f64);
     }
 }
