@@ -60,7 +60,11 @@ fn pod(i: usize) -> Object {
 
 fn event(i: usize) -> Object {
     Object {
-        name: format!("checkout-7d9f8b-{:05}.{:016x}", i % 100_000, (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+        name: format!(
+            "checkout-7d9f8b-{:05}.{:016x}",
+            i % 100_000,
+            (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ),
         ..pod(i)
     }
 }
@@ -104,7 +108,9 @@ fn main() {
         assert_eq!(classifier.len(), n, "every listed pod is known");
     }
     let events = kubecast::classify::Scope::new(
-        std::sync::Arc::new(kubecast::kinds::Resource::new("", "v1", "Event", "events", true)),
+        std::sync::Arc::new(kubecast::kinds::Resource::new(
+            "", "v1", "Event", "events", true,
+        )),
         None,
     );
     println!();

@@ -114,13 +114,18 @@ async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
     // Each object's delete is its last event.
     let done = || {
         let text = std::fs::read_to_string(&expected).unwrap_or_default();
-        ["io.k8s.core.v1.pod.deleted", "io.k8s.apps.v1.deployment.deleted", "io.k8s.core.v1.node.deleted"]
-            .iter()
-            .all(|t| text.contains(t))
-            .then(|| text.lines().count())
+        [
+            "io.k8s.core.v1.pod.deleted",
+            "io.k8s.apps.v1.deployment.deleted",
+            "io.k8s.core.v1.node.deleted",
+        ]
+        .iter()
+        .all(|t| text.contains(t))
+        .then(|| text.lines().count())
     };
     let written = wait_for(LIMIT, "the file sink", done).await;
-    let n = kubecast.check(written.ok_or_else(|| format!("the three deletes in {}", expected.display())));
+    let n = kubecast
+        .check(written.ok_or_else(|| format!("the three deletes in {}", expected.display())));
     kubecast.check(
         kafka_bin
             .wait_until("binary records", LIMIT, |r| r.len() >= n)
@@ -135,7 +140,8 @@ async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
     assert!(
-        log.contains(&format!("sink=m5 delivered={n}")) && log.contains(&format!("sink=m3 delivered={n}")),
+        log.contains(&format!("sink=m5 delivered={n}"))
+            && log.contains(&format!("sink=m3 delivered={n}")),
         "{log}"
     );
 
