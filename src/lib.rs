@@ -56,4 +56,5 @@ pub mod replay;
 pub mod route;
 pub mod sinks;
 pub mod store;
+pub mod vocab;
 pub mod watch;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::builtin::Condition;
 use super::expr::Expr;
 use super::rule::{Message, Rule, When};
-use crate::config::Issue;
+use crate::vocab::Issue;
 
 /// The alert rules. Present (even empty: `alerts: {}`) turns the built-in rules on.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -202,7 +202,7 @@ impl AlertsConfig {
         }
         for (name, r) in &self.rules {
             let at = format!("alerts.rules.{name}");
-            if !crate::config::is_dns_label(&name.replace('_', "-")) {
+            if !crate::vocab::is_dns_label(&name.replace('_', "-")) {
                 issues.push(Issue::new(at.clone(), format!("`{name}` is not a rule name (lower-case letters, digits, `-`, `_`; at most 63)")));
             }
             if builtins.iter().any(|(b, ..)| b == name) {

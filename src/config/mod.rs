@@ -13,11 +13,11 @@ mod validate;
 #[cfg(test)]
 mod proptests;
 
+pub use crate::vocab::{DataMode, Issue};
 pub use load::{ConfigError, load, load_str};
 pub use resources::{ResourceConfig, default_resources};
 pub use routing::{MAX_ROUTES, Routing, union_selector};
-pub(crate) use validate::is_dns_label;
-pub use validate::{Issue, Validated, ValidationError};
+pub use validate::{Validated, ValidationError};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -285,19 +285,6 @@ impl Default for EncodingConfig {
             redact: RedactConfig::default(),
         }
     }
-}
-
-/// The data modes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DataMode {
-    /// The Pod without `metadata.managedFields`, with redactions applied.
-    #[default]
-    Full,
-    /// A compact summary of the Pod's state.
-    Summary,
-    /// Only the Pod's identity.
-    Reference,
 }
 
 /// What is redacted in `full` data. A redacted value is replaced by `"<redacted>"`.

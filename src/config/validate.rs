@@ -8,29 +8,7 @@ use super::{
 };
 use crate::ha::Election;
 use crate::sinks::ValidSink;
-
-/// One problem: the field path and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Issue {
-    pub field: String,
-    pub message: String,
-}
-
-impl Issue {
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Issue {
-        Issue {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-
-    /// Adds "must be at least `min`" for `field` to `issues` when `value` is below `min`.
-    pub fn at_least(issues: &mut Vec<Issue>, field: impl Into<String>, value: u64, min: u64) {
-        if value < min {
-            issues.push(Issue::new(field, format!("must be at least {min}")));
-        }
-    }
-}
+pub use crate::vocab::{Issue, is_dns_label, is_name};
 
 /// Every problem found in a config.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -262,23 +240,6 @@ fn check_keeper(sinks: &[(String, ValidSink)], state: &StateConfig, issues: &mut
             ));
         }
     }
-}
-
-/// A name of the config's own choosing (a sink's, a route's): letters, digits, `-`, `_`.
-pub(super) fn is_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
-}
-
-/// A DNS-1123 label: 1 to 63 of [a-z0-9-], not beginning or ending with `-`.
-pub(crate) fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Issue;
+use crate::vocab::Issue;
 
 /// Several replicas, one of which publishes: the others stand by and take over when its
 /// Lease expires. Needs an `exactly_once` Kafka sink (its checkpoint is where a new leader

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use super::aspects::Aspect;
 use super::selector;
-use crate::config::{DataMode, Issue};
 use crate::event::ChangeKind;
+use crate::vocab::{DataMode, Issue};
 
 /// One route.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -204,7 +204,7 @@ fn check_key(key: &str) -> Result<(), String> {
         None => (None, key),
     };
     if let Some(p) = prefix
-        && (p.len() > 253 || !p.split('.').all(crate::config::is_dns_label))
+        && (p.len() > 253 || !p.split('.').all(crate::vocab::is_dns_label))
     {
         return Err(format!(
             "`{p}` in key `{key}` is not a DNS subdomain prefix"

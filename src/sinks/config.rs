@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::SinkKind;
 use super::queue::QueueConfig;
-use crate::config::Issue;
+use crate::vocab::Issue;
 
 /// One sink under `sinks.NAME`: its `type` and that kind's fields, plus the envelope that the
 /// sink contract gives every kind (`queue`, `dead_letter`). Unknown fields are errors.

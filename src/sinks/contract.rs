@@ -24,10 +24,10 @@ use tokio::sync::{mpsc, watch};
 use super::config::Common;
 use super::dead_letter::DeadLetter;
 use super::queue::{QueueConfig, QueueRx};
-use crate::config::Issue;
 use crate::event::Event;
 use crate::ops::Ops;
 use crate::store::KnownObject;
+use crate::vocab::Issue;
 
 /// A sink kind's config (the fields under `sinks.NAME` besides `type`, `queue` and
 /// `dead_letter`).

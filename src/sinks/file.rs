@@ -11,7 +11,7 @@ use tokio::io::AsyncWriteExt;
 use super::Common;
 use super::contract::{Acks, Sink, SinkError, SinkSpec};
 use super::queue::QueueRx;
-use crate::config::Issue;
+use crate::vocab::Issue;
 
 /// `type: file`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -42,7 +42,7 @@ macro_rules! sink_kinds {
 
         impl SinkKind {
             /// Validates this sink (`name` is its key under `sinks`) with its envelope.
-            pub fn validate(&self, name: &str, common: &Common, cluster: &str) -> Result<ValidSink, Vec<crate::config::Issue>> {
+            pub fn validate(&self, name: &str, common: &Common, cluster: &str) -> Result<ValidSink, Vec<crate::vocab::Issue>> {
                 match self {
                     $(SinkKind::$variant(spec) => ValidSink::validate(name, spec, common, cluster),)+
                 }

@@ -8,7 +8,7 @@ use tokio::io::AsyncWriteExt;
 use super::contract::{Acks, Sink, SinkError, SinkSpec};
 use super::queue::QueueRx;
 use super::Common;
-use crate::config::Issue;
+use crate::vocab::Issue;
 
 /// `type: stdout`. It has no settings of its own.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

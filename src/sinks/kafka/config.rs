@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::txn_config::{TransactionsConfig, TxnSettings};
-use crate::config::Issue;
+use crate::vocab::Issue;
 use crate::sinks::{Common, Placeholder, Secret, Sink, SinkSpec, Template, TlsConfig, Topics};
 
 /// `type: kafka`.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::state_reader::StateReader;
 use super::take_over::Ready;
-use crate::config::Issue;
+use crate::vocab::Issue;
 
 /// `transactions:` of a Kafka sink with `exactly_once: true`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Issue;
+use crate::vocab::Issue;
 use crate::sinks::{Common, Placeholder, Secret, Sink, SinkSpec, Template, TlsConfig, Topics};
 
 /// `type: mqtt`.
