@@ -192,14 +192,7 @@ impl Classifier {
             && self.initial == InitialList::Skip
             && !self.known.contains_key(pod.uid.as_str())
         {
-            self.remember(
-                &pod.uid,
-                scope.resource.key(),
-                &pod.namespace,
-                &pod.name,
-                &pod.rv,
-                epoch,
-            );
+            self.remember_object(scope, &pod, epoch);
             return None;
         }
         let mut change = self.apply(scope, pod, epoch)?;
@@ -273,14 +266,7 @@ impl Classifier {
             Some(k) => (ChangeKind::Modified, k.rv.to_string()),
             None => (ChangeKind::Added, String::new()),
         };
-        self.remember(
-            &pod.uid,
-            scope.resource.key(),
-            &pod.namespace,
-            &pod.name,
-            &pod.rv,
-            epoch,
-        );
+        self.remember_object(scope, &pod, epoch);
         Some(Change {
             kind,
             resource: scope.resource.clone(),
@@ -319,6 +305,18 @@ impl Classifier {
             self.count(&old.resource, -1);
         }
         self.count(&added, 1);
+    }
+
+    /// Remembers `o`, an object of `scope`'s resource, as seen in list epoch `seen`.
+    fn remember_object(&mut self, scope: &Scope, o: &Object, seen: u32) {
+        self.remember(
+            &o.uid,
+            scope.resource.key(),
+            &o.namespace,
+            &o.name,
+            &o.rv,
+            seen,
+        );
     }
 
     /// Removes `uid` from the known state (and from its resource's count).

@@ -72,19 +72,22 @@ pub(crate) fn identity(obj: &Value, r: &Resource) -> serde_json::Map<String, Val
     let mut m = serde_json::Map::new();
     m.insert("apiVersion".into(), json!(&**r.api_version()));
     m.insert("kind".into(), json!(r.kind));
-    m.insert(
-        "metadata".into(),
-        json!({
-            "namespace": meta["namespace"],
-            "name": meta["name"],
-            "uid": meta["uid"],
-            "resourceVersion": meta["resourceVersion"],
-            "labels": if meta["labels"].is_object() { meta["labels"].clone() } else { json!({}) },
-            "deletionTimestamp": meta["deletionTimestamp"],
-        }),
-    );
+    m.insert("metadata".into(), metadata(meta));
     m.insert("owner".into(), owner(meta));
     m
+}
+
+/// A summary's `metadata`: namespace, name, uid, resourceVersion, labels (`{}` when none) and
+/// deletionTimestamp.
+pub(crate) fn metadata(meta: &Value) -> Value {
+    json!({
+        "namespace": meta["namespace"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "resourceVersion": meta["resourceVersion"],
+        "labels": if meta["labels"].is_object() { meta["labels"].clone() } else { json!({}) },
+        "deletionTimestamp": meta["deletionTimestamp"],
+    })
 }
 
 /// The controlling owner reference (or the first one), as apiVersion, kind, name and uid.

@@ -57,14 +57,7 @@ fn of(pod: &Value) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "namespace": meta["namespace"],
-            "name": meta["name"],
-            "uid": meta["uid"],
-            "resourceVersion": meta["resourceVersion"],
-            "labels": if meta["labels"].is_object() { meta["labels"].clone() } else { json!({}) },
-            "deletionTimestamp": meta["deletionTimestamp"],
-        },
+        "metadata": super::metadata(meta),
         "owner": owner,
         "nodeName": pod["spec"]["nodeName"],
         "phase": status["phase"],
