@@ -523,3 +523,81 @@ fn file_events_raw(path: &std::path::Path) -> Vec<Value> {
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
         .collect()
 }
+
+#[tokio::test]
+async fn routes_take_the_resources_they_name_each_with_its_own_chain() {
+    let scene = Scene::new("kinds-routes").await;
+    let ns = scene.ns.clone();
+    let (deploys, pods) = (
+        scene.dir.join("deploys.jsonl"),
+        scene.dir.join("pods.jsonl"),
+    );
+    let port = free_port();
+    let config = scene
+        .config(
+            &format!(
+                "metrics: {{address: '127.0.0.1:{port}'}}\nroutes:\n  rollouts: {{sinks: [deploys], resources: [deploy], data: summary}}\n  pods: {{sinks: [pods], resources: [po], changes: [phase]}}\n"
+            ),
+            &[file_sink("deploys", &deploys), file_sink("pods", &pods)],
+        )
+        .replace("watch:\n", "watch:\n  resources: [deployments.apps, pods]\n");
+    let kubecast = InProcess::start(&scene, &config);
+    ready(port).await;
+    let objects = Objects::new(&scene.client);
+    let path = format!("/apis/apps/v1/namespaces/{ns}/deployments");
+    objects
+        .create(
+            &path,
+            &json!({"metadata": {"name": "web"}, "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}}),
+        )
+        .await;
+    let pod = events_until(&pods, "the controllers' pod", |ev| !ev.is_empty()).await;
+    let name = s(&pod[0], "k8sname").to_string();
+    // The pod's labels change (not its phase: filtered out), then its phase.
+    objects
+        .patch(
+            &format!("/api/v1/namespaces/{ns}/pods/{name}"),
+            &json!({"metadata": {"labels": {"x": "y"}}}),
+        )
+        .await;
+    objects
+        .patch(
+            &format!("/api/v1/namespaces/{ns}/pods/{name}/status"),
+            &json!({"status": {"phase": "Running"}}),
+        )
+        .await;
+    let pod_events = events_until(&pods, "the pod's phase change", |ev| {
+        ev.iter().any(|e| e["data"]["status"]["phase"] == "Running")
+    })
+    .await;
+    objects.delete(&format!("{path}/web")).await;
+    let deploy_events = events_until(&deploys, "the deployment's delete", |ev| {
+        !of_type(ev, "io.k8s.apps.v1.deployment.deleted").is_empty()
+    })
+    .await;
+    kubecast.stop(Duration::from_secs(20)).await;
+
+    assert!(
+        deploy_events
+            .iter()
+            .all(|e| s(e, "k8skind") == "Deployment"),
+        "only Deployments on rollouts"
+    );
+    assert!(deploy_events.iter().all(|e| {
+        s(e, "dataschema").ends_with("deployment.v1.apps-summary:v1")
+            || e["k8sinferred"].is_boolean()
+    }));
+    assert_gapless(&deploy_events);
+    assert!(
+        pod_events.iter().all(|e| s(e, "k8skind") == "Pod"),
+        "only Pods on pods"
+    );
+    let types: Vec<&str> = pod_events.iter().map(|e| s(e, "type")).collect();
+    assert_eq!(
+        types,
+        ["io.k8s.core.v1.pod.added", "io.k8s.core.v1.pod.modified"],
+        "the label change is filtered out by the phase predicate"
+    );
+    assert_gapless(&pod_events);
+}
