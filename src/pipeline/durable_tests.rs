@@ -264,3 +264,34 @@ async fn with_routes_a_crash_restores_pod_states_alert_timers_and_only_each_sink
         "b gets back only its route's event"
     );
 }
+
+#[tokio::test]
+async fn a_state_directory_of_the_pod_only_version_is_read_as_it_is() {
+    let dir = temp_dir("pod-only");
+    // The snapshot as the Pod-only version wrote it: known pods without a resource, the
+    // position of the one all-namespaces watch.
+    std::fs::write(
+        dir.join("snapshot.json"),
+        r#"{"next_seq":5,"known":[{"uid":"u1","namespace":"ns","name":"p1","rv":"41"}],"positions":[[null,"42"]]}"#,
+    )
+    .unwrap();
+    let mut s = settings(Some(dir.clone()), &["a"]);
+    s.per_namespace = false;
+    s.resources = vec!["pods".to_string(), "deployments.apps".to_string()];
+    let (_d, start) = Durable::open(s).await.unwrap();
+    assert_eq!(
+        start.classifier.known_rv("u1"),
+        Some("41"),
+        "the pod is known: no re-emit"
+    );
+    assert_eq!(start.classifier.counts().get("pods"), Some(&1));
+    assert_eq!(
+        start.resume.get("*"),
+        Some(&Some("42".to_string())),
+        "the Pods' watch resumes where it was"
+    );
+    assert!(
+        !start.resume.contains_key("deployments.apps/*"),
+        "a resource new to the config lists first"
+    );
+}

@@ -303,3 +303,29 @@ pub(super) fn read_from(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_record_of_the_pod_only_version_reads_as_a_pod_and_pods_keep_that_form() {
+        let old: PodState =
+            serde_json::from_str(r#"{"namespace":"ns","name":"p","rv":"7"}"#).expect("a state");
+        let known = known_pods(&HashMap::from([("u".to_string(), old.clone())]));
+        assert_eq!(known[0].resource, "pods");
+        assert_eq!(
+            String::from_utf8(old.to_bytes()).expect("UTF-8"),
+            r#"{"namespace":"ns","name":"p","rv":"7"}"#,
+            "a Pod's record is written as before"
+        );
+        let node = PodState {
+            resource: "nodes".into(),
+            namespace: String::new(),
+            name: "n".into(),
+            rv: "8".into(),
+        };
+        let back: PodState = serde_json::from_slice(&node.to_bytes()).expect("a state");
+        assert_eq!(known_pods(&HashMap::from([("n".to_string(), back)]))[0].resource, "nodes");
+    }
+}
