@@ -14,7 +14,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use serde_json::Value;
 use support::consume::{KafkaTopic, Record, create_topic, wait_for};
-use support::kubecast::run_to_end;
+use support::kubecast::{Kubecast, run_to_end};
 use support::scene::{InProcess, Scene, file_sink};
 use support::unique_name;
 
@@ -562,4 +562,68 @@ async fn bad_input_gets_clear_messages_and_transactional_topics_give_only_commit
     let (code, out, _) = replay(&scene, &topic, &["--verify"]);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("1 event(s) without a chain"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_filters_by_resource_verifies_and_shows_the_state_of_every_kind() {
+    let scene = Scene::new("replay-kinds").await;
+    let topic = unique_name("kc-replay-kinds");
+    let kafka = KafkaTopic::create(&scene.stack, &topic).await;
+    let config = scene
+        .config("", &[scene.kafka_sink("kafka", &topic, &[])])
+        .replace("watch:\n", "watch:\n  resources: [pods, configmaps]\n");
+    let mut kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
+    kubecast.wait_for_log("list complete", 2, LIMIT).await;
+    let objects = support::objects::Objects::new(&scene.client);
+    let cms = format!("/api/v1/namespaces/{}/configmaps", scene.ns);
+    objects
+        .create(
+            &cms,
+            &serde_json::json!({"metadata": {"name": "settings"}, "data": {"a": "1"}}),
+        )
+        .await;
+    objects
+        .patch(
+            &format!("{cms}/settings"),
+            &serde_json::json!({"data": {"a": "2"}}),
+        )
+        .await;
+    scene.pods.create("web").await;
+    kubecast.check(
+        kafka
+            .wait_until("three events", LIMIT, |r| r.len() >= 3)
+            .await,
+    );
+    kubecast.stop(LIMIT).await;
+
+    let (code, out, err) = replay(&scene, &topic, &["--resource", "cm"]);
+    assert_eq!(code, Some(0), "{err}");
+    let kinds: Vec<String> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .map(|e| s(&e["type"]))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "io.k8s.core.v1.configmap.added",
+            "io.k8s.core.v1.configmap.modified"
+        ]
+    );
+    let (code, out, _) = replay(&scene, &topic, &["--resource", "pods", "--type", "added"]);
+    assert_eq!((code, out.lines().count()), (Some(0), 1), "{out}");
+    let (code, out, err) = replay(&scene, &topic, &["--verify"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, table, err) = replay(&scene, &topic, &["--state-at", "0s", "--format", "table"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(table.starts_with("# 2 object(s) at"), "{table}");
+    assert!(
+        table.contains("## Pod (v1): 1") && table.contains("## ConfigMap (v1): 1"),
+        "{table}"
+    );
+    let settings = table
+        .lines()
+        .find(|l| l.contains("settings"))
+        .unwrap_or_default();
+    assert!(settings.starts_with(&scene.ns), "{table}");
 }
