@@ -100,6 +100,9 @@ start_kube_apiserver() {
     bin=$(kube_apiserver_binary)
     ensure_pki
     write_kubeconfig
+    # ConfigMaps are served without a watch cache (straight from etcd), so that compacting etcd
+    # alone (`scripts/stack compact etcd`) expires their old resourceVersions while every
+    # other resource's watch cache still serves its recent history: a 410 for one resource.
     # The controller-manager runs no serviceaccount controller, so nothing would create the
     # `default` ServiceAccount that the ServiceAccount admission plugin insists on; and no
     # endpoint reconciler is needed.
@@ -112,6 +115,7 @@ start_kube_apiserver() {
         --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
         --service-account-issuer=https://kubernetes.default.svc.cluster.local \
         --authorization-mode=RBAC --allow-privileged=true \
+        --watch-cache-sizes=configmaps#0 \
         --service-cluster-ip-range=10.0.0.0/24 --endpoint-reconciler-type=none \
         --disable-admission-plugins=ServiceAccount
 }

@@ -59,12 +59,21 @@ enum Failure {
     /// The apiserver refuses kubecast (`what` says how).
     Fatal { what: String, source: kube::Error },
     /// Worth another try after a backoff; `relist` when the position was lost too.
-    Retry { reason: String, relist: bool },
+    Retry {
+        reason: String,
+        relist: bool,
+        /// The apiserver itself answered with an error (not a broken connection).
+        answered: bool,
+    },
     /// The apiserver refused `sendInitialEvents`: use paginated lists from now on.
     NoStreaming(String),
 }
 
 type Attempt = Result<Next, Failure>;
+
+/// After this many consecutive attempts to resume that the apiserver answered with an error,
+/// the scope is listed again instead.
+const RELIST_AFTER: u32 = 3;
 
 /// How a scope's watch ended without an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +123,8 @@ impl Watch {
         let mut backoff = Backoff::new(Duration::from_millis(250), self.settings.max_backoff);
         let scope = self.scope.clone();
         let ns = scope.label().to_string();
+        // Consecutive attempts to resume that the apiserver answered with an error.
+        let mut refused = 0u32;
         self.next_resync = self
             .settings
             .resync
@@ -124,6 +135,9 @@ impl Watch {
                 (None, true) => self.watch(String::new(), true).await,
                 (None, false) => self.list().await,
             };
+            if attempt.is_ok() {
+                refused = 0;
+            }
             match attempt {
                 Ok(Next::Closed) => return Ok(Ended::Closed),
                 Ok(Next::Unserved) => {
@@ -162,7 +176,24 @@ impl Watch {
                     tracing::info!(scope = %ns, %reason, "the apiserver does not offer streaming lists; using paginated lists");
                     streaming = false;
                 }
-                Err(Failure::Retry { reason, relist }) => {
+                Err(Failure::Retry {
+                    reason,
+                    mut relist,
+                    answered,
+                }) => {
+                    // The apiserver refusing to resume from this position again and again
+                    // (a 500 for an event whose history etcd compacted away, say): list again,
+                    // as client-go's reflector does after a failed watch. Nothing is lost: the
+                    // classifier diffs the list against the known state.
+                    refused = if answered && self.position.is_some() {
+                        refused + 1
+                    } else {
+                        0
+                    };
+                    if refused >= RELIST_AFTER {
+                        refused = 0;
+                        relist = true;
+                    }
                     let wait = backoff.next_delay();
                     tracing::warn!(scope = %ns, %reason, retry_in_ms = wait.as_millis() as u64, relist,
                         "watch failed; retrying");
@@ -216,6 +247,7 @@ impl Watch {
             let (page, bad) = parse_list_page(body).map_err(|e| Failure::Retry {
                 reason: e.to_string(),
                 relist: true,
+                answered: false,
             })?;
             for e in bad {
                 tracing::error!(scope = %self.scope.label(), error = %e, "skipping a listed object the apiserver sent without its identity");
@@ -317,12 +349,14 @@ impl Watch {
                     return Err(Failure::Retry {
                         reason: format!("no data for {}s", idle.as_secs()),
                         relist: stream.in_initial(),
+                        answered: false,
                     });
                 }
                 Ok(Err(e)) => {
                     return Err(Failure::Retry {
                         reason: format!("reading the watch stream: {e}"),
                         relist: stream.in_initial(),
+                        answered: false,
                     });
                 }
                 Ok(Ok(n)) => n,
@@ -333,6 +367,7 @@ impl Watch {
                     Err(Failure::Retry {
                         reason: "the streaming list ended early".into(),
                         relist: true,
+                        answered: false,
                     })
                 } else {
                     Ok(Next::Resume)
@@ -355,6 +390,7 @@ impl Watch {
                     return Err(Failure::Retry {
                         reason: format!("the apiserver ended the watch: {code} {message}"),
                         relist: stream.in_initial(),
+                        answered: true,
                     });
                 }
             };
@@ -402,10 +438,12 @@ fn classify(e: kube::Error, scope: &Scope) -> Attempt {
         kube::Error::Api(s) => Err(Failure::Retry {
             reason: format!("{} {}: {}", s.code, s.reason, s.message),
             relist: false,
+            answered: true,
         }),
         other => Err(Failure::Retry {
             reason: other.to_string(),
             relist: false,
+            answered: false,
         }),
     }
 }
