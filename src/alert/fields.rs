@@ -17,7 +17,11 @@ static POD: LazyLock<Value> = LazyLock::new(|| {
 
 /// `Ok` when every step of `path` names something a Pod can have; else which step does not.
 pub fn check(path: &FieldPath) -> Result<(), String> {
-    let root = &*POD;
+    check_in(&POD, "a Pod", path)
+}
+
+/// The same against `root`, the JSON Schema of `object` (`a Deployment`).
+pub fn check_in(root: &Value, object: &str, path: &FieldPath) -> Result<(), String> {
     if root.is_null() {
         // The schema could not be built (it always can); accept rather than refuse.
         return Ok(());
@@ -40,7 +44,7 @@ pub fn check(path: &FieldPath) -> Result<(), String> {
                 Step::Every => "[*]".to_string(),
             };
             let inside = if walked.is_empty() {
-                "a Pod".to_string()
+                object.to_string()
             } else {
                 format!("`{walked}`")
             };

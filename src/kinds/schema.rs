@@ -61,6 +61,19 @@ fn api_type(r: &Resource) -> Option<Value> {
     serde_json::to_value(schema).ok()
 }
 
+/// The built-in kind kubecast ships a schema of that `name` names (kubectl's names, short
+/// names included), with its API type's schema: for checking paths offline. `None` for any
+/// other name (a custom resource, a kind not shipped).
+pub fn shipped_api_type(name: &str) -> Option<(String, Value)> {
+    SHIPPED.iter().find_map(|(g, v, k, p, n)| {
+        let short = super::resolve::builtin_short_names(g, p);
+        let r = Resource::new(g, v, k, p, *n).with_names(&k.to_ascii_lowercase(), &short);
+        r.answers_to(name)
+            .then(|| api_type(&r).map(|s| (format!("a {k}"), s)))
+            .flatten()
+    })
+}
+
 /// The schema of `r`'s data in `mode` without the apiserver: the built-ins' `full` from
 /// their API types, every kind's `summary` and `reference`. `None` for the `full` data of a
 /// kind k8s-openapi does not have (ask [`from_openapi`]).

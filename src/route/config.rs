@@ -157,10 +157,28 @@ impl RouteConfig {
         };
         let mut changes = Vec::new();
         for (i, c) in self.changes.iter().enumerate() {
-            // Paths are checked against the Pod's schema on a route of Pods; other kinds'
-            // schemas are known only once the apiserver was asked.
+            // Paths are checked against the schema of every built-in kind the route can take
+            // (a custom resource's is known only once the apiserver was asked: not checked).
+            let names: Vec<&str> = if takes.is_empty() {
+                watched.to_vec()
+            } else {
+                takes.iter().map(String::as_str).collect()
+            };
             let checked = Aspect::parse(c).and_then(|a| match &a {
                 Aspect::Path(p) if only_pods => crate::alert::fields::check(p).map(|()| a),
+                // Some of the kinds may lack it (`status.readyReplicas` on a route of
+                // Deployments and Pods); none having it is a mistake.
+                Aspect::Path(p) => {
+                    let results: Vec<Result<(), String>> = names
+                        .iter()
+                        .filter_map(|n| crate::kinds::schema::shipped_api_type(n))
+                        .map(|(what, schema)| crate::alert::fields::check_in(&schema, &what, p))
+                        .collect();
+                    match results.iter().find(|r| r.is_err()) {
+                        Some(Err(e)) if results.iter().all(Result::is_err) => Err(e.clone()),
+                        _ => Ok(a),
+                    }
+                }
                 _ => Ok(a),
             });
             match checked {
@@ -280,12 +298,14 @@ mod tests {
     fn pod_only_aspects_are_refused_on_a_route_that_can_take_other_kinds() {
         let watched = ["deployments.apps", "pods"];
         let e = route_watching(
-            "sinks: [kafka]\nchanges: [phase, status.readyReplicas]\n",
+            "sinks: [kafka]\nchanges: [phase, status.readyReplicas, status.colour]\n",
             &watched,
         )
         .expect_err("phase on every kind");
-        assert_eq!(e.len(), 1, "{e:?}");
+        // `status.readyReplicas` is a Deployment's (Pods lack it: allowed); no kind has a colour.
+        assert_eq!(e.len(), 2, "{e:?}");
         assert_eq!(e[0].field, "routes.r.changes[0]");
+        assert_eq!(e[1].field, "routes.r.changes[2]");
         assert!(e[0].message.contains("Pods only"), "{}", e[0].message);
         // A route of Pods may, and general aspects work on any route.
         assert!(
