@@ -9,20 +9,16 @@
 
 mod support;
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use support::consume::wait_for;
 use support::kubecast::Kubecast;
 use support::objects::Objects;
 use support::scene::{Scene, file_events, file_sink};
+use support::since::{describe, fresh, ids, wait_for_fresh};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn s<'a>(e: &'a Value, attr: &str) -> &'a str {
-    e[attr].as_str().unwrap_or_default()
-}
 
 #[tokio::test]
 async fn a_position_lost_for_one_resource_re_lists_that_resource_only() {
@@ -53,58 +49,26 @@ async fn a_position_lost_for_one_resource_re_lists_that_resource_only() {
         .ok_or("three initial events".to_string()),
     );
     kubecast.kill().await;
-    let before: BTreeSet<String> = file_events(&file)
-        .iter()
-        .map(|e| s(e, "id").to_string())
-        .collect();
+    let before = ids(&file);
 
     objects.delete(&format!("{cms}/drop")).await;
     scene.stack.script(&["compact", "etcd"]);
     let kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
-    let fresh = |f: &std::path::Path| -> Vec<Value> {
-        file_events(f)
-            .into_iter()
-            .filter(|e| !before.contains(s(e, "id")))
-            .collect()
-    };
-    let f = file.clone();
-    kubecast.check(
-        wait_for(LIMIT, "drop's inferred delete", || {
-            fresh(&f)
-                .iter()
-                .any(|e| s(e, "k8sname") == "drop")
-                .then_some(())
-        })
-        .await
-        .ok_or("drop's delete".to_string()),
-    );
+    wait_for_fresh(
+        &kubecast,
+        &file,
+        &before,
+        "drop",
+        "drop's inferred delete",
+        LIMIT,
+    )
+    .await;
     // The Pods' resumed watch sees what happens now.
     scene.pods.label("p", "after", "gone").await;
-    let f = file.clone();
-    kubecast.check(
-        wait_for(LIMIT, "p's change", || {
-            fresh(&f)
-                .iter()
-                .any(|e| s(e, "k8sname") == "p")
-                .then_some(())
-        })
-        .await
-        .ok_or("p's change".to_string()),
-    );
+    wait_for_fresh(&kubecast, &file, &before, "p", "p's change", LIMIT).await;
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
-    let after: Vec<String> = fresh(&file)
-        .iter()
-        .map(|e| {
-            format!(
-                "{} {} {} inferred={}",
-                s(e, "k8skind"),
-                s(e, "type").rsplit('.').next().unwrap_or_default(),
-                s(e, "k8sname"),
-                e["k8sinferred"]
-            )
-        })
-        .collect();
+    let after: Vec<String> = fresh(&file, &before).iter().map(describe).collect();
     assert_eq!(
         after,
         [

@@ -15,23 +15,9 @@ use support::consume::wait_for;
 use support::kubecast::Kubecast;
 use support::objects::Objects;
 use support::scene::{Scene, file_events, file_sink};
+use support::since::{attr, describe, fresh, ids, wait_for_fresh};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-fn s<'a>(e: &'a Value, attr: &str) -> &'a str {
-    e[attr].as_str().unwrap_or_default()
-}
-
-/// `"{kind} {change} {name} inferred={..}"`.
-fn describe(e: &Value) -> String {
-    format!(
-        "{} {} {} inferred={}",
-        s(e, "k8skind"),
-        s(e, "type").rsplit('.').next().unwrap_or_default(),
-        s(e, "k8sname"),
-        e["k8sinferred"]
-    )
-}
 
 #[tokio::test]
 async fn several_kinds_resume_after_kill_and_410_without_re_emitting_unchanged_objects() {
@@ -68,9 +54,12 @@ async fn several_kinds_resume_after_kill_and_410_without_re_emitting_unchanged_o
     // The three ConfigMaps, the Deployment and the controllers' Pod.
     let listed = |f: &std::path::Path| {
         let ev = file_events(f);
-        ev.iter().filter(|e| s(e, "k8skind") == "ConfigMap").count() >= 3
-            && ev.iter().any(|e| s(e, "k8skind") == "Deployment")
-            && ev.iter().any(|e| s(e, "k8skind") == "Pod")
+        ev.iter()
+            .filter(|e| attr(e, "k8skind") == "ConfigMap")
+            .count()
+            >= 3
+            && ev.iter().any(|e| attr(e, "k8skind") == "Deployment")
+            && ev.iter().any(|e| attr(e, "k8skind") == "Pod")
     };
     let f = file.clone();
     kubecast.check(
@@ -78,50 +67,21 @@ async fn several_kinds_resume_after_kill_and_410_without_re_emitting_unchanged_o
             .await
             .ok_or("every kind listed".to_string()),
     );
-    let log = kubecast.kill().await;
-    let before: BTreeSet<String> = file_events(&file)
-        .iter()
-        .map(|e| s(e, "id").to_string())
-        .collect();
+    kubecast.kill().await;
+    let before = ids(&file);
 
     // Away: one ConfigMap changes. The restart resumes every resource's watch.
     objects
         .patch(&format!("{cms}/a"), &json!({"data": {"v": "2"}}))
         .await;
     let kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
-    let fresh = |f: &std::path::Path| -> Vec<Value> {
-        file_events(f)
-            .into_iter()
-            .filter(|e| !before.contains(s(e, "id")))
-            .collect()
-    };
-    let f = file.clone();
-    kubecast.check(
-        wait_for(LIMIT, "a's change", || {
-            fresh(&f)
-                .iter()
-                .any(|e| s(e, "k8sname") == "a")
-                .then_some(())
-        })
-        .await
-        .ok_or(format!("a's change; before the kill:\n{log}")),
-    );
+    wait_for_fresh(&kubecast, &file, &before, "a", "a's change", LIMIT).await;
     // A sentinel made now comes after all the restart had to say.
     objects
         .create(&cms, &json!({"metadata": {"name": "z1"}}))
         .await;
-    let f = file.clone();
-    kubecast.check(
-        wait_for(LIMIT, "z1", || {
-            fresh(&f)
-                .iter()
-                .any(|e| s(e, "k8sname") == "z1")
-                .then_some(())
-        })
-        .await
-        .ok_or("z1".to_string()),
-    );
-    let resumed: Vec<String> = fresh(&file).iter().map(describe).collect();
+    wait_for_fresh(&kubecast, &file, &before, "z1", "the sentinel z1", LIMIT).await;
+    let resumed: Vec<String> = fresh(&file, &before).iter().map(describe).collect();
     assert_eq!(
         resumed,
         [
@@ -131,10 +91,7 @@ async fn several_kinds_resume_after_kill_and_410_without_re_emitting_unchanged_o
         "only the change and the sentinel: nothing unchanged of any kind again"
     );
     let log = kubecast.kill().await;
-    let before: BTreeSet<String> = file_events(&file)
-        .iter()
-        .map(|e| s(e, "id").to_string())
-        .collect();
+    let before = ids(&file);
 
     // Away: the Deployment (the controllers delete its ReplicaSet and Pod) and a ConfigMap
     // go, and etcd forgets the history: the saved positions are gone.
@@ -154,7 +111,7 @@ async fn several_kinds_resume_after_kill_and_410_without_re_emitting_unchanged_o
     let f = file.clone();
     kubecast.check(
         wait_for(LIMIT, "the inferred deletes", || {
-            (fresh_of(&f, &before)
+            (fresh(&f, &before)
                 .iter()
                 .filter(|e| e["k8sinferred"] == true)
                 .count()
@@ -167,28 +124,18 @@ async fn several_kinds_resume_after_kill_and_410_without_re_emitting_unchanged_o
     objects
         .create(&cms, &json!({"metadata": {"name": "z2"}}))
         .await;
-    let f = file.clone();
-    kubecast.check(
-        wait_for(LIMIT, "z2", || {
-            fresh_of(&f, &before)
-                .iter()
-                .any(|e| s(e, "k8sname") == "z2")
-                .then_some(())
-        })
-        .await
-        .ok_or("z2".to_string()),
-    );
+    wait_for_fresh(&kubecast, &file, &before, "z2", "the sentinel z2", LIMIT).await;
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
     assert!(
         log.contains("410 Gone"),
         "the saved positions were gone:\n{log}"
     );
-    let after: Vec<Value> = fresh_of(&file, &before);
+    let after: Vec<Value> = fresh(&file, &before);
     let described: BTreeSet<String> = after.iter().map(describe).collect();
     let pod = after
         .iter()
-        .find(|e| s(e, "k8skind") == "Pod")
+        .find(|e| attr(e, "k8skind") == "Pod")
         .map(describe)
         .unwrap_or_default();
     assert!(
@@ -208,22 +155,15 @@ async fn several_kinds_resume_after_kill_and_410_without_re_emitting_unchanged_o
     assert_eq!(after.len(), 4, "nothing else, of any kind: {described:?}");
     let web = after
         .iter()
-        .find(|e| s(e, "k8sname") == "web")
+        .find(|e| attr(e, "k8sname") == "web")
         .cloned()
         .unwrap_or_default();
     assert_eq!(
-        s(&web, "source"),
+        attr(&web, "source"),
         format!("k8s://test/apis/apps/v1/namespaces/{ns}/deployments")
     );
     assert_eq!(
-        s(&web, "dataschema"),
+        attr(&web, "dataschema"),
         "urn:kubecast:schema:deployment.v1.apps-reference:v1"
     );
-}
-
-fn fresh_of(f: &std::path::Path, before: &BTreeSet<String>) -> Vec<Value> {
-    file_events(f)
-        .into_iter()
-        .filter(|e| !before.contains(s(e, "id")))
-        .collect()
 }

@@ -20,6 +20,7 @@ pub mod proc;
 pub mod replicas;
 pub mod scene;
 pub mod schema;
+pub mod since;
 
 use std::collections::HashMap;
 use std::future::Future;
