@@ -1,7 +1,7 @@
-//! kubecast watches Kubernetes Pods and publishes every change as a CloudEvent to Kafka
-//! topics and MQTT brokers.
+//! kubecast watches Kubernetes Pods (and any resource kind it is told to) and publishes
+//! every change as a CloudEvent to Kafka topics and MQTT brokers.
 //!
-//! Each event's id is a pure function of the pod's uid, its resourceVersion and the kind of
+//! Each event's id is a pure function of the object's uid, its resourceVersion and the kind of
 //! change, so a change delivered twice (after a restart, a re-list or a failover) carries the
 //! same id both times. A bounded, durable local queue per sink absorbs outages; an event
 //! counts as delivered only on the sink's own acknowledgement.
