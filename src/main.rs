@@ -12,10 +12,10 @@ use clap::{Args, Parser, Subcommand};
 use kubecast::config::{self, Config, ConfigError, LogFormat, Validated};
 use kubecast::error_chain;
 
-/// Watches Kubernetes Pods and publishes every change as a CloudEvent to Kafka, MQTT,
-/// stdout or a file.
+/// Watches Kubernetes Pods (and any resource kind named in `watch.resources`) and publishes
+/// every change as a CloudEvent to Kafka, MQTT, stdout or a file.
 ///
-/// Every event id is derived from the pod's uid and resourceVersion, so a change that is
+/// Every event id is derived from the object's uid and resourceVersion, so a change that is
 /// delivered twice is recognisably the same change. Every config field can also be set
 /// through an environment variable: `KUBECAST_` and the field path in capitals, `__`
 /// between levels (`KUBECAST_WATCH__NAMESPACES='[a, b]'`).
