@@ -139,9 +139,10 @@ impl Observer {
                                 }
                             }
                         }
-                        WatchEvent::Error(e) => {
-                            panic!("observer: the apiserver ended its watch: {e:?}")
-                        }
+                        // Any other error the apiserver ends a watch with (a restart under way):
+                        // watch again from the last resourceVersion, as on a broken connection.
+                        // A panic here would end the observer's task unseen.
+                        WatchEvent::Error(_) => break,
                     };
                     rv = pod.meta().resource_version.clone().unwrap_or_default();
                     push(&out, kind, pod.meta());
