@@ -17,7 +17,7 @@ mod resource;
 pub mod schema;
 mod workload;
 
-pub use resource::Resource;
+pub use resource::{Resource, names_answer};
 
 use serde_json::{Value, json};
 

@@ -115,7 +115,7 @@ pub fn is_version(s: &str) -> bool {
 
 /// The short names of the built-in resources (as the apiserver serves them), for matching
 /// names offline (`kubecast replay --resource deploy`).
-pub fn builtin_short_names(group: &str, plural: &str) -> Vec<String> {
+pub fn builtin_short_names(group: &str, plural: &str) -> &'static [&'static str] {
     let short: &[&str] = match (group, plural) {
         ("", "pods") => &["po"],
         ("", "nodes") => &["no"],
@@ -137,7 +137,7 @@ pub fn builtin_short_names(group: &str, plural: &str) -> Vec<String> {
         ("policy", "poddisruptionbudgets") => &["pdb"],
         _ => &[],
     };
-    short.iter().map(|s| s.to_string()).collect()
+    short
 }
 
 /// A name read as kubectl reads it: the resource part, and the group and version if given.

@@ -95,19 +95,14 @@ impl Resource {
     /// short name, case-insensitively, optionally followed by `.{version}.{group}` or
     /// `.{group}` of this resource.
     pub fn answers_to(&self, name: &str) -> bool {
-        let name = name.trim();
-        let (base, rest) = name.split_once('.').unwrap_or((name, ""));
-        let eq = |s: &str| s.eq_ignore_ascii_case(base);
-        let named = eq(&self.plural)
-            || eq(&self.singular)
-            || eq(&self.kind)
-            || self.short_names.iter().any(|s| eq(s));
-        let qualified = rest.is_empty() && self.group.is_empty()
-            || rest.eq_ignore_ascii_case(&self.group)
-            || rest
-                .split_once('.')
-                .is_some_and(|(v, g)| v == self.version && g.eq_ignore_ascii_case(&self.group));
-        named && (qualified || rest.is_empty())
+        let names = [self.plural.as_str(), &self.singular, &self.kind];
+        let short = self.short_names.iter().map(String::as_str);
+        names_answer(
+            name,
+            &self.group,
+            &self.version,
+            names.into_iter().chain(short),
+        )
     }
 
     /// `deployments.apps`, or `pods` for the core group.
@@ -182,6 +177,25 @@ impl Resource {
             None => format!("urn:kubecast:schema:{}-{mode}:v1", self.schema_name()).into(),
         }
     }
+}
+
+/// Whether `name` names a resource of `group` and `version` that answers to `names` (its
+/// plural, singular, kind and short names), as kubectl reads it: one of the names,
+/// case-insensitively, optionally followed by `.{version}.{group}` or `.{group}`.
+pub fn names_answer<'a>(
+    name: &str,
+    group: &str,
+    version: &str,
+    names: impl IntoIterator<Item = &'a str>,
+) -> bool {
+    let name = name.trim();
+    let (base, rest) = name.split_once('.').unwrap_or((name, ""));
+    let qualified = rest.is_empty()
+        || rest.eq_ignore_ascii_case(group)
+        || rest
+            .split_once('.')
+            .is_some_and(|(v, g)| v == version && g.eq_ignore_ascii_case(group));
+    qualified && names.into_iter().any(|n| n.eq_ignore_ascii_case(base))
 }
 
 impl PartialEq for Resource {

@@ -66,7 +66,10 @@ fn api_type(r: &Resource) -> Option<Value> {
 /// other name (a custom resource, a kind not shipped).
 pub fn shipped_api_type(name: &str) -> Option<(String, Value)> {
     SHIPPED.iter().find_map(|(g, v, k, p, n)| {
-        let short = super::resolve::builtin_short_names(g, p);
+        let short: Vec<String> = super::resolve::builtin_short_names(g, p)
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let r = Resource::new(g, v, k, p, *n).with_names(&k.to_ascii_lowercase(), &short);
         r.answers_to(name)
             .then(|| api_type(&r).map(|s| (format!("a {k}"), s)))

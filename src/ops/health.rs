@@ -16,6 +16,9 @@ pub struct Health {
     /// Per watch scope (its label: `*` or a namespace for Pods, `deployments.apps/*`):
     /// synced yet.
     scopes: Mutex<BTreeMap<String, bool>>,
+    /// How each scope expected by a watch reads in a reason (`nodes`, `pods in namespace
+    /// shop`), by label; the watch knows, from its resource.
+    described: Mutex<BTreeMap<String, String>>,
     /// Custom resources waited for (their CRD is not installed), by configured name.
     waiting: Mutex<std::collections::BTreeSet<String>>,
     /// Per sink: connected now.
@@ -32,15 +35,17 @@ impl Health {
             standby: AtomicBool::new(false),
             restored: AtomicBool::new(false),
             scopes: Mutex::new(scopes.into_iter().map(|s| (s, false)).collect()),
+            described: Mutex::new(Default::default()),
             waiting: Mutex::new(Default::default()),
             sinks: Mutex::new(sinks.into_iter().map(|s| (s, false)).collect()),
         }
     }
 
-    /// A watch of `scope` starts: it is not synced until its list is done (a scope known
-    /// already keeps its state).
-    pub fn expect(&self, scope: &str) {
+    /// A watch of the scope labelled `scope` starts: it is not synced until its list is done
+    /// (a scope known already keeps its state). `description` is how a reason names it.
+    pub fn expect(&self, scope: &str, description: String) {
         lock(&self.scopes).entry(scope.to_string()).or_insert(false);
+        lock(&self.described).insert(scope.to_string(), description);
     }
 
     /// The custom resource `name` is waited for (`true`) or served now (`false`).
@@ -93,12 +98,14 @@ impl Health {
                 "waiting for the custom resource {name}: its CustomResourceDefinition is not installed"
             ));
         }
+        let described = lock(&self.described);
         for (scope, synced) in lock(&self.scopes).iter() {
             if !synced {
-                why.push(format!(
-                    "the initial list of {} is not done",
-                    describe(scope)
-                ));
+                let what = described
+                    .get(scope)
+                    .cloned()
+                    .unwrap_or_else(|| pods_scope(scope));
+                why.push(format!("the initial list of {what} is not done"));
             }
         }
         for (sink, up) in lock(&self.sinks).iter() {
@@ -110,26 +117,14 @@ impl Health {
     }
 }
 
-/// `pods in all namespaces`, `pods in namespace shop`, `deployments.apps in all namespaces`,
-/// `nodes` for a scope label.
-fn describe(label: &str) -> String {
-    let (resource, ns) = label.split_once('/').unwrap_or(("pods", label));
-    match ns {
-        "*" if resource == "pods" || !CLUSTER_SCOPED.contains(&resource) => {
-            format!("{resource} in all namespaces")
-        }
-        "*" => resource.to_string(),
-        ns => format!("{resource} in namespace {ns}"),
+/// A Pods' scope label (`*` or a namespace) as a reason names it, for scopes given at
+/// construction.
+fn pods_scope(label: &str) -> String {
+    match label {
+        "*" => "pods in all namespaces".to_string(),
+        ns => format!("pods in namespace {ns}"),
     }
 }
-
-/// Cluster-scoped built-ins, named without "in all namespaces" (others still read right).
-const CLUSTER_SCOPED: [&str; 4] = [
-    "nodes",
-    "namespaces",
-    "persistentvolumes",
-    "customresourcedefinitions.apiextensions.k8s.io",
-];
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // The maps stay consistent between statements; a panic elsewhere does not spoil them.
@@ -164,8 +159,11 @@ mod tests {
         h.restored();
         h.synced("*");
         h.waiting("widgets.example.com", true);
-        h.expect("nodes/*");
-        h.expect("deployments.apps/shop");
+        h.expect("nodes/*", "nodes".into());
+        h.expect(
+            "deployments.apps/shop",
+            "deployments.apps in namespace shop".into(),
+        );
         let why = h.readiness().unwrap_err().join("; ");
         assert!(
             why.contains("waiting for the custom resource widgets.example.com"),

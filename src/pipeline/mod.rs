@@ -223,7 +223,7 @@ async fn bridge(
         if let Target::Resolved(r) = &p.target {
             // Not ready until each scope has listed, from the start.
             for scope in watch::scopes(r, &p.namespaces) {
-                ops.health.expect(scope.label());
+                ops.health.expect(scope.label(), scope.describe());
             }
         }
         watches.spawn(watch::run_resource(

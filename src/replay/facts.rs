@@ -107,10 +107,15 @@ impl Facts {
             None => ("", self.api_version.as_str()),
         };
         let plural = self.resource.split('.').next().unwrap_or_default();
+        // The kind matches its singular too (case is ignored).
+        let names = [plural, self.k8s_kind.as_str()];
         let short = crate::kinds::resolve::builtin_short_names(group, plural);
-        crate::kinds::Resource::new(group, version, &self.k8s_kind, plural, true)
-            .with_names(&self.k8s_kind.to_ascii_lowercase(), &short)
-            .answers_to(name)
+        crate::kinds::names_answer(
+            name,
+            group,
+            version,
+            names.into_iter().chain(short.iter().copied()),
+        )
     }
 
     /// Whether it is a change of a pod (added, modified, deleted), which has a chain.

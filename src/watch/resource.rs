@@ -66,7 +66,7 @@ pub async fn run_resource(
         };
         let watches = scopes(&r, &namespaces).into_iter().map(|scope| {
             let from = resume.remove(&**scope.label()).flatten();
-            settings.ops.health.expect(scope.label());
+            settings.ops.health.expect(scope.label(), scope.describe());
             source::run(client.clone(), scope, settings.clone(), from, out.clone())
         });
         let mut unserved = false;

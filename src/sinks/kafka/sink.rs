@@ -262,32 +262,15 @@ async fn submit(
     }
 }
 
-/// The size of `event`'s record payload in the sink's mode.
-fn payload_size(settings: &KafkaSettings, event: &Event) -> usize {
-    match settings.mode {
-        Mode::Binary => event.data.len(),
-        Mode::Structured => event.structured_json().len(),
-    }
-}
-
-/// Hands one record to librdkafka, waiting for room while its queue is full. The error is
-/// the reason the record can never be sent.
-pub(super) async fn enqueue(
-    producer: &Producer,
+/// The topic, payload and headers of `event`'s record (of its dead letter, with the
+/// reason).
+fn record_of<'e>(
     settings: &KafkaSettings,
     sink: &str,
-    event: &Event,
-    dead: Option<&str>,
-) -> Result<Delivery, Unsendable> {
-    let small: Event;
-    let mut event = event;
-    if dead.is_none() && settings.too_large_reference && payload_size(settings, event) > settings.max_message_bytes {
-        tracing::warn!(sink, id = %event.id, subject = %event.subject(),
-            "event too large for max_message_bytes: sent as reference data (k8struncated)");
-        small = event.as_reference();
-        event = &small;
-    }
-    let (topic, payload, headers) = match dead {
+    event: &'e Event,
+    dead: Option<&'e str>,
+) -> (String, Cow<'e, [u8]>, OwnedHeaders) {
+    match dead {
         None => {
             let topic = settings.topic.render(event);
             match settings.mode {
@@ -319,7 +302,27 @@ pub(super) async fn enqueue(
                 }),
             )
         }
-    };
+    }
+}
+
+/// Hands one record to librdkafka, waiting for room while its queue is full. The error is
+/// the reason the record can never be sent.
+pub(super) async fn enqueue(
+    producer: &Producer,
+    settings: &KafkaSettings,
+    sink: &str,
+    event: &Event,
+    dead: Option<&str>,
+) -> Result<Delivery, Unsendable> {
+    // Declared first: the reference form, when it replaces the event, outlives the record.
+    let small: Event;
+    let (mut topic, mut payload, mut headers) = record_of(settings, sink, event, dead);
+    if dead.is_none() && settings.too_large_reference && payload.len() > settings.max_message_bytes {
+        tracing::warn!(sink, id = %event.id, subject = %event.subject(),
+            "event too large for max_message_bytes: sent as reference data (k8struncated)");
+        small = event.as_reference();
+        (topic, payload, headers) = record_of(settings, sink, &small, dead);
+    }
     if payload.len() > settings.max_message_bytes {
         return Err(Unsendable::TooLarge {
             size: payload.len(),
