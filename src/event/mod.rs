@@ -164,6 +164,16 @@ impl Event {
         }
     }
 
+    /// [`Event::scope_label`] as a shared string: the event's own, without a copy, unless it
+    /// was logged before other kinds were watched.
+    pub fn scope_key(&self, per_namespace: bool) -> Arc<str> {
+        if self.scope.is_empty() {
+            self.scope_label(per_namespace).into()
+        } else {
+            self.scope.clone()
+        }
+    }
+
     /// The label of the watch scope the event came from; for a Pod event logged before other
     /// kinds were watched, derived as it was then (its namespace, or `*`).
     pub fn scope_label(&self, per_namespace: bool) -> &str {

@@ -62,7 +62,7 @@ pub struct Durable {
     /// The next sequence number when there is no store.
     next_seq: u64,
     /// Per scope label, the resourceVersion a restart watches from (`None`: list again).
-    positions: HashMap<String, Option<String>>,
+    positions: HashMap<Arc<str>, Option<String>>,
     per_namespace: bool,
     batch: Vec<Record>,
     snapshot_due: bool,
@@ -122,7 +122,7 @@ impl Durable {
         for (scope, rv) in restored.snapshot.positions {
             durable
                 .positions
-                .insert(label_of_stored(scope.as_deref()).to_string(), rv);
+                .insert(label_of_stored(scope.as_deref()).into(), rv);
         }
         if let (Some(r), Some(snap)) = (router.as_mut(), restored.snapshot.routing) {
             r.restore_snapshot(snap);
@@ -133,7 +133,7 @@ impl Durable {
                 Record::Event { event, from_watch } if router.is_none() => {
                     classifier.replay(&event);
                     if from_watch {
-                        let label = event.scope_label(durable.per_namespace).to_string();
+                        let label = event.scope_key(durable.per_namespace);
                         durable.positions.insert(label, Some(event.rv.clone()));
                     }
                 }
@@ -141,7 +141,7 @@ impl Durable {
                 Record::Position { scope, rv, .. } => {
                     durable
                         .positions
-                        .insert(label_of_stored(scope.as_deref()).to_string(), rv);
+                        .insert(label_of_stored(scope.as_deref()).into(), rv);
                 }
                 Record::Pod {
                     state, from_watch, ..
@@ -184,7 +184,7 @@ impl Durable {
         );
         let start = Start {
             classifier,
-            resume: durable.positions.clone(),
+            resume: resume_of(&durable.positions),
             pending,
             router,
         };
@@ -215,7 +215,7 @@ impl Durable {
         self.positions = kept
             .positions
             .into_iter()
-            .map(|(scope, rv)| (scope, Some(rv)))
+            .map(|(scope, rv)| (Arc::from(scope), Some(rv)))
             .collect();
         tracing::info!(
             sink = keeper,
@@ -229,7 +229,7 @@ impl Durable {
         classifier.retain_resources(&keys);
         let start = Start {
             classifier,
-            resume: self.positions.clone(),
+            resume: resume_of(&self.positions),
             pending: BTreeMap::new(),
             router: None,
         };
@@ -249,13 +249,13 @@ impl Durable {
 
     /// The scope label of a logged routing state (derived for a Pod's logged before other
     /// kinds were watched).
-    fn state_scope(&self, state: &PodState) -> String {
+    fn state_scope(&self, state: &PodState) -> Arc<str> {
         if !state.scope.is_empty() {
-            state.scope.clone()
+            state.scope.as_str().into()
         } else if self.per_namespace {
-            state.namespace.clone()
+            state.namespace.as_str().into()
         } else {
-            "*".to_string()
+            "*".into()
         }
     }
 
@@ -286,7 +286,8 @@ impl Durable {
     pub fn event(&mut self, mut event: Event, from_watch: bool) -> Arc<Event> {
         event.from_watch = from_watch;
         if from_watch && self.keeps_positions() {
-            let scope = event.scope_label(self.per_namespace).to_string();
+            // The event's own label: no allocation on the per-event path.
+            let scope = event.scope_key(self.per_namespace);
             self.positions.insert(scope, Some(event.rv.clone()));
         }
         let Some(store) = self.store.as_mut() else {
@@ -337,7 +338,7 @@ impl Durable {
         if !self.keeps_positions() {
             return;
         }
-        self.positions.insert(scope.label().to_string(), rv.clone());
+        self.positions.insert(scope.label().clone(), rv.clone());
         let Some(store) = self.store.as_mut() else {
             return;
         };
@@ -403,11 +404,19 @@ impl Durable {
     }
 }
 
+/// The resume point per scope label, for the watches.
+fn resume_of(positions: &HashMap<Arc<str>, Option<String>>) -> HashMap<String, Option<String>> {
+    positions
+        .iter()
+        .map(|(s, rv)| (s.to_string(), rv.clone()))
+        .collect()
+}
+
 fn snapshot(
     next_seq: u64,
     classifier: &Classifier,
     router: Option<&Router>,
-    positions: &HashMap<String, Option<String>>,
+    positions: &HashMap<Arc<str>, Option<String>>,
 ) -> Snapshot {
     Snapshot {
         next_seq,
@@ -415,7 +424,7 @@ fn snapshot(
         routing: router.map(Router::snapshot),
         positions: positions
             .iter()
-            .map(|(s, rv)| ((s != "*").then(|| s.clone()), rv.clone()))
+            .map(|(s, rv)| ((&**s != "*").then(|| s.to_string()), rv.clone()))
             .collect(),
     }
 }

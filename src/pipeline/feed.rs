@@ -63,12 +63,12 @@ impl Feed {
     }
 
     /// After event `seq`, the watch positions (by scope label) are `positions`.
-    pub fn moved(&self, seq: u64, positions: &HashMap<String, Option<String>>) {
+    pub fn moved(&self, seq: u64, positions: &HashMap<std::sync::Arc<str>, Option<String>>) {
         let now = Positions {
             seq,
             positions: positions
                 .iter()
-                .filter_map(|(scope, rv)| Some((scope.clone(), rv.clone()?)))
+                .filter_map(|(scope, rv)| Some((scope.to_string(), rv.clone()?)))
                 .collect(),
         };
         self.positions.send_if_modified(|p| {
@@ -116,8 +116,8 @@ mod tests {
         let feed = Feed::new(&["k".to_string()], Some("k"), 0);
         let rx = feed.subscribe();
         let mut positions = HashMap::new();
-        positions.insert("a".to_string(), Some("7".to_string()));
-        positions.insert("b".to_string(), None);
+        positions.insert("a".into(), Some("7".to_string()));
+        positions.insert("b".into(), None);
         feed.moved(3, &positions);
         let p = rx.positions.borrow().clone();
         assert_eq!(p.seq, 3);
@@ -125,8 +125,8 @@ mod tests {
             p.positions,
             BTreeMap::from([("a".to_string(), "7".to_string())])
         );
-        let all: HashMap<String, Option<String>> =
-            HashMap::from([("*".to_string(), Some("9".to_string()))]);
+        let all: HashMap<std::sync::Arc<str>, Option<String>> =
+            HashMap::from([("*".into(), Some("9".to_string()))]);
         feed.moved(4, &all);
         assert_eq!(rx.positions.borrow().positions["*"], "9");
     }
