@@ -32,6 +32,12 @@ MQTT_PORT=${KUBECAST_STACK_MQTT_PORT:-11883}
 # (PLAIN) and Mosquitto with a password file. One account, for loopback tests only.
 KAFKA_SASL_PORT=${KUBECAST_STACK_KAFKA_SASL_PORT:-19094}
 MQTT_AUTH_PORT=${KUBECAST_STACK_MQTT_AUTH_PORT:-11884}
+# TLS listeners with the stack's serving certificate (target/stack/pki): Kafka SSL and
+# Mosquitto over TLS, each also in a variant that requires a client certificate.
+KAFKA_SSL_PORT=${KUBECAST_STACK_KAFKA_SSL_PORT:-19095}
+KAFKA_MTLS_PORT=${KUBECAST_STACK_KAFKA_MTLS_PORT:-19096}
+MQTT_TLS_PORT=${KUBECAST_STACK_MQTT_TLS_PORT:-11885}
+MQTT_MTLS_PORT=${KUBECAST_STACK_MQTT_MTLS_PORT:-11886}
 STACK_USER=kubecast
 STACK_PASSWORD=kubecast-stack-password
 # How often kube-apiserver compacts etcd (its --etcd-compaction-interval). Upstream's default
@@ -54,8 +60,8 @@ component_ports() {
     etcd) echo "$ETCD_PORT $ETCD_PEER_PORT" ;;
     kube-apiserver) echo "$APISERVER_PORT" ;;
     kube-controller-manager) echo "$CONTROLLER_MANAGER_PORT" ;;
-    kafka) echo "$KAFKA_PORT $KAFKA_CONTROLLER_PORT $KAFKA_SASL_PORT" ;;
-    mosquitto) echo "$MQTT_PORT $MQTT_AUTH_PORT" ;;
+    kafka) echo "$KAFKA_PORT $KAFKA_CONTROLLER_PORT $KAFKA_SASL_PORT $KAFKA_SSL_PORT $KAFKA_MTLS_PORT" ;;
+    mosquitto) echo "$MQTT_PORT $MQTT_AUTH_PORT $MQTT_TLS_PORT $MQTT_MTLS_PORT" ;;
     esac
 }
 

@@ -43,27 +43,46 @@ etcd_compact() {
 PKI=$STATE/pki
 
 # A CA, the apiserver's serving certificate for 127.0.0.1, the service-account signing key
-# pair, and an admin client certificate in system:masters: what envtest sets up.
+# pair, and an admin client certificate in system:masters: what envtest sets up. Beside them,
+# for the sinks' TLS tests: a serving certificate for 127.0.0.1 that Kafka's SSL listeners,
+# Mosquitto's TLS listeners and the tests' HTTPS receivers present, a client certificate from
+# the same CA, and a second CA ("other") with a client certificate of its own, which no
+# listener trusts and which trusts no listener. Each file is made once, when missing.
 ensure_pki() {
-    [[ -f $PKI/admin.crt ]] && return 0
+    [[ -f $PKI/other-client.crt ]] && return 0
     mkdir -p "$PKI"
     (
         cd "$PKI"
-        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=kubecast-local-ca" \
-            -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
-            -keyout ca.key -out ca.crt
-        issue() { # name subject extensions
+        ca() { # name subject
+            [[ -f $1.crt ]] && return 0
+            openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "$2" \
+                -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+                -keyout "$1.key" -out "$1.crt"
+        }
+        issue() { # name subject extensions [ca]
+            [[ -f $1.crt ]] && return 0
+            local by=${4:-ca}
             openssl req -newkey rsa:2048 -nodes -subj "$2" -keyout "$1.key" -out "$1.csr"
-            openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
+            openssl x509 -req -in "$1.csr" -CA "$by.crt" -CAkey "$by.key" -CAcreateserial -days 365 \
                 -extfile <(printf '%s\n' "$3" "keyUsage=critical,digitalSignature,keyEncipherment") -out "$1.crt"
             rm -f "$1.csr"
         }
+        ca ca "/CN=kubecast-local-ca"
         issue apiserver "/CN=kube-apiserver" \
             "$(printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth')"
         issue admin "/O=system:masters/CN=kubecast-admin" "extendedKeyUsage=clientAuth"
-        openssl genrsa -out sa.key 2048
-        openssl rsa -in sa.key -pubout -out sa.pub
-    ) >"$PKI/openssl.log" 2>&1 || {
+        [[ -f sa.key ]] || {
+            openssl genrsa -out sa.key 2048
+            openssl rsa -in sa.key -pubout -out sa.pub
+        }
+        issue tls-server "/CN=kubecast-local-sinks" \
+            "$(printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth')"
+        # Kafka reads its PEM keystore as one file: the key (PKCS#8) and then the certificate.
+        cat tls-server.key tls-server.crt >tls-server.pem
+        issue client "/CN=kubecast-sink" "extendedKeyUsage=clientAuth"
+        ca other-ca "/CN=kubecast-other-ca"
+        issue other-client "/CN=kubecast-untrusted-sink" "extendedKeyUsage=clientAuth" other-ca
+    ) >>"$PKI/openssl.log" 2>&1 || {
         cat "$PKI/openssl.log" >&2
         rm -rf "$PKI"
         die "kube-apiserver: could not create certificates with openssl"
@@ -166,6 +185,7 @@ start_kafka() {
     local libs dir=$STATE/kafka
     libs=$(kafka_libs)
     ensure_java
+    ensure_pki
     mkdir -p "$dir"
     # One broker in KRaft combined mode. Auto-created topics get several partitions so that
     # per-key ordering is really exercised; internal topics fit a single broker.
@@ -173,11 +193,16 @@ start_kafka() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=$HOST:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://$HOST:$KAFKA_PORT,SASL://$HOST:$KAFKA_SASL_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT,SASL://$HOST:$KAFKA_SASL_PORT
+listeners=PLAINTEXT://$HOST:$KAFKA_PORT,SASL://$HOST:$KAFKA_SASL_PORT,SSL://$HOST:$KAFKA_SSL_PORT,MTLS://$HOST:$KAFKA_MTLS_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT,SASL://$HOST:$KAFKA_SASL_PORT,SSL://$HOST:$KAFKA_SSL_PORT,MTLS://$HOST:$KAFKA_MTLS_PORT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL:SASL_PLAINTEXT,SSL:SSL,MTLS:SSL
+ssl.keystore.type=PEM
+ssl.keystore.location=$PKI/tls-server.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$PKI/ca.crt
+listener.name.mtls.ssl.client.auth=required
 sasl.enabled.mechanisms=PLAIN
 listener.name.sasl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$STACK_USER="$STACK_PASSWORD";
 log.dirs=$dir/data
@@ -227,9 +252,12 @@ version_kafka() { sed -n 's/.*Kafka version: \([^ ]*\).*/\1/p' "$(log_file kafka
 start_mosquitto() {
     local dir=$STATE/mosquitto
     mkdir -p "$dir/data"
-    # MQTT 3.1.1 and 5 on a loopback listener, persistence on, and a second listener that
-    # requires the stack's account. The queue limits are raised so that a persistent
-    # subscriber that is away during a test gets every QoS 1 message.
+    ensure_pki
+    # MQTT 3.1.1 and 5 on a loopback listener, persistence on, a second listener that
+    # requires the stack's account, and two TLS listeners with the stack's serving
+    # certificate, the second requiring a client certificate from the stack's CA. The queue
+    # limits are raised so that a persistent subscriber that is away during a test gets every
+    # QoS 1 message.
     rm -f "$dir/passwd"
     mosquitto_passwd -c -b "$dir/passwd" "$STACK_USER" "$STACK_PASSWORD" >/dev/null
     chmod 600 "$dir/passwd"
@@ -240,6 +268,16 @@ allow_anonymous true
 listener $MQTT_AUTH_PORT $HOST
 allow_anonymous false
 password_file $dir/passwd
+listener $MQTT_TLS_PORT $HOST
+allow_anonymous true
+certfile $PKI/tls-server.crt
+keyfile $PKI/tls-server.key
+listener $MQTT_MTLS_PORT $HOST
+allow_anonymous true
+cafile $PKI/ca.crt
+certfile $PKI/tls-server.crt
+keyfile $PKI/tls-server.key
+require_certificate true
 persistence true
 persistence_location $dir/data/
 autosave_interval 5

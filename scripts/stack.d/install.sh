@@ -140,6 +140,14 @@ compose_config_binary() {
     build_go_binary compose-config "$ROOT/scripts/go/compose-config" . "$COMPOSE_GO_VERSION" "-s -w"
 }
 
+# The CloudEvents Go SDK's HTTP receiver (scripts/go/ce-receiver), which the HTTP sink's tests
+# and benchmarks send to.
+ce_receiver_binary() {
+    build_go_binary ce-receiver "$ROOT/scripts/go/ce-receiver" . \
+        "$(awk '$1 == "require" && $2 == "github.com/cloudevents/sdk-go/v2" { print $3; exit }' \
+            "$ROOT/scripts/go/ce-receiver/go.mod")" "-s -w"
+}
+
 kustomize_binary() {
     build_go_binary kustomize "$ROOT/scripts/go/kustomize" sigs.k8s.io/kustomize/kustomize/v5 \
         "$KUSTOMIZE_VERSION" "-s -w"

@@ -1,0 +1,161 @@
+// ce-receiver receives CloudEvents over HTTP with the official CloudEvents Go SDK
+// (github.com/cloudevents/sdk-go/v2): binary and structured requests through the SDK client's
+// receive handler (client.StartReceiver underneath), batch requests through the SDK's
+// NewEventsFromHTTPRequest. Every event is checked with event.Validate() and printed on
+// standard output as one JSON line:
+//
+//	{"mode":"binary","proto":"HTTP/2.0","auth":"Bearer ...","valid":true,"error":"","event":{...}}
+//
+// kubecast's HTTP sink tests and benchmarks run it as the receiver that was not written here.
+//
+// usage: ce-receiver -addr 127.0.0.1:PORT [-cert FILE -key FILE [-client-ca FILE]] [-quiet]
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	nethttp "net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+	"github.com/cloudevents/sdk-go/v2/client"
+	"github.com/cloudevents/sdk-go/v2/event"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+)
+
+type line struct {
+	Mode  string       `json:"mode"`
+	Proto string       `json:"proto"`
+	Auth  string       `json:"auth"`
+	Valid bool         `json:"valid"`
+	Error string       `json:"error"`
+	Event *event.Event `json:"event"`
+}
+
+var (
+	out   = bufio.NewWriterSize(os.Stdout, 1<<20)
+	outMu sync.Mutex
+	quiet = flag.Bool("quiet", false, "print only a count of events every second (benchmarks)")
+	count atomic.Int64
+)
+
+func emit(mode string, r *nethttp.Request, e *event.Event) {
+	count.Add(1)
+	if *quiet {
+		return
+	}
+	l := line{Mode: mode, Proto: r.Proto, Auth: r.Header.Get("Authorization"), Event: e, Valid: true}
+	if err := e.Validate(); err != nil {
+		l.Valid, l.Error = false, err.Error()
+	}
+	b, err := json.Marshal(l)
+	if err != nil {
+		b, _ = json.Marshal(line{Mode: mode, Error: err.Error()})
+	}
+	outMu.Lock()
+	out.Write(b)
+	out.WriteByte('\n')
+	out.Flush()
+	outMu.Unlock()
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:0", "address to listen on (loopback)")
+	cert := flag.String("cert", "", "serving certificate (PEM); with -key, serve HTTPS (HTTP/2 offered)")
+	key := flag.String("key", "", "serving key (PEM)")
+	clientCA := flag.String("client-ca", "", "require client certificates signed by this CA (PEM)")
+	flag.Parse()
+
+	p, err := cehttp.New()
+	if err != nil {
+		fail(err)
+	}
+	// The request being served, for the receive function (one at a time per handler call).
+	type reqKey struct{}
+	sdk, err := client.NewHTTPReceiveHandler(context.Background(), p, func(ctx context.Context, e cloudevents.Event) {
+		r, _ := ctx.Value(reqKey{}).(*nethttp.Request)
+		if r == nil {
+			r = &nethttp.Request{}
+		}
+		mode := "binary"
+		if strings.HasPrefix(r.Header.Get("Content-Type"), cloudevents.ApplicationCloudEventsJSON) {
+			mode = "structured"
+		}
+		emit(mode, r, &e)
+	})
+	if err != nil {
+		fail(err)
+	}
+	handler := nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		if strings.HasPrefix(r.Header.Get("Content-Type"), cloudevents.ApplicationCloudEventsBatchJSON) {
+			events, err := cehttp.NewEventsFromHTTPRequest(r)
+			if err != nil {
+				nethttp.Error(w, err.Error(), nethttp.StatusBadRequest)
+				return
+			}
+			for i := range events {
+				emit("batch", r, &events[i])
+			}
+			w.WriteHeader(nethttp.StatusAccepted)
+			return
+		}
+		sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), reqKey{}, r)))
+	})
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fail(err)
+	}
+	srv := &nethttp.Server{Handler: handler}
+	if *cert != "" {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if *clientCA != "" {
+			pem, err := os.ReadFile(*clientCA)
+			if err != nil {
+				fail(err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				fail(fmt.Errorf("no certificate in %s", *clientCA))
+			}
+			cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		}
+		srv.TLSConfig = cfg
+	}
+	// The first line says where it listens; tests wait for it.
+	fmt.Fprintf(os.Stderr, "listening on %s\n", ln.Addr())
+	if *quiet {
+		go report()
+	}
+	if *cert != "" {
+		err = srv.ServeTLS(ln, *cert, *key)
+	} else {
+		err = srv.Serve(ln)
+	}
+	fail(err)
+}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "ce-receiver: %v\n", err)
+	os.Exit(1)
+}
+
+// report prints the number of events received so far, once a second (with -quiet).
+func report() {
+	for range time.Tick(time.Second) {
+		outMu.Lock()
+		fmt.Fprintf(out, "{\"count\":%d}\n", count.Load())
+		out.Flush()
+		outMu.Unlock()
+	}
+}
