@@ -36,6 +36,7 @@ fn event(seq: u64) -> Event {
         inferred: false,
         initial: false,
         truncated: false,
+        compat: None,
         from_watch: false,
         route: None,
         data: Bytes::from(vec![b'x'; DATA]),

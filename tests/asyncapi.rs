@@ -60,6 +60,7 @@ fn event(kind: ChangeKind) -> Event {
         inferred: false,
         initial: false,
         truncated: false,
+        compat: None,
         from_watch: false,
         route: None,
         data: Bytes::from_static(b"{}"),

@@ -78,6 +78,21 @@ pub(super) fn route_topics(config: &Config) -> BTreeMap<String, Vec<(String, Str
     out
 }
 
+/// Per sink, the (route, shape) of each route that feeds it and sets a `compat`.
+pub(super) fn route_compat(
+    config: &Config,
+) -> BTreeMap<String, Vec<(String, crate::event::Compat)>> {
+    let mut out: BTreeMap<String, Vec<(String, crate::event::Compat)>> = BTreeMap::new();
+    for (name, r) in &config.routes {
+        if let Some(c) = r.compat {
+            for s in &r.sinks {
+                out.entry(s.clone()).or_default().push((name.clone(), c));
+            }
+        }
+    }
+    out
+}
+
 /// Checks the routes against the validated sinks and says which sinks each feeds.
 pub(super) fn feeds(
     config: &Config,

@@ -132,6 +132,7 @@ impl Config {
         }
         let routes_and_rules = super::routing::routes_and_rules(&self, &mut issues);
         let mut route_topics = super::routing::route_topics(&self);
+        let mut route_compat = super::routing::route_compat(&self);
         let mut sinks = Vec::new();
         for (name, sink) in &self.sinks {
             if !is_name(name) {
@@ -142,6 +143,7 @@ impl Config {
             }
             let mut sink = sink.clone();
             sink.common.route_topics = route_topics.remove(name).unwrap_or_default();
+            sink.common.route_compat = route_compat.remove(name).unwrap_or_default();
             match sink.validate(name, &self.cluster) {
                 Ok(v) => sinks.push((name.clone(), v)),
                 Err(more) => issues.extend(more),

@@ -57,6 +57,7 @@ pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -
         inferred: false,
         initial: false,
         truncated: false,
+        compat: None,
         from_watch: false,
         route: None,
         data: Bytes::from(data.to_string()),

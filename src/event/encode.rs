@@ -107,6 +107,7 @@ impl Encoder {
             inferred: change.inferred,
             initial: change.initial,
             truncated: false,
+            compat: None,
             from_watch: false,
             route: None,
             data,

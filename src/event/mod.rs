@@ -6,12 +6,14 @@
 //! user properties); [`Event::structured_json`] is the `application/cloudevents+json` form.
 
 mod alert;
+mod compat;
 mod encode;
 mod redact;
 #[cfg(test)]
 mod redact_proptests;
 
 pub use alert::alert_event;
+pub use compat::Compat;
 pub use encode::{
     EncodeError, Encoder, SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY,
 };
@@ -150,6 +152,9 @@ pub struct Event {
     /// The route that emitted it (`routes:` in the config); `None`: every sink takes it.
     /// Sinks use it to pick the route's topic. Not an attribute.
     pub route: Option<std::sync::Arc<str>>,
+    /// Sent in another source's shape (`compat:` on the sink or the route): its `type` and
+    /// extensions beside kubecast's own. Set by the sink; never logged.
+    pub compat: Option<Compat>,
     /// The JSON `data`.
     pub data: Bytes,
 }
@@ -194,7 +199,12 @@ impl Event {
             ("specversion", "1.0".to_string()),
             ("id", self.id.clone()),
             ("source", self.source.clone()),
-            ("type", self.ty.to_string()),
+            (
+                "type",
+                self.compat
+                    .and_then(|c| c.event_type(self))
+                    .map_or_else(|| self.ty.to_string(), str::to_string),
+            ),
             ("subject", self.subject()),
             ("time", self.time.clone()),
             ("datacontenttype", DATA_CONTENT_TYPE.to_string()),
@@ -215,6 +225,9 @@ impl Event {
             ChangeKind::Added => out.push(("k8sinitial", self.initial.to_string())),
             ChangeKind::Deleted => out.push(("k8sinferred", self.inferred.to_string())),
             ChangeKind::Modified | ChangeKind::AlertFiring | ChangeKind::AlertResolved => {}
+        }
+        if let Some(c) = self.compat {
+            out.extend(c.extensions(self));
         }
         out
     }
@@ -249,7 +262,13 @@ impl Event {
 
     /// The structured-mode JSON object (`application/cloudevents+json`), data inline.
     pub fn structured_json(&self) -> Vec<u8> {
-        let attrs: std::collections::BTreeMap<&'static str, serde_json::Value> = self
+        self.structured_json_with(&[])
+    }
+
+    /// [`Event::structured_json`] with `extra` extensions (names checked by the caller not to
+    /// clash with the event's own attributes).
+    pub fn structured_json_with(&self, extra: &[(String, String)]) -> Vec<u8> {
+        let mut attrs: std::collections::BTreeMap<&str, serde_json::Value> = self
             .attributes()
             .into_iter()
             .map(|(k, v)| {
@@ -264,6 +283,9 @@ impl Event {
                 (k, v)
             })
             .collect();
+        for (k, v) in extra {
+            attrs.insert(k, serde_json::Value::String(v.clone()));
+        }
         // The attributes as a JSON object, then `data` spliced in as the bytes it already is:
         // the encoder produced it with serde_json, so it is valid JSON and is not parsed again.
         // Serializing a map of strings and booleans cannot fail.
@@ -309,6 +331,7 @@ mod tests {
             inferred: false,
             initial: true,
             truncated: false,
+            compat: None,
             from_watch: false,
             route: None,
             data: Bytes::from_static(br#"{"a":1}"#),

@@ -68,6 +68,12 @@ struct SinkLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabel {
+    sink: String,
+    code: u16,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ScopeLabel {
     /// A namespace, or `*` for all namespaces.
     scope: String,
@@ -145,6 +151,7 @@ pub struct Metrics {
     held_events: Family<SinkLabel, Gauge>,
     held_bytes: Family<SinkLabel, Gauge>,
     connected: Family<SinkLabel, Gauge>,
+    http_responses: Family<CodeLabel, Counter>,
     delay: Family<SinkLabel, Histogram, fn() -> Histogram>,
     watch_requests: Family<ScopeLabel, Counter>,
     lists: Family<ScopeLabel, Counter>,
@@ -181,6 +188,7 @@ impl Metrics {
             held_events: Family::default(),
             held_bytes: Family::default(),
             connected: Family::default(),
+            http_responses: Family::default(),
             delay: Family::new_with_constructor(delay_histogram),
             watch_requests: Family::default(),
             lists: Family::default(),
@@ -248,6 +256,11 @@ impl Metrics {
             "sink_connected",
             "1 while the sink is connected to its destination",
             m.connected.clone(),
+        );
+        r.register(
+            "http_responses",
+            "Answers of an HTTP sink's receiver, by status code",
+            m.http_responses.clone(),
         );
         r.register(
             "delivery_delay_seconds",
@@ -382,6 +395,16 @@ impl Metrics {
         if leading {
             self.terms.inc();
         }
+    }
+
+    /// `sink`'s receiver answered with `code`.
+    pub fn http_response(&self, sink: &str, code: u16) {
+        self.http_responses
+            .get_or_create(&CodeLabel {
+                sink: sink.to_string(),
+                code,
+            })
+            .inc();
     }
 
     pub fn connected(&self, sink: &str, up: bool) {

@@ -233,6 +233,7 @@ pub fn to_kubecast(event: &CloudEvent, facts: &Facts) -> Option<Event> {
         truncated: flag("k8struncated"),
         from_watch: false,
         route: None,
+        compat: None,
         data: data_bytes(event)
             .map(|d| Bytes::copy_from_slice(&d))
             .unwrap_or_default(),

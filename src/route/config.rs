@@ -48,6 +48,11 @@ pub struct RouteConfig {
     /// placeholders that sink's `topic` takes). Default: the sink's.
     #[serde(default)]
     pub topic: Option<String>,
+    /// Send this route's events in another source's shape in every sink it feeds:
+    /// `apiserversource` (Knative's ApiServerSource types and extensions, beside kubecast's
+    /// own). Default: the sink's `compat`, else kubecast's own shape.
+    #[serde(default)]
+    pub compat: Option<crate::event::Compat>,
 }
 
 /// The event types a route can name, as written.

@@ -38,6 +38,15 @@ pub struct Common {
     /// `k8struncated=true`. Default: `dead_letter`.
     #[serde(default)]
     pub too_large: TooLarge,
+    /// Send every event of this sink in another source's shape, so that its consumers keep
+    /// matching: `apiserversource` (Knative's ApiServerSource types and extensions, beside
+    /// kubecast's own id and extensions). Default: none, kubecast's own shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compat: Option<crate::event::Compat>,
+    /// The routes that feed this sink and set a `compat` of their own (route name, shape),
+    /// filled in from `routes:` before validation; not a field of the sink.
+    #[serde(skip)]
+    pub route_compat: Vec<(String, crate::event::Compat)>,
     /// The topics of the routes that feed this sink and set their own (route name, template),
     /// filled in from `routes:` before validation; not a field of the sink.
     #[serde(skip)]
@@ -56,7 +65,7 @@ pub enum TooLarge {
 }
 
 /// The envelope's field names, taken out of a sink's map before its kind reads the rest.
-const COMMON_FIELDS: [&str; 3] = ["queue", "dead_letter", "too_large"];
+const COMMON_FIELDS: [&str; 4] = ["queue", "dead_letter", "too_large", "compat"];
 
 impl Common {
     /// The envelope's issues; `at` is the sink's field path, `topic_ok` whether its kind

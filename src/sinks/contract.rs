@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::config::Common;
 use super::dead_letter::DeadLetter;
-use super::queue::{QueueConfig, QueueRx};
+use super::queue::{CompatShape, QueueConfig, QueueRx};
 use crate::event::Event;
 use crate::ops::Ops;
 use crate::store::KnownObject;
@@ -214,6 +214,11 @@ impl Acks {
         self.ops.sink_connected(&self.sink, up);
     }
 
+    /// The destination answered with status `code` (HTTP sinks).
+    pub fn response(&self, code: u16) {
+        self.ops.metrics.http_response(&self.sink, code);
+    }
+
     /// `n` events are sent again (after a reconnect).
     pub fn retried(&self, n: u64) {
         self.ops.metrics.retried(&self.sink, n);
@@ -272,6 +277,8 @@ impl Acks {
 #[derive(Debug)]
 pub struct ValidSink {
     pub queue: QueueConfig,
+    /// Which events leave the queue in a compatibility shape.
+    pub compat: CompatShape,
     pub dead_letter: DeadLetter,
     pub sink: Box<dyn Sink>,
 }
@@ -290,6 +297,14 @@ impl ValidSink {
         match spec.validate(&at, common, cluster) {
             Ok(sink) if issues.is_empty() => Ok(ValidSink {
                 queue: common.queue.clone(),
+                compat: CompatShape {
+                    all: common.compat,
+                    routes: common
+                        .route_compat
+                        .iter()
+                        .map(|(r, c)| (Arc::from(r.as_str()), *c))
+                        .collect(),
+                },
                 dead_letter: DeadLetter::new(
                     common.dead_letter.as_ref().and_then(|d| d.file.clone()),
                 ),

@@ -14,6 +14,7 @@ pub mod contract;
 mod dead_letter;
 pub mod queue;
 mod runner;
+pub mod tls;
 
 pub use config::{
     Common, DeadLetterConfig, Placeholder, Secret, SinkConfig, Template, TlsConfig, TooLarge,
@@ -23,7 +24,7 @@ pub use contract::{
     Acks, Keeper, KeeperFeed, Kept, Positions, Report, Sink, SinkError, SinkSpec, ValidSink,
 };
 pub use dead_letter::DeadLetter;
-pub use queue::{NotPushed, Pushed, QueueConfig, WhenFull};
+pub use queue::{CompatShape, NotPushed, Pushed, QueueConfig, WhenFull};
 pub use runner::{Ended, SinkExit, Sinks, start};
 
 /// Declares the sink kinds: each entry's module, its variant of [`SinkKind`] (whose
@@ -56,6 +57,8 @@ sink_kinds! {
     kafka => Kafka(kafka::KafkaConfig),
     /// An MQTT 5 or 3.1.1 broker.
     mqtt => Mqtt(mqtt::MqttConfig),
+    /// CloudEvents over HTTP: Knative Brokers and Services, webhooks.
+    http => Http(http::HttpConfig),
     /// JSON lines (structured CloudEvents) on standard output.
     stdout => Stdout(stdout::StdoutConfig),
     /// JSON lines (structured CloudEvents) appended to a file.

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
-use crate::event::{ChangeKind, Event};
+use crate::event::{ChangeKind, Compat, Event};
 
 /// A sink's queue settings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -139,7 +139,10 @@ pub fn queue(config: QueueConfig) -> (QueueTx, QueueRx) {
         QueueTx {
             shared: shared.clone(),
         },
-        QueueRx { shared },
+        QueueRx {
+            shared,
+            compat: CompatShape::default(),
+        },
     )
 }
 
@@ -232,9 +235,47 @@ impl Drop for QueueTx {
 /// The sink's side.
 pub struct QueueRx {
     shared: Arc<Shared>,
+    compat: CompatShape,
+}
+
+/// Which events leave the queue in a compatibility shape ([`Compat`]): all of them (`compat`
+/// on the sink), or those of the routes that set one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompatShape {
+    pub all: Option<Compat>,
+    pub routes: Vec<(Arc<str>, Compat)>,
+}
+
+impl CompatShape {
+    /// The shape of `event`, if any.
+    fn of(&self, event: &Event) -> Option<Compat> {
+        self.all.or_else(|| {
+            let route = event.route.as_deref()?;
+            self.routes
+                .iter()
+                .find(|(r, _)| &**r == route)
+                .map(|(_, c)| *c)
+        })
+    }
 }
 
 impl QueueRx {
+    /// Events leave this queue in the compatibility shape `compat` says.
+    pub fn with_compat(mut self, compat: CompatShape) -> QueueRx {
+        self.compat = compat;
+        self
+    }
+
+    fn shaped(&self, e: Arc<Event>) -> Arc<Event> {
+        match self.compat.of(&e) {
+            None => e,
+            Some(c) => Arc::new(Event {
+                compat: Some(c),
+                ..(*e).clone()
+            }),
+        }
+    }
+
     /// The next event; `None` once the pipeline closed the queue and it is empty.
     pub async fn recv(&mut self) -> Option<Arc<Event>> {
         loop {
@@ -245,7 +286,8 @@ impl QueueRx {
                 let mut st = self.shared.lock();
                 if let Some(e) = st.pop() {
                     self.shared.writable.notify_one();
-                    return Some(e);
+                    drop(st);
+                    return Some(self.shaped(e));
                 }
                 if st.sender_gone {
                     return None;
@@ -262,6 +304,7 @@ impl QueueRx {
         };
         buf.push(first);
         let mut st = self.shared.lock();
+        let from = buf.len();
         while buf.len() < limit {
             match st.pop() {
                 Some(e) => buf.push(e),
@@ -269,6 +312,12 @@ impl QueueRx {
             }
         }
         self.shared.writable.notify_one();
+        drop(st);
+        if self.compat != CompatShape::default() {
+            for e in &mut buf[from..] {
+                *e = self.shaped(e.clone());
+            }
+        }
         buf.len()
     }
 }

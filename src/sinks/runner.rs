@@ -53,6 +53,7 @@ pub fn start(
     for (name, valid) in sinks {
         let name: Arc<str> = name.into();
         let (tx, rx) = queue(valid.queue);
+        let rx = rx.with_compat(valid.compat);
         let acks = Acks::new(
             name.clone(),
             reports.clone(),

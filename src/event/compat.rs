@@ -1,0 +1,48 @@
+//! Compatibility shapes: the attributes another event source gives the same change, so that
+//! the consumers written for it keep matching when kubecast replaces it. Entry point:
+//! [`Compat`], set on an event by the sink that sends it (`compat:` on a sink or a route).
+//!
+//! `apiserversource` is Knative Eventing's ApiServerSource: types
+//! `dev.knative.apiserver.resource.add|update|delete` (`dev.knative.apiserver.ref.*` when
+//! `data` is a reference) and the extensions `kind`, `apiversion`, `name` and `namespace`.
+//! kubecast's own id, source, subject and extensions stay as they are.
+
+use serde::{Deserialize, Serialize};
+
+use super::{ChangeKind, Event};
+
+/// A compatibility shape for events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compat {
+    /// Knative Eventing's ApiServerSource.
+    Apiserversource,
+}
+
+impl Compat {
+    /// The `type` of `event` in this shape; `None` keeps kubecast's (alert events).
+    pub fn event_type(self, event: &Event) -> Option<&'static str> {
+        let Compat::Apiserversource = self;
+        let reference = event.truncated || event.dataschema.contains("-reference:");
+        Some(match (event.kind, reference) {
+            (ChangeKind::Added, false) => "dev.knative.apiserver.resource.add",
+            (ChangeKind::Modified, false) => "dev.knative.apiserver.resource.update",
+            (ChangeKind::Deleted, false) => "dev.knative.apiserver.resource.delete",
+            (ChangeKind::Added, true) => "dev.knative.apiserver.ref.add",
+            (ChangeKind::Modified, true) => "dev.knative.apiserver.ref.update",
+            (ChangeKind::Deleted, true) => "dev.knative.apiserver.ref.delete",
+            (ChangeKind::AlertFiring | ChangeKind::AlertResolved, _) => return None,
+        })
+    }
+
+    /// The extensions this shape adds to `event`'s own.
+    pub fn extensions(self, event: &Event) -> [(&'static str, String); 4] {
+        let Compat::Apiserversource = self;
+        [
+            ("kind", event.k8s_kind.to_string()),
+            ("apiversion", event.api_version.to_string()),
+            ("name", event.name.clone()),
+            ("namespace", event.namespace.clone()),
+        ]
+    }
+}

@@ -1,0 +1,258 @@
+//! One HTTP client per sink: keep-alive connections (HTTP/2 where a TLS receiver offers it
+//! through ALPN), TLS from the sink's files, authentication, and the classification of every
+//! answer. Entry point: [`Client::send`].
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::Client as Pool;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use super::config::{Auth, HttpSettings};
+use crate::sinks::tls::{self, TlsError};
+
+/// What a request came to.
+#[derive(Debug)]
+pub enum Answer {
+    /// The receiver answered with a status (any status).
+    Status {
+        code: StatusCode,
+        /// `Retry-After`, when the answer has one.
+        retry_after: Option<Duration>,
+        /// The start of the response body, for dead letters and logs.
+        body: String,
+    },
+}
+
+/// Why a request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the request failed")]
+    Request(#[source] hyper_util::client::legacy::Error),
+}
+
+impl SendError {
+    /// The refused TLS handshake behind this failure, if it is one.
+    pub fn tls_refusal(&self) -> Option<String> {
+        match self {
+            SendError::Timeout(_) => None,
+            SendError::Request(e) => tls::refusal(e),
+        }
+    }
+}
+
+/// Why the client could not be made, or a request authenticated. Fatal.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("reading the bearer token file {}", path.display())]
+    Token {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the bearer token in {} is not a valid header value", path.display())]
+    TokenValue { path: PathBuf },
+}
+
+/// The sink's client.
+pub struct Client {
+    pool: Pool<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    url: http::Uri,
+    headers: Vec<(http::HeaderName, HeaderValue)>,
+    auth: Authorization,
+    timeout: Duration,
+}
+
+/// The `Authorization` header, with a bearer token read again when its file changes.
+enum Authorization {
+    None,
+    Fixed(HeaderValue),
+    Bearer {
+        path: PathBuf,
+        /// The file's modification time and length when it was read, and its header.
+        current: Mutex<(Option<(SystemTime, u64)>, HeaderValue)>,
+    },
+}
+
+impl Client {
+    /// Builds the client: reads the TLS files and the bearer token.
+    pub fn new(s: &HttpSettings) -> Result<Client, ClientError> {
+        let config = tls::client_config(&s.tls, &[])?;
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(s.timeout.min(Duration::from_secs(10))));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(config)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let pool = Pool::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(s.in_flight)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(https);
+        let auth = match &s.auth {
+            Auth::None => Authorization::None,
+            Auth::Basic(user, password) => {
+                use std::io::Write;
+                let mut raw = Vec::new();
+                let _ = write!(raw, "{user}:{}", password.0);
+                let mut v = HeaderValue::from_str(&format!("Basic {}", base64(&raw)))
+                    .map_err(|_| ClientError::TokenValue { path: PathBuf::from("(username)") })?;
+                v.set_sensitive(true);
+                Authorization::Fixed(v)
+            }
+            Auth::Bearer(path) => {
+                let (stamp, value) = read_token(path)?;
+                Authorization::Bearer { path: path.clone(), current: Mutex::new((stamp, value)) }
+            }
+        };
+        Ok(Client { pool, url: s.url.clone(), headers: s.headers.clone(), auth, timeout: s.timeout })
+    }
+
+    /// The `Authorization` header for the next request: a changed token file is read again
+    /// (a file that cannot be read now keeps the token read before, with a warning).
+    fn authorization(&self) -> Option<HeaderValue> {
+        match &self.auth {
+            Authorization::None => None,
+            Authorization::Fixed(v) => Some(v.clone()),
+            Authorization::Bearer { path, current } => {
+                let mut cur = current.lock().unwrap_or_else(|p| p.into_inner());
+                if stamp(path) != cur.0 {
+                    match read_token(path) {
+                        Ok(fresh) => *cur = fresh,
+                        Err(e) => tracing::warn!(error = %crate::error_chain(&e), "keeping the bearer token read before"),
+                    }
+                }
+                Some(cur.1.clone())
+            }
+        }
+    }
+
+    /// POSTs `body` with `headers` and reads the answer.
+    pub async fn send(&self, headers: HeaderMap, body: Bytes, gzip: bool) -> Result<Answer, SendError> {
+        self.exchange(http::Method::POST, headers, body, gzip).await
+    }
+
+    /// Asks the receiver `OPTIONS` (what the CloudEvents webhook spec asks a receiver first):
+    /// any answer says it is there.
+    pub async fn probe(&self) -> Result<Answer, SendError> {
+        self.exchange(http::Method::OPTIONS, HeaderMap::new(), Bytes::new(), false).await
+    }
+
+    async fn exchange(&self, method: http::Method, mut headers: HeaderMap, body: Bytes, gzip: bool) -> Result<Answer, SendError> {
+        let mut req = Request::builder().method(method).uri(self.url.clone());
+        for (k, v) in &self.headers {
+            headers.insert(k.clone(), v.clone());
+        }
+        if let Some(a) = self.authorization() {
+            headers.insert(header::AUTHORIZATION, a);
+        }
+        let body = if gzip && !body.is_empty() {
+            headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            super::encode::gzip(&body)
+        } else {
+            body
+        };
+        if let Some(h) = req.headers_mut() {
+            *h = headers;
+        }
+        // A request built from a parsed Uri, valid headers and a body cannot fail to build.
+        let req = match req.body(Full::new(body)) {
+            Ok(r) => r,
+            Err(_) => return Err(SendError::Timeout(Duration::ZERO)),
+        };
+        let exchange = async {
+            let resp = self.pool.request(req).await.map_err(SendError::Request)?;
+            let code = resp.status();
+            let retry_after = resp.headers().get(header::RETRY_AFTER).and_then(retry_after);
+            // Read (a bounded part of) the body, so that the connection can be used again.
+            let body = match Limited::new(resp.into_body(), 64 * 1024).collect().await {
+                Ok(b) => String::from_utf8_lossy(&b.to_bytes()[..]).chars().take(200).collect(),
+                Err(_) => String::new(),
+            };
+            Ok(Answer::Status { code, retry_after, body })
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .unwrap_or(Err(SendError::Timeout(self.timeout)))
+    }
+}
+
+fn stamp(path: &std::path::Path) -> Option<(SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+fn read_token(path: &std::path::Path) -> Result<(Option<(SystemTime, u64)>, HeaderValue), ClientError> {
+    let stamp = stamp(path);
+    let text = std::fs::read_to_string(path).map_err(|source| ClientError::Token { path: path.to_path_buf(), source })?;
+    let mut v = HeaderValue::from_str(&format!("Bearer {}", text.trim()))
+        .map_err(|_| ClientError::TokenValue { path: path.to_path_buf() })?;
+    v.set_sensitive(true);
+    Ok((stamp, v))
+}
+
+/// `Retry-After` as seconds or as an HTTP date, capped at 10 minutes.
+fn retry_after(v: &HeaderValue) -> Option<Duration> {
+    let text = v.to_str().ok()?.trim();
+    let wait = match text.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => {
+            let at = jiff::fmt::rfc2822::parse(text).ok()?.timestamp();
+            let ms = at.as_millisecond() - jiff::Timestamp::now().as_millisecond();
+            Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+        }
+    };
+    Some(wait.min(Duration::from_secs(600)))
+}
+
+/// Standard base64 with padding (basic auth's credentials).
+fn base64(raw: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(raw.len().div_ceil(3) * 4);
+    for chunk in raw.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        assert_eq!(retry_after(&HeaderValue::from_static("2")), Some(Duration::from_secs(2)));
+        let later = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(30);
+        let date = jiff::fmt::rfc2822::to_string(&later.to_zoned(jiff::tz::TimeZone::UTC)).unwrap();
+        let d = retry_after(&HeaderValue::from_str(&date).unwrap()).unwrap();
+        assert!(d > Duration::from_secs(25) && d <= Duration::from_secs(30), "{date}: {d:?}");
+        assert_eq!(retry_after(&HeaderValue::from_static("soon")), None);
+    }
+
+    #[test]
+    fn basic_credentials_are_base64() {
+        assert_eq!(base64(b"Aladdin:open sesame"), "QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b"abc"), "YWJj");
+    }
+}

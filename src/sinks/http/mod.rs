@@ -1,0 +1,14 @@
+//! The HTTP sink: CloudEvents over HTTP (binary, structured or batch) to Knative Brokers and
+//! Services, webhooks and functions; Knative's `K_SINK` and `K_CE_OVERRIDES` conventions.
+//!
+//! Entry points: [`HttpConfig`] (`type: http`), validated into [`HttpSettings`], whose
+//! [`crate::sinks::Sink`] is `sink::run`. An event is acknowledged only on a 2xx answer; the
+//! events of one object never overtake each other (`window`).
+
+mod client;
+mod config;
+mod encode;
+mod sink;
+mod window;
+
+pub use config::{HttpConfig, HttpSettings};

@@ -1,0 +1,261 @@
+//! Sending events to an HTTP receiver and turning its 2xx answers into acks. Entry point:
+//! [`run`], the [`Sink`] of a validated [`HttpSettings`].
+//!
+//! Up to `in_flight` requests run at once ([`Window`] keeps each object's events in order).
+//! An event is delivered only on a 2xx answer. 5xx, 408, 429, timeouts and connection errors
+//! put the request's events back in line and pause sending for a backoff with jitter, or for
+//! the receiver's `Retry-After`; any other status sends them to the dead letter with the
+//! status and the start of the answer. Nothing is dropped while the receiver is away: the
+//! window stops taking events, the queue fills, and `when_full` decides.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use http::StatusCode;
+use tokio::time::Instant;
+
+use super::client::{Answer, Client, SendError};
+use super::encode;
+use super::window::{Positions, Settled, Window};
+use super::HttpSettings;
+use crate::backoff::Backoff;
+use crate::event::Event;
+use crate::sinks::queue::QueueRx;
+use crate::sinks::{Acks, Sink, SinkError};
+
+/// Why the HTTP sink stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpSinkError {
+    /// The first connection's TLS handshake was refused (either side's certificate).
+    #[error("{0}")]
+    TlsRefused(String),
+    /// The receiver refused kubecast's credentials before it ever accepted an event.
+    #[error("the receiver refused kubecast's credentials: HTTP {code} {body}")]
+    Unauthorized { code: StatusCode, body: String },
+}
+
+impl Sink for HttpSettings {
+    fn run(self: Box<Self>, rx: QueueRx, acks: Acks) -> BoxFuture<'static, Result<(), SinkError>> {
+        Box::pin(run(*self, rx, acks))
+    }
+}
+
+type Flight = BoxFuture<'static, (Positions, usize, Result<Answer, SendError>)>;
+
+/// What the loop knows about the receiver.
+struct Link {
+    connected: bool,
+    /// It answered once (any status): a refused handshake is no longer fatal.
+    answered: bool,
+    /// It accepted an event once: a 401 or 403 is no longer fatal.
+    accepted: bool,
+    backoff: Backoff,
+    paused_until: Option<Instant>,
+}
+
+/// Runs the sink until its queue closes and every event taken was answered.
+pub async fn run(s: HttpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), SinkError> {
+    let client = Arc::new(Client::new(&s).map_err(|e| acks.failed(e))?);
+    let mut window = Window::default();
+    let mut flights: FuturesUnordered<Flight> = FuturesUnordered::new();
+    let mut link = Link {
+        connected: false,
+        answered: false,
+        accepted: false,
+        backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(30)),
+        paused_until: None,
+    };
+    // While the receiver has not answered and nothing is being sent, an OPTIONS request
+    // every few seconds tells readiness whether it is there.
+    let mut probe: Option<BoxFuture<'static, Result<Answer, SendError>>> = None;
+    let mut probe_at = Some(Instant::now());
+    let capacity = (s.in_flight * s.max_events * 2).max(256);
+    let mut open = true;
+    loop {
+        if !open && window.is_empty() && flights.is_empty() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if link.paused_until.is_some_and(|t| t <= now) {
+            link.paused_until = None;
+        }
+        if link.paused_until.is_none() {
+            while flights.len() < s.in_flight {
+                let lingering = open && window.oldest_waiting().is_some_and(|t| now < t + s.linger);
+                let Some((positions, events)) = window.next_request(s.max_events, s.max_bytes, lingering) else {
+                    break;
+                };
+                let (headers, body) = encode::request_of(s.mode, &events, &s.overrides);
+                let (client, gzip, n) = (client.clone(), s.gzip, events.len());
+                flights.push(Box::pin(async move { (positions, n, client.send(headers, body, gzip).await) }));
+            }
+        }
+        if probe.is_none() && probe_at.is_some_and(|t| t <= now) && flights.is_empty() && !link.connected {
+            let client = client.clone();
+            probe = Some(Box::pin(async move { client.probe().await }));
+            probe_at = None;
+        }
+        let linger_at = (s.linger > Duration::ZERO && link.paused_until.is_none())
+            .then(|| window.oldest_waiting().map(|t| t + s.linger))
+            .flatten();
+        tokio::select! {
+            Some((positions, n, result)) = flights.next(), if !flights.is_empty() => {
+                answered(&s, &acks, &mut link, &mut window, &positions, n, result)?;
+                report(&acks, window.settle()).await?;
+            }
+            Some(result) = maybe(&mut probe) => {
+                probe = None;
+                match result {
+                    Ok(Answer::Status { code, .. }) => {
+                        tracing::info!(sink = %acks.sink(), url = %s.url, status = code.as_u16(), "HTTP receiver answered");
+                        up(&acks, &mut link, true);
+                    }
+                    Err(e) => {
+                        refused_tls(&acks, &link, &e)?;
+                        up(&acks, &mut link, false);
+                        let wait = link.backoff.next_delay().max(Duration::from_secs(1));
+                        tracing::warn!(sink = %acks.sink(), url = %s.url, error = %crate::error_chain(&e), retry_in_ms = wait.as_millis() as u64, "HTTP receiver unreachable");
+                        probe_at = Some(Instant::now() + wait);
+                    }
+                }
+            }
+            _ = sleep_until(link.paused_until), if link.paused_until.is_some() => {}
+            _ = sleep_until(linger_at), if linger_at.is_some() => {}
+            next = rx.recv(), if open && window.len() < capacity => match next {
+                None => open = false,
+                Some(event) => take(&s, &acks, &mut window, event),
+            },
+        }
+        if !link.connected && probe.is_none() && probe_at.is_none() && flights.is_empty() && window.waiting() == 0 {
+            probe_at = Some(Instant::now() + Duration::from_secs(2));
+        }
+    }
+}
+
+/// Holds `event` in the window, encoded; one too large for a request goes in reference mode
+/// (`too_large: reference`) or to the dead letter.
+fn take(s: &HttpSettings, acks: &Acks, window: &mut Window, mut event: Arc<Event>) {
+    let size = |e: &Event| {
+        let body = encode::body_of(s.mode, e, &s.overrides);
+        let n = body.len() + encode::header_bytes(s.mode, e, &s.overrides);
+        (body, n)
+    };
+    let (mut body, mut n) = size(&event);
+    if n > s.max_request_bytes && s.too_large_reference {
+        tracing::warn!(sink = %acks.sink(), id = %event.id, subject = %event.subject(),
+            "event too large for max_request_bytes: sent as reference data (k8struncated)");
+        event = Arc::new(event.as_reference());
+        (body, n) = size(&event);
+    }
+    if n > s.max_request_bytes {
+        let reason = format!("HTTP request of about {n} bytes exceeds max_request_bytes {}", s.max_request_bytes);
+        window.push_refused(event, reason);
+    } else {
+        window.push(event, body);
+    }
+}
+
+/// Acts on the answer to one request.
+fn answered(
+    s: &HttpSettings,
+    acks: &Acks,
+    link: &mut Link,
+    window: &mut Window,
+    positions: &Positions,
+    n: usize,
+    result: Result<Answer, SendError>,
+) -> Result<(), SinkError> {
+    let sink = acks.sink();
+    let retry = |link: &mut Link, window: &mut Window, wait: Option<Duration>| {
+        window.retry(positions);
+        acks.retried(n as u64);
+        let wait = wait.unwrap_or_else(|| link.backoff.next_delay());
+        let until = Instant::now() + wait;
+        link.paused_until = Some(link.paused_until.map_or(until, |t| t.max(until)));
+        wait
+    };
+    match result {
+        Ok(Answer::Status { code, retry_after, body }) => {
+            acks.response(code.as_u16());
+            up(acks, link, true);
+            if code.is_success() {
+                link.accepted = true;
+                link.backoff.reset();
+                window.finish(positions, None);
+            } else if matches!(code.as_u16(), 500..=599 | 408 | 429) {
+                let wait = retry(link, window, retry_after);
+                tracing::warn!(sink = %sink, url = %s.url, status = code.as_u16(), body = %body, events = n,
+                    retry_in_ms = wait.as_millis() as u64, "HTTP receiver not ready; will send again");
+            } else if matches!(code, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+                if !link.accepted {
+                    return Err(acks.failed(HttpSinkError::Unauthorized { code, body }));
+                }
+                // It accepted kubecast before: a token being rotated. Nothing is given up.
+                let wait = retry(link, window, retry_after);
+                tracing::error!(sink = %sink, url = %s.url, status = code.as_u16(), body = %body, events = n,
+                    retry_in_ms = wait.as_millis() as u64, "HTTP receiver refused kubecast's credentials; will send again");
+            } else {
+                let reason = format!("HTTP {code}: {body}");
+                window.finish(positions, Some(&reason));
+            }
+        }
+        Err(e) => {
+            refused_tls(acks, link, &e)?;
+            up(acks, link, false);
+            let wait = retry(link, window, None);
+            let error = crate::error_chain(&e);
+            if e.tls_refusal().is_some() {
+                tracing::error!(sink = %sink, url = %s.url, error = %error, events = n, retry_in_ms = wait.as_millis() as u64,
+                    "HTTP receiver's TLS handshake refused; will send again");
+            } else {
+                tracing::warn!(sink = %sink, url = %s.url, error = %error, events = n, retry_in_ms = wait.as_millis() as u64,
+                    "HTTP request failed; will send again");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A refused TLS handshake before the receiver ever answered stops the sink.
+fn refused_tls(acks: &Acks, link: &Link, e: &SendError) -> Result<(), SinkError> {
+    match e.tls_refusal() {
+        Some(why) if !link.answered => Err(acks.failed(HttpSinkError::TlsRefused(why))),
+        _ => Ok(()),
+    }
+}
+
+fn up(acks: &Acks, link: &mut Link, connected: bool) {
+    link.answered |= connected;
+    if link.connected != connected {
+        link.connected = connected;
+        acks.connected(connected);
+    }
+}
+
+/// Reports settled events, in order; a refused one is dead-lettered.
+async fn report(acks: &Acks, settled: Vec<Settled>) -> Result<(), SinkError> {
+    for s in settled {
+        match s {
+            Settled::Delivered(event) => acks.delivered(event.seq),
+            Settled::Refused(event, reason) => acks.dead_letter(&event, reason).await?,
+        }
+    }
+    Ok(())
+}
+
+async fn maybe<T>(f: &mut Option<BoxFuture<'static, T>>) -> Option<T> {
+    match f {
+        Some(f) => Some(f.await),
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

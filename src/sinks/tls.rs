@@ -1,0 +1,159 @@
+//! TLS shared by the sinks that use rustls (HTTP, MQTT): building a client configuration from
+//! a sink's [`TlsConfig`], and telling a refused handshake from a network failure.
+//!
+//! Entry points: [`client_config`] and [`refusal`]. A refused handshake (a server
+//! certificate kubecast does not trust, a client certificate the server refuses) on a sink's
+//! first connection stops kubecast, as refused credentials do: retrying cannot help, and a
+//! user should hear of it at once. Once a sink has been connected, the same refusal is
+//! retried (a certificate may be being rotated) and logged at ERROR.
+
+use std::error::Error as StdError;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::TlsConfig;
+
+/// Why a TLS configuration could not be built. Fatal: the files are the user's to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("reading {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} holds no {what}", path.display())]
+    Empty { path: PathBuf, what: &'static str },
+    #[error("the certificates of {} are not usable", path.display())]
+    Rustls {
+        path: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = read(path)?;
+    let certs: Vec<_> = rustls_pemfile::certs(&mut &pem[..])
+        .collect::<Result<_, _>>()
+        .map_err(|source| TlsError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Empty {
+            path: path.to_path_buf(),
+            what: "PEM certificate",
+        });
+    }
+    Ok(certs)
+}
+
+/// A rustls client configuration: the CA of `tls.ca_file` (else the system's roots), the
+/// client certificate of `cert_file`/`key_file` when given, and `alpn` protocols. Reads the
+/// files (at the sink's start).
+pub fn client_config(tls: &TlsConfig, alpn: &[&[u8]]) -> Result<rustls::ClientConfig, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    match &tls.ca_file {
+        Some(path) => {
+            for c in certs(path)? {
+                roots.add(c).map_err(|source| TlsError::Rustls {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
+        }
+        None => {
+            // Unreadable system certificates are skipped, as every TLS client does.
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+        }
+    }
+    // ring, the one provider kubecast builds with (kube's and rumqttc's), named here so that
+    // no process-wide default is needed.
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|source| TlsError::Rustls {
+        path: PathBuf::from("(protocol versions)"),
+        source,
+    })?
+    .with_root_certificates(roots);
+    let mut config = match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => {
+            let chain = certs(cert)?;
+            let pem = read(key)?;
+            let key_der: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut &pem[..])
+                .map_err(|source| TlsError::Read {
+                    path: key.clone(),
+                    source,
+                })?
+                .ok_or_else(|| TlsError::Empty {
+                    path: key.clone(),
+                    what: "PEM private key",
+                })?;
+            builder
+                .with_client_auth_cert(chain, key_der)
+                .map_err(|source| TlsError::Rustls {
+                    path: cert.clone(),
+                    source,
+                })?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// If `error` (or anything in its chain) is a refused TLS handshake, what was refused: the
+/// server's certificate, or kubecast's client certificate.
+pub fn refusal(error: &(dyn StdError + 'static)) -> Option<String> {
+    let mut next: Option<&(dyn StdError + 'static)> = Some(error);
+    while let Some(e) = next {
+        let tls = e.downcast_ref::<rustls::Error>().or_else(|| {
+            e.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(t) = tls
+            && let Some(why) = refused(t)
+        {
+            return Some(why);
+        }
+        next = e.source();
+    }
+    None
+}
+
+fn refused(e: &rustls::Error) -> Option<String> {
+    use rustls::AlertDescription as A;
+    match e {
+        rustls::Error::InvalidCertificate(c) => Some(format!(
+            "the server's certificate is not trusted ({c:?}); check tls.ca_file"
+        )),
+        rustls::Error::AlertReceived(
+            a @ (A::BadCertificate
+            | A::CertificateRequired
+            | A::UnknownCA
+            | A::CertificateUnknown
+            | A::UnsupportedCertificate
+            | A::CertificateRevoked
+            | A::CertificateExpired
+            | A::AccessDenied
+            | A::HandshakeFailure),
+        ) => Some(format!(
+            "the server refused the TLS handshake ({a:?}): it wants a client certificate it trusts; check tls.cert_file and tls.key_file"
+        )),
+        _ => None,
+    }
+}
