@@ -82,6 +82,7 @@ fn config(scene: &Scene, fake: Fake) -> kubecast::config::Validated {
         "fake".to_string(),
         ValidSink {
             queue: QueueConfig::default(),
+            compat: Default::default(),
             dead_letter: DeadLetter::new(None),
             sink: Box::new(fake),
         },

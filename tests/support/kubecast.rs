@@ -37,6 +37,17 @@ impl Kubecast {
 
     /// [`Kubecast::start`] with more arguments to `kubecast run`.
     pub fn start_with(stack: &Stack, dir: &Path, config: &str, args: &[&str]) -> Kubecast {
+        Kubecast::start_env(stack, dir, config, args, &[])
+    }
+
+    /// [`Kubecast::start_with`] with more environment variables (`K_SINK`, ...).
+    pub fn start_env(
+        stack: &Stack,
+        dir: &Path,
+        config: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Kubecast {
         let config_path = dir.join("kubecast.yaml");
         std::fs::write(&config_path, config)
             .unwrap_or_else(|e| panic!("writing {}: {e}", config_path.display()));
@@ -49,6 +60,7 @@ impl Kubecast {
             .env("RUST_LOG", "kubecast=debug,info")
             // kubecast reads every KUBECAST_* variable as config; this one is the benches'.
             .env_remove("KUBECAST_BENCH_BASELINE")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -17,6 +17,7 @@ pub mod objects;
 pub mod observer;
 pub mod pods;
 pub mod proc;
+pub mod receiver;
 pub mod replicas;
 pub mod scene;
 pub mod schema;
@@ -44,6 +45,15 @@ pub struct Stack {
     /// The stack's account on those listeners.
     pub user: String,
     pub password: String,
+    /// Kafka's SSL listeners: server certificate only, and requiring a client certificate.
+    pub kafka_ssl_bootstrap: String,
+    pub kafka_mtls_bootstrap: String,
+    /// Mosquitto's TLS listeners (`mqtts://HOST:PORT`), likewise.
+    pub mqtt_tls_url: String,
+    pub mqtt_mtls_url: String,
+    /// The stack's certificates: `ca.crt`, `tls-server.{crt,key}`, `client.{crt,key}`,
+    /// `other-ca.crt`, `other-client.{crt,key}`.
+    pub pki: PathBuf,
 }
 
 impl Stack {
@@ -93,6 +103,11 @@ impl Stack {
             mqtt_auth_port,
             user: get("KUBECAST_STACK_USER"),
             password: get("KUBECAST_STACK_PASSWORD"),
+            kafka_ssl_bootstrap: get("KUBECAST_STACK_KAFKA_SSL_BOOTSTRAP"),
+            kafka_mtls_bootstrap: get("KUBECAST_STACK_KAFKA_MTLS_BOOTSTRAP"),
+            mqtt_tls_url: get("KUBECAST_STACK_MQTT_TLS_URL"),
+            mqtt_mtls_url: get("KUBECAST_STACK_MQTT_MTLS_URL"),
+            pki: PathBuf::from(get("KUBECAST_STACK_PKI")),
         }
     }
 

@@ -90,6 +90,9 @@ impl Context {
 struct Fatal {
     error: Mutex<Option<(KafkaError, String)>>,
     wake: Notify,
+    /// The brokers answered once: a refused TLS handshake is retried from then on (a
+    /// certificate being rotated) instead of stopping the sink.
+    connected: std::sync::atomic::AtomicBool,
 }
 
 impl Fatal {
@@ -122,6 +125,15 @@ impl ClientContext for Context {
             // A newer replica of this exactly-once sink took over: expected at a failover;
             // the transactional calls report it to the sink.
             tracing::warn!(sink = %self.sink, reason, "fenced: another kubecast took over this sink's transactional.id");
+        } else if let Some(why) = tls_refusal(reason) {
+            if self.shared.connected.load(std::sync::atomic::Ordering::Relaxed) {
+                tracing::error!(sink = %self.sink, error = %error, reason, "Kafka's TLS handshake refused; retrying");
+            } else {
+                tracing::error!(sink = %self.sink, error = %error, reason, "Kafka's TLS handshake refused");
+                let mut slot = self.shared.error.lock().unwrap_or_else(|p| p.into_inner());
+                slot.get_or_insert_with(|| (error.clone(), format!("{why}: {reason}")));
+                self.shared.wake.notify_one();
+            }
         } else if fatal {
             tracing::error!(sink = %self.sink, error = %error, reason, "Kafka rejected kubecast");
             let mut slot = self.shared.error.lock().unwrap_or_else(|p| p.into_inner());
@@ -131,6 +143,27 @@ impl ClientContext for Context {
             // Brokers down, connection refused: librdkafka reconnects with backoff itself.
             tracing::warn!(sink = %self.sink, error = %error, reason, "Kafka unavailable, retrying");
         }
+    }
+}
+
+/// What a librdkafka error text says was refused in a TLS handshake (OpenSSL's words): the
+/// broker's certificate, or kubecast's client certificate.
+fn tls_refusal(reason: &str) -> Option<&'static str> {
+    if reason.contains("certificate verify failed") {
+        Some("the broker's certificate is not trusted; check tls.ca_file")
+    } else if [
+        "alert bad certificate",
+        "alert certificate required",
+        "alert unknown ca",
+        "alert certificate unknown",
+        "alert handshake failure",
+    ]
+    .iter()
+    .any(|a| reason.contains(a))
+    {
+        Some("the broker refused kubecast's client certificate; check tls.cert_file and tls.key_file")
+    } else {
+        None
     }
 }
 
@@ -196,7 +229,7 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
     }
     let producer = Producer::create(&config, context)
         .map_err(|e| acks.failed(KafkaSinkError::Create(e)))?;
-    let probe = tokio::spawn(probe(producer.clone(), acks.clone()));
+    let probe = tokio::spawn(probe(producer.clone(), acks.clone(), fatal.clone()));
     let mut inflight: Outstanding = InFlight::new();
     let mut open = true;
     while open || !inflight.is_empty() {
@@ -227,7 +260,7 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
 /// Whether the brokers answer, for readiness: librdkafka connects and reconnects by itself
 /// and says nothing when it succeeds, so a metadata request is made every few seconds (on
 /// the blocking pool: it blocks its caller).
-async fn probe(producer: Producer, acks: Acks) {
+async fn probe(producer: Producer, acks: Acks, fatal: Arc<Fatal>) {
     let mut up = None;
     loop {
         let p = producer.clone();
@@ -236,6 +269,9 @@ async fn probe(producer: Producer, acks: Acks) {
         })
         .await
         .unwrap_or(false);
+        if answered {
+            fatal.connected.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         if up != Some(answered) {
             acks.connected(answered);
             up = Some(answered);

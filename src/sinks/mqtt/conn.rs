@@ -50,6 +50,9 @@ pub enum ConnError {
     /// The network or the broker failed: retried with backoff.
     #[error("MQTT connection failed")]
     V311(#[source] rumqttc::ConnectionError),
+    /// The first connection's TLS handshake was refused (either side's certificate).
+    #[error("{0}")]
+    TlsRefused(String),
     /// A TLS file could not be read.
     #[error("reading {}", path.display())]
     TlsFile {
@@ -64,7 +67,7 @@ impl ConnError {
     pub fn is_fatal(&self) -> bool {
         match self {
             ConnError::Refused { fatal, .. } => *fatal,
-            ConnError::TlsFile { .. } => true,
+            ConnError::TlsFile { .. } | ConnError::TlsRefused(_) => true,
             ConnError::V5(_) | ConnError::V311(_) => false,
         }
     }

@@ -111,6 +111,9 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
     // A connection failed since the last one was up: what the window holds goes again.
     let mut lost = false;
     let limit = usize::from(s.in_flight);
+    // The broker accepted a connection once: a refused TLS handshake is retried from then on
+    // (a certificate being rotated) instead of stopping the sink.
+    let mut ever_connected = false;
     loop {
         if !open && window.is_empty() {
             if let Some(l) = &link {
@@ -133,6 +136,7 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                     Ok(Note::Connected) => {
                         tracing::info!(sink = %acks.sink(), host = %s.host, port = s.port, unacked = window.len(), "MQTT connected");
                         backoff.reset();
+                        ever_connected = true;
                         l.connected = true;
                         acks.connected(true);
                         if std::mem::take(&mut lost) && !window.is_empty() {
@@ -151,6 +155,12 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                     Ok(Note::Other) => {}
                     Err(e) if e.is_fatal() => return Err(acks.failed(e)),
                     Err(e) => {
+                        if let Some(why) = crate::sinks::tls::refusal(&e) {
+                            if !ever_connected {
+                                return Err(acks.failed(ConnError::TlsRefused(why)));
+                            }
+                            tracing::error!(sink = %acks.sink(), host = %s.host, port = s.port, error = %crate::error_chain(&e), "MQTT broker's TLS handshake refused; retrying");
+                        }
                         let wait = backoff.next_delay();
                         tracing::warn!(sink = %acks.sink(), host = %s.host, port = s.port, error = %crate::error_chain(&e),
                             retry_in_ms = wait.as_millis() as u64, unacked = window.len(), "MQTT connection failed; will publish the unacknowledged again");

@@ -1,0 +1,357 @@
+//! HTTP receivers for the HTTP sink's tests: the CloudEvents Go SDK's receiver (not written
+//! here: `scripts/go/ce-receiver`, built and cached by `scripts/stack tool ce-receiver`), and
+//! [`FakeReceiver`], a test server named as the fake it is, for the faults a real receiver
+//! cannot produce on demand (scripted statuses, slow answers).
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use super::Stack;
+
+/// One event as the Go SDK receiver printed it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// `binary`, `structured` or `batch`.
+    pub mode: String,
+    /// `HTTP/1.1` or `HTTP/2.0`.
+    pub proto: String,
+    /// The request's `Authorization` header.
+    pub auth: String,
+    /// `event.Validate()` passed.
+    pub valid: bool,
+    pub error: String,
+    /// The event in structured form, as the SDK serializes it.
+    pub event: Value,
+}
+
+impl Received {
+    pub fn attr(&self, name: &str) -> &str {
+        self.event[name].as_str().unwrap_or_default()
+    }
+}
+
+/// The CloudEvents Go SDK's HTTP receiver, running. Killed when dropped.
+pub struct GoReceiver {
+    child: Child,
+    pub url: String,
+    events: Arc<Mutex<Vec<Received>>>,
+    /// The address it listens on, to start it again there.
+    pub addr: String,
+    args: Vec<String>,
+}
+
+impl GoReceiver {
+    /// Plain HTTP on a free loopback port.
+    pub async fn start(stack: &Stack) -> GoReceiver {
+        GoReceiver::spawn(stack, "127.0.0.1:0", Vec::new()).await
+    }
+
+    /// HTTPS with the stack's serving certificate (HTTP/2 offered); `client_ca`: require a
+    /// client certificate from the stack's CA.
+    pub async fn start_tls(stack: &Stack, client_ca: bool) -> GoReceiver {
+        let pki = |f: &str| stack.pki.join(f).display().to_string();
+        let mut args = vec![
+            "-cert".to_string(),
+            pki("tls-server.crt"),
+            "-key".into(),
+            pki("tls-server.key"),
+        ];
+        if client_ca {
+            args.extend(["-client-ca".to_string(), pki("ca.crt")]);
+        }
+        GoReceiver::spawn(stack, "127.0.0.1:0", args).await
+    }
+
+    /// Starts it again on the same address, keeping what it received.
+    pub async fn restart(self, stack: &Stack) -> GoReceiver {
+        let GoReceiver {
+            mut child,
+            addr,
+            args,
+            events,
+            ..
+        } = self;
+        let _ = child.kill().await;
+        let mut again = GoReceiver::spawn(stack, &addr, args).await;
+        let before = std::mem::take(&mut *events.lock().unwrap());
+        again.events.lock().unwrap().splice(0..0, before);
+        again.url = again.url.clone();
+        again
+    }
+
+    /// Stops it (the address stays free for [`GoReceiver::restart`]).
+    pub async fn stop(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    async fn spawn(stack: &Stack, addr: &str, args: Vec<String>) -> GoReceiver {
+        let bin = stack.script(&["tool", "ce-receiver"]).trim().to_string();
+        let mut child = Command::new(&bin)
+            .arg("-addr")
+            .arg(addr)
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
+        let mut stderr = BufReader::new(child.stderr.take().expect("piped")).lines();
+        let first = super::within(
+            Duration::from_secs(20),
+            "ce-receiver to listen",
+            stderr.next_line(),
+        )
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+        let bound = first
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("ce-receiver did not start: {first}"))
+            .to_string();
+        tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = stdout.next_line().await {
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("ce-receiver printed {line}: {e}"));
+                let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+                sink.lock().unwrap().push(Received {
+                    mode: s("mode"),
+                    proto: s("proto"),
+                    auth: s("auth"),
+                    valid: v["valid"].as_bool().unwrap_or(false),
+                    error: s("error"),
+                    event: v["event"].clone(),
+                });
+            }
+        });
+        let scheme = if args.iter().any(|a| a == "-cert") {
+            "https"
+        } else {
+            "http"
+        };
+        GoReceiver {
+            child,
+            url: format!("{scheme}://{bound}/"),
+            events,
+            addr: bound,
+            args,
+        }
+    }
+
+    /// Every event received so far, in arrival order.
+    pub fn events(&self) -> Vec<Received> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// Waits until `done` holds for the events received; fails naming `what` after `limit`.
+    pub async fn wait_until(
+        &self,
+        what: &str,
+        limit: Duration,
+        done: impl Fn(&[Received]) -> bool,
+    ) -> Result<Vec<Received>, String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let events = self.events();
+            if done(&events) {
+                return Ok(events);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "timed out after {limit:?} waiting for {what}; {} events received",
+                    events.len()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// One request as the fake receiver saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+    pub at: Instant,
+    /// The status it answered.
+    pub status: u16,
+    /// Requests being answered at once when this one arrived (itself included).
+    pub concurrent: usize,
+}
+
+impl Seen {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_default()
+    }
+}
+
+/// What the fake answers to the `n`th POST (from 0): a status, extra headers and a body.
+pub type Script = dyn Fn(usize, &Seen) -> (u16, Vec<(&'static str, String)>, String) + Send + Sync;
+
+/// FAKE: a test HTTP server that answers POSTs as its script says, after `delay`, and records
+/// every request. Stands in for a receiver failing on demand (503s, 429, 400, slow answers),
+/// which no real receiver does when asked. OPTIONS (kubecast's probe) gets 200.
+pub struct FakeReceiver {
+    pub url: String,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeReceiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeReceiver {
+    pub async fn start(delay: Duration, script: Arc<Script>) -> FakeReceiver {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding the fake receiver");
+        let url = format!("http://{}/", listener.local_addr().expect("address"));
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let posts = Arc::new(AtomicUsize::new(0));
+        let active = Arc::new(AtomicUsize::new(0));
+        let record = seen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let (record, script, posts, active) = (
+                    record.clone(),
+                    script.clone(),
+                    posts.clone(),
+                    active.clone(),
+                );
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let (record, script, posts, active) = (
+                            record.clone(),
+                            script.clone(),
+                            posts.clone(),
+                            active.clone(),
+                        );
+                        async move {
+                            let concurrent = active.fetch_add(1, Ordering::SeqCst) + 1;
+                            let method = req.method().to_string();
+                            let headers = req
+                                .headers()
+                                .iter()
+                                .map(|(k, v)| {
+                                    (
+                                        k.to_string(),
+                                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                                    )
+                                })
+                                .collect();
+                            let body = req
+                                .into_body()
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
+                            let mut seen = Seen {
+                                method,
+                                headers,
+                                body,
+                                at: Instant::now(),
+                                status: 200,
+                                concurrent,
+                            };
+                            let (status, extra, text) = if seen.method == "POST" {
+                                let n = posts.fetch_add(1, Ordering::SeqCst);
+                                tokio::time::sleep(delay).await;
+                                script(n, &seen)
+                            } else {
+                                (200, Vec::new(), String::new())
+                            };
+                            seen.status = status;
+                            record.lock().unwrap().push(seen);
+                            active.fetch_sub(1, Ordering::SeqCst);
+                            let mut resp = Response::builder().status(status);
+                            for (k, v) in extra {
+                                resp = resp.header(k, v);
+                            }
+                            Ok::<_, Infallible>(
+                                resp.body(Full::new(Bytes::from(text))).expect("a response"),
+                            )
+                        }
+                    });
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
+                });
+            }
+        });
+        FakeReceiver { url, seen, task }
+    }
+
+    /// The POSTs so far, in the order they were answered.
+    pub fn posts(&self) -> Vec<Seen> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.method == "POST")
+            .cloned()
+            .collect()
+    }
+
+    /// The POSTs answered 2xx.
+    pub fn accepted(&self) -> Vec<Seen> {
+        self.posts()
+            .into_iter()
+            .filter(|s| (200..300).contains(&s.status))
+            .collect()
+    }
+
+    /// Waits until `done` holds for the POSTs so far.
+    pub async fn wait_until(
+        &self,
+        what: &str,
+        limit: Duration,
+        done: impl Fn(&[Seen]) -> bool,
+    ) -> Result<Vec<Seen>, String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let posts = self.posts();
+            if done(&posts) {
+                return Ok(posts);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "timed out after {limit:?} waiting for {what}; {} requests seen",
+                    posts.len()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// A path in the stack's PKI directory.
+pub fn pki(stack: &Stack, file: &str) -> PathBuf {
+    stack.pki.join(file)
+}
