@@ -130,30 +130,87 @@ pub fn refusal(error: &(dyn StdError + 'static)) -> Option<String> {
         {
             return Some(why);
         }
+        // Some clients keep only the text of the TLS error (rumqttc's packet errors); it is
+        // rustls' own.
+        if let Some(why) = refused_text(&e.to_string()) {
+            return Some(why);
+        }
         next = e.source();
     }
     None
 }
 
+/// [`refused`] from rustls' words for the error.
+fn refused_text(text: &str) -> Option<String> {
+    if let Some(at) = text.find("invalid peer certificate: ") {
+        let what = &text[at + "invalid peer certificate: ".len()..];
+        return Some(format!(
+            "the server's certificate is not trusted ({what}); check tls.ca_file"
+        ));
+    }
+    let at = text.find("received fatal alert: ")?;
+    let alert = text[at + "received fatal alert: ".len()..]
+        .split_whitespace()
+        .next()?;
+    REFUSING_ALERTS
+        .contains(&alert)
+        .then(|| client_refused(alert))
+}
+
+/// The alerts a server sends when it refuses the client's certificate (or its absence).
+const REFUSING_ALERTS: [&str; 9] = [
+    "BadCertificate",
+    "CertificateRequired",
+    "UnknownCA",
+    "CertificateUnknown",
+    "UnsupportedCertificate",
+    "CertificateRevoked",
+    "CertificateExpired",
+    "AccessDenied",
+    "HandshakeFailure",
+];
+
+fn client_refused(alert: &str) -> String {
+    format!(
+        "the server refused the TLS handshake ({alert}): it wants a client certificate it trusts; check tls.cert_file and tls.key_file"
+    )
+}
+
 fn refused(e: &rustls::Error) -> Option<String> {
-    use rustls::AlertDescription as A;
     match e {
         rustls::Error::InvalidCertificate(c) => Some(format!(
             "the server's certificate is not trusted ({c:?}); check tls.ca_file"
         )),
-        rustls::Error::AlertReceived(
-            a @ (A::BadCertificate
-            | A::CertificateRequired
-            | A::UnknownCA
-            | A::CertificateUnknown
-            | A::UnsupportedCertificate
-            | A::CertificateRevoked
-            | A::CertificateExpired
-            | A::AccessDenied
-            | A::HandshakeFailure),
-        ) => Some(format!(
-            "the server refused the TLS handshake ({a:?}): it wants a client certificate it trusts; check tls.cert_file and tls.key_file"
-        )),
+        rustls::Error::AlertReceived(a) => {
+            let alert = format!("{a:?}");
+            REFUSING_ALERTS
+                .contains(&alert.as_str())
+                .then(|| client_refused(&alert))
+        }
         _ => None,
+    }
+}
+
+/// Connects to `host:port` and runs a TLS handshake with `config`, then waits up to `wait`
+/// for the server's first word: with TLS 1.3 a server refuses a client certificate only
+/// after the handshake, with an alert, which an HTTP client's pool may report as a mere
+/// closed connection. `Ok` when nothing was refused in that time.
+pub async fn handshake(
+    config: Arc<rustls::ClientConfig>,
+    host: &str,
+    port: u16,
+    wait: std::time::Duration,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncReadExt;
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+    let mut tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await?;
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(wait, tls.read(&mut byte)).await {
+        Ok(Err(e)) => Err(e),
+        _ => Ok(()),
     }
 }

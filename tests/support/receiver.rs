@@ -49,6 +49,8 @@ pub struct GoReceiver {
     /// The address it listens on, to start it again there.
     pub addr: String,
     args: Vec<String>,
+    /// Its error output.
+    log: PathBuf,
 }
 
 impl GoReceiver {
@@ -97,35 +99,44 @@ impl GoReceiver {
 
     async fn spawn(stack: &Stack, addr: &str, args: Vec<String>) -> GoReceiver {
         let bin = stack.script(&["tool", "ce-receiver"]).trim().to_string();
+        // Its error output (and, on SIGQUIT, Go's goroutine dump) goes to a file for
+        // post-mortems.
+        let log = super::kubecast::scratch_dir("ce-receiver").join("stderr.log");
+        let stderr = std::fs::File::create(&log)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
         let mut child = Command::new(&bin)
             .arg("-addr")
             .arg(addr)
             .args(&args)
+            .env("GOTRACEBACK", "all")
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
+            .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
-        let mut stderr = BufReader::new(child.stderr.take().expect("piped")).lines();
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
         let first = super::within(
             Duration::from_secs(20),
             "ce-receiver to listen",
-            stderr.next_line(),
+            stdout.next_line(),
         )
         .await
         .ok()
         .flatten()
         .unwrap_or_default();
-        let bound = first
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("ce-receiver did not start: {first}"))
-            .to_string();
-        tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+        let bound = serde_json::from_str::<Value>(&first)
+            .ok()
+            .and_then(|v| v["listening"].as_str().map(str::to_string))
+            .unwrap_or_else(|| panic!("ce-receiver did not start: {first}; see {}", log.display()));
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = events.clone();
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
         tokio::spawn(async move {
-            while let Ok(Some(line)) = stdout.next_line().await {
+            loop {
+                let line = match stdout.next_line().await {
+                    Ok(Some(line)) => line,
+                    Ok(None) => return,
+                    Err(e) => panic!("reading ce-receiver's output: {e}"),
+                };
                 let v: Value = serde_json::from_str(&line)
                     .unwrap_or_else(|e| panic!("ce-receiver printed {line}: {e}"));
                 let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
@@ -150,7 +161,21 @@ impl GoReceiver {
             events,
             addr: bound,
             args,
+            log,
         }
+    }
+
+    /// Asks the Go runtime for a goroutine dump (SIGQUIT; the receiver exits) and returns its
+    /// error output: what a hung receiver was doing.
+    pub async fn dump(&mut self) -> String {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .arg("-QUIT")
+                .arg(pid.to_string())
+                .status();
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        }
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Every event received so far, in arrival order.

@@ -1,10 +1,12 @@
 // ce-receiver receives CloudEvents over HTTP with the official CloudEvents Go SDK
 // (github.com/cloudevents/sdk-go/v2): binary and structured requests through the SDK client's
-// receive handler (client.StartReceiver underneath), batch requests through the SDK's
+// StartReceiver on its HTTP protocol, batch requests through the SDK's
 // NewEventsFromHTTPRequest. Every event is checked with event.Validate() and printed on
 // standard output as one JSON line:
 //
 //	{"mode":"binary","proto":"HTTP/2.0","auth":"Bearer ...","valid":true,"error":"","event":{...}}
+//
+// The first line says where it listens: {"listening":"127.0.0.1:PORT"}.
 //
 // kubecast's HTTP sink tests and benchmarks run it as the receiver that was not written here.
 //
@@ -28,7 +30,6 @@ import (
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
-	"github.com/cloudevents/sdk-go/v2/client"
 	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 )
@@ -49,12 +50,12 @@ var (
 	count atomic.Int64
 )
 
-func emit(mode string, r *nethttp.Request, e *event.Event) {
+func emit(mode, proto, auth string, e *event.Event) {
 	count.Add(1)
 	if *quiet {
 		return
 	}
-	l := line{Mode: mode, Proto: r.Proto, Auth: r.Header.Get("Authorization"), Event: e, Valid: true}
+	l := line{Mode: mode, Proto: proto, Auth: auth, Event: e, Valid: true}
 	if err := e.Validate(); err != nil {
 		l.Valid, l.Error = false, err.Error()
 	}
@@ -76,49 +77,17 @@ func main() {
 	clientCA := flag.String("client-ca", "", "require client certificates signed by this CA (PEM)")
 	flag.Parse()
 
-	p, err := cehttp.New()
-	if err != nil {
-		fail(err)
-	}
-	// The request being served, for the receive function (one at a time per handler call).
-	type reqKey struct{}
-	sdk, err := client.NewHTTPReceiveHandler(context.Background(), p, func(ctx context.Context, e cloudevents.Event) {
-		r, _ := ctx.Value(reqKey{}).(*nethttp.Request)
-		if r == nil {
-			r = &nethttp.Request{}
-		}
-		mode := "binary"
-		if strings.HasPrefix(r.Header.Get("Content-Type"), cloudevents.ApplicationCloudEventsJSON) {
-			mode = "structured"
-		}
-		emit(mode, r, &e)
-	})
-	if err != nil {
-		fail(err)
-	}
-	handler := nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
-		if strings.HasPrefix(r.Header.Get("Content-Type"), cloudevents.ApplicationCloudEventsBatchJSON) {
-			events, err := cehttp.NewEventsFromHTTPRequest(r)
-			if err != nil {
-				nethttp.Error(w, err.Error(), nethttp.StatusBadRequest)
-				return
-			}
-			for i := range events {
-				emit("batch", r, &events[i])
-			}
-			w.WriteHeader(nethttp.StatusAccepted)
-			return
-		}
-		sdk.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), reqKey{}, r)))
-	})
-
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		fail(err)
 	}
-	srv := &nethttp.Server{Handler: handler}
+	bound := ln.Addr().String()
 	if *cert != "" {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		pair, err := tls.LoadX509KeyPair(*cert, *key)
+		if err != nil {
+			fail(err)
+		}
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}, NextProtos: []string{"h2", "http/1.1"}}
 		if *clientCA != "" {
 			pem, err := os.ReadFile(*clientCA)
 			if err != nil {
@@ -130,19 +99,57 @@ func main() {
 			}
 			cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 		}
-		srv.TLSConfig = cfg
+		// net/http serves HTTP/2 on a TLS listener that negotiates "h2".
+		ln = tls.NewListener(ln, cfg)
+	}
+	// Batch requests are read with the SDK's NewEventsFromHTTPRequest before the protocol
+	// (whose receiver takes binary and structured requests); the protocol's request data
+	// carries no protocol version, so it rides along in a header.
+	batch := func(next nethttp.Handler) nethttp.Handler {
+		return nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+			if strings.HasPrefix(r.Header.Get("Content-Type"), cloudevents.ApplicationCloudEventsBatchJSON) {
+				events, err := cehttp.NewEventsFromHTTPRequest(r)
+				if err != nil {
+					nethttp.Error(w, err.Error(), nethttp.StatusBadRequest)
+					return
+				}
+				for i := range events {
+					emit("batch", r.Proto, r.Header.Get("Authorization"), &events[i])
+				}
+				w.WriteHeader(nethttp.StatusAccepted)
+				return
+			}
+			r.Header.Set("X-Ce-Receiver-Proto", r.Proto)
+			next.ServeHTTP(w, r)
+		})
+	}
+	p, err := cehttp.New(cehttp.WithListener(ln), cehttp.WithMiddleware(batch), cehttp.WithRequestDataAtContextMiddleware())
+	if err != nil {
+		fail(err)
+	}
+	c, err := cloudevents.NewClient(p)
+	if err != nil {
+		fail(err)
 	}
 	// The first line says where it listens; tests wait for it.
-	fmt.Fprintf(os.Stderr, "listening on %s\n", ln.Addr())
+	outMu.Lock()
+	fmt.Fprintf(out, "{\"listening\":%q}\n", bound)
+	out.Flush()
+	outMu.Unlock()
 	if *quiet {
 		go report()
 	}
-	if *cert != "" {
-		err = srv.ServeTLS(ln, *cert, *key)
-	} else {
-		err = srv.Serve(ln)
-	}
-	fail(err)
+	err = c.StartReceiver(context.Background(), func(ctx context.Context, e cloudevents.Event) {
+		mode, proto, auth := "binary", "", ""
+		if rd := cehttp.RequestDataFromContext(ctx); rd != nil {
+			if strings.HasPrefix(rd.Header.Get("Content-Type"), cloudevents.ApplicationCloudEventsJSON) {
+				mode = "structured"
+			}
+			proto, auth = rd.Header.Get("X-Ce-Receiver-Proto"), rd.Header.Get("Authorization")
+		}
+		emit(mode, proto, auth, &e)
+	})
+	fail(fmt.Errorf("the receiver stopped: %v", err))
 }
 
 func fail(err error) {

@@ -36,6 +36,8 @@ pub enum SendError {
     Timeout(Duration),
     #[error("the request failed")]
     Request(#[source] hyper_util::client::legacy::Error),
+    #[error("the TLS handshake failed")]
+    Handshake(#[source] std::io::Error),
 }
 
 impl SendError {
@@ -44,6 +46,7 @@ impl SendError {
         match self {
             SendError::Timeout(_) => None,
             SendError::Request(e) => tls::refusal(e),
+            SendError::Handshake(e) => tls::refusal(e),
         }
     }
 }
@@ -70,6 +73,9 @@ pub struct Client {
     headers: Vec<(http::HeaderName, HeaderValue)>,
     auth: Authorization,
     timeout: Duration,
+    /// For `https://`: the TLS configuration, host and port, for [`Client::probe`]'s own
+    /// handshake.
+    tls: Option<(std::sync::Arc<rustls::ClientConfig>, String, u16)>,
 }
 
 /// The `Authorization` header, with a bearer token read again when its file changes.
@@ -87,6 +93,13 @@ impl Client {
     /// Builds the client: reads the TLS files and the bearer token.
     pub fn new(s: &HttpSettings) -> Result<Client, ClientError> {
         let config = tls::client_config(&s.tls, &[])?;
+        let https = s.url.scheme_str() == Some("https");
+        let check = https.then(|| {
+            let host = s.url.host().unwrap_or_default();
+            // `[::1]` in a URL is `::1` to a socket.
+            let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+            (std::sync::Arc::new(config.clone()), host, s.url.port_u16().unwrap_or(443))
+        });
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
@@ -117,7 +130,14 @@ impl Client {
                 Authorization::Bearer { path: path.clone(), current: Mutex::new((stamp, value)) }
             }
         };
-        Ok(Client { pool, url: s.url.clone(), headers: s.headers.clone(), auth, timeout: s.timeout })
+        Ok(Client {
+            pool,
+            url: s.url.clone(),
+            headers: s.headers.clone(),
+            auth,
+            timeout: s.timeout,
+            tls: check,
+        })
     }
 
     /// The `Authorization` header for the next request: a changed token file is read again
@@ -145,8 +165,17 @@ impl Client {
     }
 
     /// Asks the receiver `OPTIONS` (what the CloudEvents webhook spec asks a receiver first):
-    /// any answer says it is there.
+    /// any answer says it is there. Over TLS, a handshake of its own first, which sees a
+    /// refused client certificate that a pooled connection may report only as closed.
     pub async fn probe(&self) -> Result<Answer, SendError> {
+        if let Some((config, host, port)) = &self.tls {
+            let wait = Duration::from_millis(500);
+            let check = tls::handshake(config.clone(), host, *port, wait);
+            tokio::time::timeout(self.timeout, check)
+                .await
+                .unwrap_or(Err(std::io::ErrorKind::TimedOut.into()))
+                .map_err(SendError::Handshake)?;
+        }
         self.exchange(http::Method::OPTIONS, HeaderMap::new(), Bytes::new(), false).await
     }
 

@@ -172,8 +172,16 @@ fn answered(
     let retry = |link: &mut Link, window: &mut Window, wait: Option<Duration>| {
         window.retry(positions);
         acks.retried(n as u64);
+        let now = Instant::now();
+        // The requests in flight together fail together: one backoff step for all of them,
+        // not one each (unless the receiver says how long to wait).
+        if let Some(t) = link.paused_until.filter(|t| *t > now)
+            && wait.is_none()
+        {
+            return t - now;
+        }
         let wait = wait.unwrap_or_else(|| link.backoff.next_delay());
-        let until = Instant::now() + wait;
+        let until = now + wait;
         link.paused_until = Some(link.paused_until.map_or(until, |t| t.max(until)));
         wait
     };
