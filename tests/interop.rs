@@ -1,6 +1,6 @@
 //! Interoperability with clients no one here wrote: kubecast publishes the lives of a pod, a
-//! Deployment and a Node (cluster-scoped) to Kafka (binary and structured mode) and MQTT (5
-//! binary, 3.1.1 structured), and the Python suite
+//! Deployment and a Node (cluster-scoped) to Kafka (binary and structured mode), MQTT (5
+//! binary, 3.1.1 structured) and HTTP (binary, structured, batch), and the Python suite
 //! in `tests/interop/` decodes it with the official CloudEvents SDK, confluent-kafka and
 //! paho-mqtt, comparing each event with what kubecast's file sink says it meant to send.
 //!
@@ -64,6 +64,33 @@ async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
     );
     assert!(ok, "opening the persistent MQTT session:\n{out}");
 
+    // A recording HTTP receiver (the SDK decodes its records later).
+    let http_log = scene.dir.join("http.jsonl");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
+    let mut receiver = tokio::process::Command::new(python())
+        .arg("http_receiver.py")
+        .arg(&http_log)
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting http_receiver.py");
+    let mut first = tokio::io::BufReader::new(receiver.stdout.take().expect("piped"));
+    let mut port = String::new();
+    support::within(
+        Duration::from_secs(30),
+        "http_receiver.py to listen",
+        tokio::io::AsyncBufReadExt::read_line(&mut first, &mut port),
+    )
+    .await
+    .expect("reading http_receiver.py's port");
+    let http = |mode: &str, extra: &str| {
+        format!(
+            "  h{mode}:\n    type: http\n    url: http://127.0.0.1:{}/{mode}\n{extra}",
+            port.trim()
+        )
+    };
+
     let expected = scene.dir.join("expected.jsonl");
     let node_label = unique_name("interop");
     let config = scene.config(
@@ -84,6 +111,9 @@ async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
                 &["protocol: v311"],
             ),
             file_sink("file", &expected),
+            http("binary", ""),
+            http("structured", "    mode: structured\n"),
+            http("batch", "    mode: batch\n"),
         ],
     )
     .replace(
@@ -162,12 +192,13 @@ async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
             ("KUBECAST_INTEROP_MQTT", mqtt),
             ("KUBECAST_INTEROP_SESSION", session),
             ("KUBECAST_INTEROP_PREFIX", prefix),
+            ("KUBECAST_INTEROP_HTTP", http_log.display().to_string()),
         ],
     );
     println!("{out}");
     assert!(ok, "the Python interop suite failed:\n{out}");
     assert!(
-        out.contains("4 passed"),
-        "all four interop checks ran:\n{out}"
+        out.contains("5 passed"),
+        "all five interop checks ran:\n{out}"
     );
 }

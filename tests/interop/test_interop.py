@@ -9,10 +9,13 @@ tests/interop.rs runs kubecast, drives pods, and then runs this module with:
   KUBECAST_INTEROP_SESSION    client id of the persistent session mqtt_session.py opened
   KUBECAST_INTEROP_PREFIX     MQTT topic prefix: PREFIX/v5/... (MQTT 5 binary), PREFIX/v311/...
                               (MQTT 3.1.1 structured)
+  KUBECAST_INTEROP_HTTP       JSON lines of http_receiver.py: the requests of the HTTP sinks
+                              (paths /binary, /structured, /batch)
 Records are read with confluent-kafka and messages with paho-mqtt; every decoded event must
 equal the expected one, attribute by attribute and in its data.
 """
 
+import base64
 import json
 import os
 import threading
@@ -151,3 +154,31 @@ def test_mqtt311_structured_messages_decode_to_the_events_kubecast_meant(expecte
     for m in v311:
         message = http.HTTPMessage(headers={"content-type": "application/cloudevents+json"}, body=m.payload)
         check(http.from_structured_event(message), expected, f"MQTT 3.1.1 {m.topic}")
+
+
+def http_requests():
+    path = env("KUBECAST_INTEROP_HTTP")
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_http_requests_decode_to_the_events_kubecast_meant(expected):
+    """Binary, structured and batch requests of kubecast's HTTP sinks, as recorded by
+    http_receiver.py: each decodes with the SDK's HTTP binding (a batch element as a
+    structured request of its own) to an event kubecast meant, and each mode has them all."""
+    seen = {"/binary": set(), "/structured": set(), "/batch": set()}
+    for r in http_requests():
+        headers, body = r["headers"], base64.b64decode(r["body"])
+        mode = r["path"]
+        if mode == "/batch":
+            assert headers["content-type"].startswith("application/cloudevents-batch+json")
+            parts = [json.dumps(e).encode() for e in json.loads(body)]
+            messages = [http.HTTPMessage(headers={"content-type": "application/cloudevents+json"}, body=p) for p in parts]
+        else:
+            messages = [http.HTTPMessage(headers=headers, body=body)]
+        for m in messages:
+            event = http.from_http_event(m)
+            check(event, expected, f"HTTP {mode} request")
+            seen[mode].add(event.get_id())
+    for mode, ids in seen.items():
+        assert ids == set(expected), f"HTTP {mode}: {len(ids)} of {len(expected)} events"

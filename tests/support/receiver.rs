@@ -75,6 +75,16 @@ impl GoReceiver {
         GoReceiver::spawn(stack, "127.0.0.1:0", args).await
     }
 
+    /// With `-quiet`: counts events without printing them (benchmarks).
+    pub async fn start_quiet(stack: &Stack) -> GoReceiver {
+        GoReceiver::spawn(stack, "127.0.0.1:0", vec!["-quiet".to_string()]).await
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
     /// Starts it again on the same address, keeping what it received.
     pub async fn restart(self, stack: &Stack) -> GoReceiver {
         let GoReceiver {
@@ -139,6 +149,9 @@ impl GoReceiver {
                 };
                 let v: Value = serde_json::from_str(&line)
                     .unwrap_or_else(|e| panic!("ce-receiver printed {line}: {e}"));
+                if v.get("count").is_some() {
+                    continue; // -quiet's running count
+                }
                 let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
                 sink.lock().unwrap().push(Received {
                     mode: s("mode"),

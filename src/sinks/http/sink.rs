@@ -98,9 +98,12 @@ pub async fn run(s: HttpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
             probe = Some(Box::pin(async move { client.probe().await }));
             probe_at = None;
         }
+        // Only a linger still to come: once it is over, what could not be sent waits for an
+        // answer (its object is in flight), which wakes the loop.
         let linger_at = (s.linger > Duration::ZERO && link.paused_until.is_none())
             .then(|| window.oldest_waiting().map(|t| t + s.linger))
-            .flatten();
+            .flatten()
+            .filter(|t| *t > now);
         tokio::select! {
             Some((positions, n, result)) = flights.next(), if !flights.is_empty() => {
                 answered(&s, &acks, &mut link, &mut window, &positions, n, result)?;

@@ -51,6 +51,9 @@ pub struct Window {
     /// The objects with an event in flight.
     busy: HashSet<String>,
     waiting: usize,
+    /// No entry before this position waits: scans start here, so that the events in flight
+    /// at the front are not looked at again and again.
+    scan_from: u64,
 }
 
 impl Window {
@@ -80,7 +83,28 @@ impl Window {
 
     /// When the oldest waiting event was pushed.
     pub fn oldest_waiting(&self) -> Option<Instant> {
-        self.entries.iter().find(|e| e.state == State::Waiting).map(|e| e.since)
+        if self.waiting == 0 {
+            return None;
+        }
+        self.entries
+            .iter()
+            .skip(self.start())
+            .find(|e| e.state == State::Waiting)
+            .map(|e| e.since)
+    }
+
+    /// Index of the first entry that may wait.
+    fn start(&self) -> usize {
+        usize::try_from(self.scan_from.saturating_sub(self.front)).unwrap_or(usize::MAX)
+    }
+
+    /// Moves `scan_from` past the entries at it that do not wait.
+    fn advance(&mut self) {
+        let mut i = self.start();
+        while self.entries.get(i).is_some_and(|e| e.state != State::Waiting) {
+            i += 1;
+        }
+        self.scan_from = self.front + i as u64;
     }
 
     /// The next request: up to `max_events` waiting events whose objects have nothing
@@ -97,7 +121,7 @@ impl Window {
         let mut taken: Vec<usize> = Vec::new();
         let mut bytes = 0usize;
         let mut full = false;
-        for (i, e) in self.entries.iter().enumerate() {
+        for (i, e) in self.entries.iter().enumerate().skip(self.start()) {
             if e.state != State::Waiting {
                 continue;
             }
@@ -132,6 +156,7 @@ impl Window {
             events.push((e.event.clone(), e.body.clone()));
         }
         self.waiting -= taken.len();
+        self.advance();
         Some((taken.into_iter().map(|i| self.front + i as u64).collect(), events))
     }
 
@@ -158,6 +183,7 @@ impl Window {
                 let uid = e.event.uid.clone();
                 self.busy.remove(&uid);
                 self.waiting += 1;
+                self.scan_from = self.scan_from.min(p);
             }
         }
     }
