@@ -1,5 +1,5 @@
 //! The HTTP sink against the CloudEvents Go SDK's receiver (not written here): a pod's and a
-//! Deployment's life arrive in binary, structured and batch mode, every event valid for the
+//! Deployment's life arrive in binary, structured and batch mode (and binary with gzip bodies), every event valid for the
 //! SDK, with the ids, attributes and data the Kafka sink gives the same changes, each
 //! object's events in order. And Knative's conventions through the real binary: `K_SINK`
 //! and `K_CE_OVERRIDES` from the environment, `compat: apiserversource` on a sink and on a
@@ -96,6 +96,7 @@ async fn a_pods_and_a_deployments_life_arrive_at_the_go_sdk_receiver_in_every_mo
     let binary = GoReceiver::start(&scene.stack).await;
     let structured = GoReceiver::start(&scene.stack).await;
     let batch = GoReceiver::start(&scene.stack).await;
+    let gzip = GoReceiver::start(&scene.stack).await;
     let sinks = [
         scene.kafka_sink("kafka", &topic, &[]),
         http_sink("binary", &binary.url, ""),

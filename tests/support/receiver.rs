@@ -28,6 +28,8 @@ pub struct Received {
     pub proto: String,
     /// The request's `Authorization` header.
     pub auth: String,
+    /// The request body came gzip-compressed.
+    pub gzip: bool,
     /// `event.Validate()` passed.
     pub valid: bool,
     pub error: String,
@@ -157,6 +159,7 @@ impl GoReceiver {
                     mode: s("mode"),
                     proto: s("proto"),
                     auth: s("auth"),
+                    gzip: v["gzip"].as_bool().unwrap_or(false),
                     valid: v["valid"].as_bool().unwrap_or(false),
                     error: s("error"),
                     event: v["event"].clone(),

@@ -4,7 +4,7 @@
 // NewEventsFromHTTPRequest. Every event is checked with event.Validate() and printed on
 // standard output as one JSON line:
 //
-//	{"mode":"binary","proto":"HTTP/2.0","auth":"Bearer ...","valid":true,"error":"","event":{...}}
+//	{"mode":"binary","proto":"HTTP/2.0","auth":"Bearer ...","gzip":false,"valid":true,"error":"","event":{...}}
 //
 // The first line says where it listens: {"listening":"127.0.0.1:PORT"}.
 //
@@ -15,6 +15,7 @@ package main
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -38,6 +39,7 @@ type line struct {
 	Mode  string       `json:"mode"`
 	Proto string       `json:"proto"`
 	Auth  string       `json:"auth"`
+	Gzip  bool         `json:"gzip"`
 	Valid bool         `json:"valid"`
 	Error string       `json:"error"`
 	Event *event.Event `json:"event"`
@@ -50,12 +52,12 @@ var (
 	count atomic.Int64
 )
 
-func emit(mode, proto, auth string, e *event.Event) {
+func emit(mode, proto, auth string, gzipped bool, e *event.Event) {
 	count.Add(1)
 	if *quiet {
 		return
 	}
-	l := line{Mode: mode, Proto: proto, Auth: auth, Event: e, Valid: true}
+	l := line{Mode: mode, Proto: proto, Auth: auth, Gzip: gzipped, Event: e, Valid: true}
 	if err := e.Validate(); err != nil {
 		l.Valid, l.Error = false, err.Error()
 	}
@@ -107,6 +109,19 @@ func main() {
 	// carries no protocol version, so it rides along in a header.
 	batch := func(next nethttp.Handler) nethttp.Handler {
 		return nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+			// gzip request bodies (kubecast's `compression: gzip`), which net/http leaves
+			// compressed.
+			if r.Header.Get("Content-Encoding") == "gzip" {
+				z, err := gzip.NewReader(r.Body)
+				if err != nil {
+					nethttp.Error(w, err.Error(), nethttp.StatusBadRequest)
+					return
+				}
+				r.Body, r.ContentLength = z, -1
+				r.Header.Del("Content-Encoding")
+				r.Header.Del("Content-Length")
+				r.Header.Set("X-Ce-Receiver-Gzip", "true")
+			}
 			if strings.HasPrefix(r.Header.Get("Content-Type"), cloudevents.ApplicationCloudEventsBatchJSON) {
 				events, err := cehttp.NewEventsFromHTTPRequest(r)
 				if err != nil {
@@ -114,7 +129,7 @@ func main() {
 					return
 				}
 				for i := range events {
-					emit("batch", r.Proto, r.Header.Get("Authorization"), &events[i])
+					emit("batch", r.Proto, r.Header.Get("Authorization"), r.Header.Get("X-Ce-Receiver-Gzip") == "true", &events[i])
 				}
 				w.WriteHeader(nethttp.StatusAccepted)
 				return
@@ -140,14 +155,15 @@ func main() {
 		go report()
 	}
 	err = c.StartReceiver(context.Background(), func(ctx context.Context, e cloudevents.Event) {
-		mode, proto, auth := "binary", "", ""
+		mode, proto, auth, gzipped := "binary", "", "", false
 		if rd := cehttp.RequestDataFromContext(ctx); rd != nil {
 			if strings.HasPrefix(rd.Header.Get("Content-Type"), cloudevents.ApplicationCloudEventsJSON) {
 				mode = "structured"
 			}
 			proto, auth = rd.Header.Get("X-Ce-Receiver-Proto"), rd.Header.Get("Authorization")
+			gzipped = rd.Header.Get("X-Ce-Receiver-Gzip") == "true"
 		}
-		emit(mode, proto, auth, &e)
+		emit(mode, proto, auth, gzipped, &e)
 	})
 	fail(fmt.Errorf("the receiver stopped: %v", err))
 }
