@@ -381,4 +381,14 @@ mod tests {
         assert!(matches!(s.auth, Auth::Basic(ref u, ref p) if u == "u" && p.0 == "p"));
         assert!(!format!("{s:?}").contains("\"p\""), "the password is never printed");
     }
+
+    #[test]
+    fn the_knative_example_is_valid() {
+        let text = include_str!("../../../examples/knative.yaml");
+        let config = crate::config::load_str("examples/knative.yaml", text, Vec::new())
+            .unwrap_or_else(|e| panic!("{e}"));
+        if let Err(e) = config.validate() {
+            panic!("examples/knative.yaml: {e}");
+        }
+    }
 }
