@@ -106,6 +106,7 @@ async fn a_pods_and_a_deployments_life_arrive_at_the_go_sdk_receiver_in_every_mo
             &batch.url,
             "    mode: batch\n    batch: {max_events: 5, max_ms: 50}\n",
         ),
+        http_sink("gzip", &gzip.url, "    compression: gzip\n"),
     ];
     let config = scene.config("", &sinks).replace(
         "watch:\n",
@@ -165,6 +166,7 @@ async fn a_pods_and_a_deployments_life_arrive_at_the_go_sdk_receiver_in_every_mo
         ("binary", &binary),
         ("structured", &structured),
         ("batch", &batch),
+        ("binary", &gzip),
     ] {
         let got = receiver
             .wait_until(
@@ -179,6 +181,11 @@ async fn a_pods_and_a_deployments_life_arrive_at_the_go_sdk_receiver_in_every_mo
                 r.valid,
                 "{mode}: the Go SDK finds the event invalid: {} {:?}",
                 r.error, r.event
+            );
+            assert_eq!(
+                r.gzip,
+                std::ptr::eq(receiver, &gzip),
+                "{mode}: gzip bodies come from the gzip sink only"
             );
             assert_eq!(
                 r.mode, mode,

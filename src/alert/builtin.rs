@@ -24,6 +24,47 @@ pub enum Condition {
     ImagePullBackOff,
     /// The pod is Pending and not scheduled to a node.
     Unscheduled,
+    /// A Node's `Ready` condition is not `True` (`False`, `Unknown`, or missing).
+    NodeNotReady,
+    /// A Deployment's `Progressing` condition is `False` (ProgressDeadlineExceeded), or fewer
+    /// replicas are available than desired.
+    RolloutStuck,
+    /// A Job's `Failed` condition is `True`.
+    JobFailed,
+}
+
+impl Condition {
+    /// The resource this condition judges, by its key (`pods`, `nodes`, `deployments.apps`,
+    /// `jobs.batch`).
+    pub fn resource(&self) -> &'static str {
+        match self {
+            Condition::NodeNotReady => "nodes",
+            Condition::RolloutStuck => "deployments.apps",
+            Condition::JobFailed => "jobs.batch",
+            _ => "pods",
+        }
+    }
+}
+
+/// The condition of `type` in `object`'s `status.conditions`.
+fn condition_of<'a>(object: &'a Value, ty: &str) -> Option<&'a Value> {
+    object["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == ty))
+}
+
+/// A condition's facts, as the evidence shows them.
+fn condition_facts(c: Option<&Value>) -> Value {
+    match c {
+        None => Value::Null,
+        Some(c) => json!({
+            "type": c["type"],
+            "status": c["status"],
+            "reason": c["reason"],
+            "message": c["message"],
+            "since": c["lastTransitionTime"],
+        }),
+    }
 }
 
 /// Why a condition holds: the container concerned (if one is) and the facts.
@@ -59,10 +100,51 @@ fn waiting(pod: &Value, reasons: &[&str]) -> Option<Evidence> {
     })
 }
 
-/// Whether `condition` holds for `pod` (a Pod as JSON), with its evidence.
+/// Whether `condition` holds for `pod` (the object as JSON: a Pod, or the Node, Deployment or
+/// Job of the other kinds' conditions), with its evidence.
 pub fn holds(condition: &Condition, pod: &Value) -> Option<Evidence> {
     let status = &pod["status"];
     match condition {
+        Condition::NodeNotReady => {
+            let ready = condition_of(pod, "Ready");
+            (ready.is_none_or(|c| c["status"] != "True")).then(|| Evidence {
+                container: None,
+                facts: facts(json!({
+                    "status": ready.map_or(json!("Missing"), |c| c["status"].clone()),
+                    "reason": ready.map_or(&Value::Null, |c| &c["reason"]),
+                    "message": ready.map_or(&Value::Null, |c| &c["message"]),
+                    "since": ready.map_or(&Value::Null, |c| &c["lastTransitionTime"]),
+                })),
+            })
+        }
+        Condition::RolloutStuck => {
+            let desired = pod["spec"]["replicas"].as_u64().unwrap_or(1);
+            let available = status["availableReplicas"].as_u64().unwrap_or(0);
+            let progressing = condition_of(pod, "Progressing");
+            let deadline = progressing.is_some_and(|c| {
+                c["status"] == "False" && c["reason"] == "ProgressDeadlineExceeded"
+            });
+            (deadline || available < desired).then(|| Evidence {
+                container: None,
+                facts: facts(json!({
+                    "desired": desired,
+                    "updated": status["updatedReplicas"].as_u64().unwrap_or(0),
+                    "available": available,
+                    "condition": condition_facts(progressing),
+                })),
+            })
+        }
+        Condition::JobFailed => {
+            let failed = condition_of(pod, "Failed").filter(|c| c["status"] == "True")?;
+            Some(Evidence {
+                container: None,
+                facts: facts(json!({
+                    "reason": failed["reason"],
+                    "message": failed["message"],
+                    "failed": status["failed"].as_u64().unwrap_or(0),
+                })),
+            })
+        }
         Condition::RestartsAbove(n) => statuses(pod).find_map(|c| {
             let count = c["restartCount"].as_u64()?;
             (count > *n).then(|| Evidence {
@@ -273,5 +355,71 @@ mod tests {
             holds(&Condition::NotReady, &failed).is_none(),
             "a finished pod is not 'not ready'"
         );
+    }
+
+    #[test]
+    fn the_conditions_of_other_kinds_hold_with_their_evidence() {
+        let node = |status: &str| {
+            json!({"status": {"conditions": [{"type": "Ready", "status": status,
+            "reason": "KubeletStopped", "message": "kubelet stopped posting", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+        };
+        assert!(holds(&Condition::NodeNotReady, &node("True")).is_none());
+        let e = holds(&Condition::NodeNotReady, &node("Unknown")).expect("holds");
+        assert_eq!(
+            Value::Object(e.facts),
+            json!({"status": "Unknown", "reason": "KubeletStopped",
+            "message": "kubelet stopped posting", "since": "2026-01-01T00:00:00Z"})
+        );
+        let e = holds(
+            &Condition::NodeNotReady,
+            &json!({"metadata": {"name": "n"}}),
+        )
+        .expect("no Ready condition");
+        assert_eq!(e.facts["status"], "Missing");
+
+        let deploy = |available: u64, progressing: &str, reason: &str| {
+            json!({"spec": {"replicas": 3},
+            "status": {"availableReplicas": available, "updatedReplicas": 3,
+                "conditions": [{"type": "Progressing", "status": progressing, "reason": reason}]}})
+        };
+        assert!(
+            holds(
+                &Condition::RolloutStuck,
+                &deploy(3, "True", "NewReplicaSetAvailable")
+            )
+            .is_none()
+        );
+        let e = holds(
+            &Condition::RolloutStuck,
+            &deploy(1, "True", "ReplicaSetUpdated"),
+        )
+        .expect("fewer available");
+        assert_eq!(
+            (e.facts["desired"].as_u64(), e.facts["available"].as_u64()),
+            (Some(3), Some(1))
+        );
+        let e = holds(
+            &Condition::RolloutStuck,
+            &deploy(3, "False", "ProgressDeadlineExceeded"),
+        )
+        .expect("deadline");
+        assert_eq!(e.facts["condition"]["reason"], "ProgressDeadlineExceeded");
+        assert!(
+            holds(&Condition::RolloutStuck, &json!({"spec": {"replicas": 0}})).is_none(),
+            "scaled to zero"
+        );
+
+        let job = |failed: &str| {
+            json!({"status": {"failed": 2, "conditions": [{"type": "Failed", "status": failed,
+            "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]}})
+        };
+        assert!(holds(&Condition::JobFailed, &job("False")).is_none());
+        let e = holds(&Condition::JobFailed, &job("True")).expect("failed");
+        assert_eq!(
+            Value::Object(e.facts),
+            json!({"reason": "BackoffLimitExceeded",
+            "message": "Job has reached the specified backoff limit", "failed": 2})
+        );
+        assert_eq!(Condition::RolloutStuck.resource(), "deployments.apps");
     }
 }

@@ -42,6 +42,19 @@ pub struct AlertsConfig {
     /// The pod is Pending and unscheduled for `for` (default `5m`). Severity `warning`.
     #[serde(default)]
     pub unscheduled: Builtin,
+    /// A Node's `Ready` condition is not `True` for `for` (default `2m`). Severity
+    /// `critical`. Judges Nodes, so it fires only where `nodes` are watched.
+    #[serde(default)]
+    pub node_not_ready: Builtin,
+    /// A Deployment's `Progressing` condition is `False` (ProgressDeadlineExceeded), or fewer
+    /// replicas are available than desired, for `for` (default `10m`). Severity `warning`.
+    /// Judges Deployments (`deployments.apps` watched).
+    #[serde(default)]
+    pub rollout_stuck: Builtin,
+    /// A Job's `Failed` condition is `True`. Severity `warning`. Judges Jobs (`jobs.batch`
+    /// watched).
+    #[serde(default)]
+    pub job_failed: Builtin,
     /// Your own rules, keyed by the rule's name (which goes into the alert's id).
     #[serde(default)]
     pub rules: BTreeMap<String, UserRule>,
@@ -114,6 +127,18 @@ pub struct UserRule {
     pub labels: BTreeMap<String, String>,
 }
 
+/// The resource a built-in condition judges, by its key.
+fn builtin_resource(key: &str) -> std::sync::Arc<crate::kinds::Resource> {
+    use crate::kinds::Resource;
+    let r = match key {
+        "nodes" => Resource::new("", "v1", "Node", "nodes", false),
+        "deployments.apps" => Resource::new("apps", "v1", "Deployment", "deployments", true),
+        "jobs.batch" => Resource::new("batch", "v1", "Job", "jobs", true),
+        _ => return Resource::pods(),
+    };
+    std::sync::Arc::new(r)
+}
+
 /// The GPU resources of `oom_killed_gpu` by default.
 const GPU_RESOURCES: [&str; 2] = ["nvidia.com/gpu", "amd.com/gpu"];
 
@@ -122,7 +147,7 @@ impl AlertsConfig {
     pub fn validate(&self) -> Result<Vec<Rule>, Vec<Issue>> {
         let mut issues = Vec::new();
         let mut rules = Vec::new();
-        let builtins: [(&str, &Builtin, &str, &str); 8] = [
+        let builtins: [(&str, &Builtin, &str, &str); 11] = [
             ("restarts", &self.restarts, "0s", "warning"),
             ("failed", &self.failed, "0s", "critical"),
             ("not_ready", &self.not_ready, "5m", "warning"),
@@ -141,6 +166,9 @@ impl AlertsConfig {
                 "warning",
             ),
             ("unscheduled", &self.unscheduled, "5m", "warning"),
+            ("node_not_ready", &self.node_not_ready, "2m", "critical"),
+            ("rollout_stuck", &self.rollout_stuck, "10m", "warning"),
+            ("job_failed", &self.job_failed, "0s", "warning"),
         ];
         for (name, b, default_for, default_severity) in builtins {
             let at = format!("alerts.{name}");
@@ -189,10 +217,14 @@ impl AlertsConfig {
                 },
                 "crash_loop_backoff" => Condition::CrashLoopBackOff,
                 "image_pull_backoff" => Condition::ImagePullBackOff,
+                "node_not_ready" => Condition::NodeNotReady,
+                "rollout_stuck" => Condition::RolloutStuck,
+                "job_failed" => Condition::JobFailed,
                 _ => Condition::Unscheduled,
             };
             rules.push(Rule {
                 name: name.to_string(),
+                resource: builtin_resource(condition.resource()),
                 when: When::Builtin(condition),
                 for_ms,
                 severity,
@@ -250,6 +282,7 @@ impl AlertsConfig {
             if let (Some(expr), Some(message)) = (expr, message) {
                 rules.push(Rule {
                     name: name.clone(),
+                    resource: crate::kinds::Resource::pods(),
                     when: When::Expr(expr),
                     for_ms,
                     severity,
@@ -363,8 +396,24 @@ mod tests {
                 "oom_killed_gpu",
                 "crash_loop_backoff",
                 "image_pull_backoff",
-                "unscheduled"
+                "unscheduled",
+                "node_not_ready",
+                "rollout_stuck",
+                "job_failed"
             ]
+        );
+        let node = &rules[8];
+        assert_eq!(
+            (
+                node.for_ms,
+                node.severity.as_str(),
+                node.resource.key().as_ref()
+            ),
+            (120_000, "critical", "nodes")
+        );
+        assert_eq!(
+            (rules[9].for_ms, rules[9].resource.key().as_ref()),
+            (600_000, "deployments.apps")
         );
         let not_ready = &rules[2];
         assert_eq!(

@@ -28,6 +28,10 @@ pub struct Rule {
     pub severity: String,
     pub message: Message,
     pub labels: BTreeMap<String, String>,
+    /// The resource whose objects the rule judges (Pods for every rule but the built-ins of
+    /// other kinds): a change of another resource is not evaluated, and the rule's alert
+    /// events carry this resource's kind, apiVersion and source.
+    pub resource: std::sync::Arc<crate::kinds::Resource>,
 }
 
 impl Rule {
@@ -124,6 +128,35 @@ impl Message {
                 text(")"),
             ]),
             "failed" => parts.extend([text(" failed: "), Part::Fact("reason".into())]),
+            "node_not_ready" => {
+                // A Node has no namespace: its name alone.
+                parts = vec![
+                    text("node "),
+                    field("metadata.name"),
+                    text(" is not Ready ("),
+                    Part::Fact("status".into()),
+                    text(": "),
+                    Part::Fact("reason".into()),
+                    text(") since "),
+                    Part::Fact("since".into()),
+                ];
+            }
+            "rollout_stuck" => parts.extend([
+                text(": rollout stuck, "),
+                Part::Fact("available".into()),
+                text(" of "),
+                Part::Fact("desired".into()),
+                text(" replicas available, "),
+                Part::Fact("updated".into()),
+                text(" updated"),
+            ]),
+            "job_failed" => parts.extend([
+                text(" failed: "),
+                Part::Fact("reason".into()),
+                text(" ("),
+                Part::Fact("failed".into()),
+                text(" failed pods)"),
+            ]),
             "not_ready" => parts.extend([text(" is not Ready since "), Part::Fact("since".into())]),
             "oom_killed" | "oom_killed_gpu" => parts.extend([
                 text(": container "),
@@ -210,6 +243,7 @@ mod tests {
             severity: "warning".into(),
             message: Message::parse("x").expect("valid"),
             labels: BTreeMap::new(),
+            resource: crate::kinds::Resource::pods(),
         };
         let pod = json!({"status": {"phase": "Pending"}, "spec": {"containers": [{"image": "a:latest"}, {"image": "b:1"}]}});
         let e = rule.evaluate(&pod).expect("holds");

@@ -15,6 +15,7 @@ use crate::alert::rule::Rule;
 
 /// The event of `kind` (firing or resolved) for episode `ep` of `rule`.
 pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -> Event {
+    let resource = &rule.resource;
     let alert = alert_id(&rule.name, &ep.uid, &ep.began_rv);
     let status = match kind {
         ChangeKind::AlertResolved => "resolved",
@@ -23,31 +24,35 @@ pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -
     let began_at = jiff::Timestamp::from_millisecond(ep.began_at)
         .map(|t| t.to_string())
         .unwrap_or_default();
-    let data = json!({
+    let mut data = json!({
         "alert": alert,
         "status": status,
         "rule": rule.name,
         "severity": rule.severity,
         "message": ep.message,
         "labels": rule.labels,
-        "pod": {"namespace": ep.namespace, "name": ep.name, "uid": ep.uid},
+        "object": {"kind": &**resource.kind_name(), "apiVersion": &**resource.api_version(),
+            "namespace": ep.namespace, "name": ep.name, "uid": ep.uid},
         "container": ep.container,
         "evidence": ep.facts,
         "beganAt": began_at,
         "beganResourceVersion": ep.began_rv,
         "resourceVersion": ep.rv,
     });
+    if resource.is_pod() {
+        data["pod"] = json!({"namespace": ep.namespace, "name": ep.name, "uid": ep.uid});
+    }
     Event {
         seq: 0,
         id: format!("{alert}:{status}"),
         kind,
         ty: kind.event_type().into(),
-        source: format!("k8s://{cluster}/api/v1/namespaces/{}/pods", ep.namespace),
+        source: resource.source(cluster, &ep.namespace),
         time: jiff::Timestamp::now().to_string(),
         dataschema: SCHEMA_ALERT.into(),
-        api_version: "v1".into(),
-        k8s_kind: "Pod".into(),
-        resource: "pods".into(),
+        api_version: resource.api_version().clone(),
+        k8s_kind: resource.kind_name().clone(),
+        resource: resource.key().clone(),
         scope: "".into(),
         uid: ep.uid.clone(),
         namespace: ep.namespace.clone(),

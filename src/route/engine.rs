@@ -9,7 +9,7 @@
 //! each change, which the pipeline logs durably; [`Router::restore`] and [`RouterSnapshot`]
 //! bring it back after a restart, so predicates, chains and pending timers continue.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -221,9 +221,12 @@ impl Router {
                 }
                 transitions.push(t);
             }
-        } else if let Some(pod) = pod.as_ref().filter(|_| change.resource.is_pod()) {
-            // Alert rules judge Pods (rules for other kinds come with their own resources).
+        } else if let Some(pod) = pod.as_ref() {
+            // Each rule judges the objects of its own resource.
             for rule in &self.rules {
+                if rule.resource.key() != change.resource.key() {
+                    continue;
+                }
                 let holds = rule.evaluate(pod).map(|e| {
                     let message = rule.message.render(pod, &e);
                     (e, message)
@@ -267,7 +270,8 @@ impl Router {
         current: Option<(&str, &[Mark])>,
         routed: &mut Routed,
     ) {
-        let mut others = BTreeSet::new();
+        // Objects other than the current one whose episodes moved, with their resource.
+        let mut others = BTreeMap::new();
         for t in transitions {
             let (ep, kind) = match &t {
                 Transition::Firing(ep) => (ep, ChangeKind::AlertFiring),
@@ -279,7 +283,7 @@ impl Router {
             let marks = match current {
                 Some((uid, m)) if uid == ep.uid => Some(m),
                 _ => {
-                    others.insert(ep.uid.clone());
+                    others.insert(ep.uid.clone(), self.rules[rule].resource.key().clone());
                     self.marks.get(ep.uid.as_str()).map(Vec::as_slice)
                 }
             };
@@ -302,14 +306,14 @@ impl Router {
                 }
             }
         }
-        for uid in others {
+        for (uid, resource) in others {
             let episodes = self.episodes.of(&uid);
             let Some(first) = episodes.first() else {
                 continue;
             };
             routed.states.push(PodState {
                 uid: uid.clone(),
-                resource: "pods".to_string(),
+                resource: resource.to_string(),
                 scope: String::new(),
                 namespace: first.namespace.clone(),
                 name: first.name.clone(),
