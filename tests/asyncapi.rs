@@ -10,7 +10,9 @@ use std::path::Path;
 use std::process::Command;
 
 use bytes::Bytes;
-use kubecast::event::{ChangeKind, Event, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY};
+use kubecast::event::{
+    ChangeKind, Event, SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY,
+};
 use rdkafka::message::Headers;
 use serde_json::Value;
 use support::deploy::tool;
@@ -67,7 +69,8 @@ fn event(kind: ChangeKind) -> Event {
     }
 }
 
-const KINDS: [ChangeKind; 3] = [ChangeKind::Added, ChangeKind::Modified, ChangeKind::Deleted];
+/// Every kind of event, alerts included (they share the channels).
+const KINDS: [ChangeKind; 5] = ChangeKind::ALL;
 
 /// The names each kind of change carries, by `names_of`: (every name any change has, the
 /// names every change has). A change sent as a flagged reference (`too_large: reference`)
@@ -120,7 +123,7 @@ fn the_asyncapi_parser_accepts_the_document_and_reads_its_channels() {
         let binary = &channels[channel]["messages"][0];
         assert_eq!(
             binary["payloadSchemas"],
-            serde_json::json!([SCHEMA_FULL, SCHEMA_SUMMARY, SCHEMA_REFERENCE]),
+            serde_json::json!([SCHEMA_FULL, SCHEMA_SUMMARY, SCHEMA_REFERENCE, SCHEMA_ALERT]),
             "{channel}: {binary:#}"
         );
     }
@@ -191,6 +194,7 @@ fn the_asyncapi_parser_rejects_broken_copies_so_the_check_is_real() {
         "pod-full.v1.json",
         "pod-summary.v1.json",
         "pod-reference.v1.json",
+        "alert.v1.json",
     ] {
         std::fs::copy(repo().join("schemas").join(schema), dir.join(schema))
             .unwrap_or_else(|e| panic!("copying {schema}: {e}"));
