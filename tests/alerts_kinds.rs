@@ -183,3 +183,89 @@ async fn nodes_deployments_and_jobs_alert_once_and_resolve_once_with_their_evide
     }
     kubecast.stop(LIMIT).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_rule_judges_a_custom_resource_and_a_path_its_schema_lacks_exits_2() {
+    let scene = Scene::new("alerts-crd").await;
+    let ns = scene.ns.clone();
+    // A group of this test's own, so that runs side by side never share the CRD.
+    let group = format!("{}.example.com", unique_name("a"));
+    let resource = format!("widgets.{group}");
+    let objects = Objects::new(&scene.client);
+    objects
+        .create(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": resource},
+                "spec": {"group": group, "scope": "Namespaced",
+                    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                    "versions": [{"name": "v1", "served": true, "storage": true,
+                        "schema": {"openAPIV3Schema": {"type": "object",
+                            "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]}}),
+        )
+        .await;
+    let crd_path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{resource}");
+    objects
+        .wait_until(&crd_path, LIMIT, "the CRD to be established", |crd| {
+            crd.and_then(|c| c["status"]["conditions"].as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        })
+        .await;
+    let watch = format!("watch:\n  resources: [{resource}]\n");
+
+    // A path the Widget's schema does not have is refused at start, naming the rule.
+    let bad = scene
+        .config(
+            &format!("alerts:\n  rules:\n    colour: {{resource: widget, expr: 'spec.colour == \"red\"'}}\n"),
+            &[file_sink("out", &scene.dir.join("bad.jsonl"))],
+        )
+        .replace("watch:\n", &watch);
+    let (code, log) = support::kubecast::Kubecast::start(&scene.stack, &scene.dir, &bad)
+        .exited(Duration::from_secs(30))
+        .await;
+    assert_eq!(code, Some(2), "{log}");
+    assert!(
+        log.contains("alerts.rules.colour") && log.contains("`colour`"),
+        "{log}"
+    );
+
+    let path = scene.dir.join("events.jsonl");
+    let config = scene
+        .config(
+            &format!("alerts:\n  rules:\n    big-widget:\n      resource: {resource}\n      expr: 'spec.size > 3'\n      message: '{{{{ metadata.name }}}} is {{{{ spec.size }}}}'\n"),
+            &[file_sink("out", &path)],
+        )
+        .replace("watch:\n", &watch);
+    let kubecast = InProcess::start(&scene, &config);
+    wait_for(LIMIT, "kubecast to start", || {
+        std::fs::metadata(&path).is_ok().then_some(())
+    })
+    .await;
+    let widgets = format!("/apis/{group}/v1/namespaces/{ns}/widgets");
+    objects
+        .create(&widgets, &json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 2}}))
+        .await;
+    objects
+        .patch(&format!("{widgets}/w"), &json!({"spec": {"size": 5}}))
+        .await;
+    let fired = alerts(&path, "w", "big-widget", &["firing"]).await;
+    let e = &fired[0];
+    assert_eq!(e["data"]["evidence"]["spec.size"], 5, "{e}");
+    assert_eq!(e["data"]["message"], "w is 5");
+    assert_eq!(
+        (e["k8skind"].as_str(), e["k8sapiversion"].as_str()),
+        (Some("Widget"), Some(format!("{group}/v1").as_str()))
+    );
+    assert_eq!(
+        e["source"],
+        format!("k8s://test/apis/{group}/v1/namespaces/{ns}/widgets")
+    );
+    objects
+        .patch(&format!("{widgets}/w"), &json!({"spec": {"size": 1}}))
+        .await;
+    alerts(&path, "w", "big-widget", &["firing", "resolved"]).await;
+    kubecast.stop(LIMIT).await;
+    objects.delete(&crd_path).await;
+}

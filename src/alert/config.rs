@@ -107,6 +107,10 @@ impl Default for Builtin {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UserRule {
+    /// The resource whose objects the rule judges, as kubectl names it (`pods`, `deploy`,
+    /// `nodes`, `widgets.example.com`); it must be one of `watch.resources`. Default: `pods`.
+    #[serde(default)]
+    pub resource: Option<String>,
     /// The condition: field comparisons with `and`, `or`, `not`
     /// (`status.phase == "Pending" and status.containerStatuses[*].restartCount > 3`).
     /// Required.
@@ -125,6 +129,55 @@ pub struct UserRule {
     /// Labels copied into the alert's data. Default: none.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+}
+
+/// What a user rule's `resource` names, as far as it is known without the apiserver.
+enum Target {
+    Pods,
+    /// A built-in kind kubecast ships a schema of: (its resource, "a Deployment", the API
+    /// type's schema).
+    Shipped(
+        std::sync::Arc<crate::kinds::Resource>,
+        String,
+        serde_json::Value,
+    ),
+    /// Anything else (a custom resource): bound and checked at start.
+    Later,
+}
+
+impl Target {
+    fn of(name: Option<&str>) -> Target {
+        let Some(name) = name else {
+            return Target::Pods;
+        };
+        if crate::kinds::Resource::pods().answers_to(name) {
+            return Target::Pods;
+        }
+        match crate::kinds::schema::shipped_resource(name) {
+            Some((r, what, schema)) => Target::Shipped(std::sync::Arc::new(r), what, schema),
+            None => Target::Later,
+        }
+    }
+
+    fn is_pods(&self) -> bool {
+        matches!(self, Target::Pods)
+    }
+
+    fn check(&self, p: &crate::route::path::FieldPath) -> Result<(), String> {
+        match self {
+            Target::Pods => super::fields::check(p),
+            Target::Shipped(_, what, schema) => super::fields::check_in(schema, what, p),
+            Target::Later => Ok(()),
+        }
+    }
+
+    /// The resource until the rule is bound (a custom resource's is known at start).
+    fn resource(&self) -> std::sync::Arc<crate::kinds::Resource> {
+        match self {
+            Target::Shipped(r, ..) => r.clone(),
+            Target::Pods | Target::Later => crate::kinds::Resource::pods(),
+        }
+    }
 }
 
 /// The resource a built-in condition judges, by its key.
@@ -225,6 +278,7 @@ impl AlertsConfig {
             rules.push(Rule {
                 name: name.to_string(),
                 resource: builtin_resource(condition.resource()),
+                resource_name: None,
                 when: When::Builtin(condition),
                 for_ms,
                 severity,
@@ -253,9 +307,12 @@ impl AlertsConfig {
                     None
                 }
             };
+            // Paths are checked here against a Pod's or a shipped built-in kind's schema; a
+            // custom resource's are checked at start, against the apiserver's (`bind`).
+            let target = Target::of(r.resource.as_deref());
             if let Some(e) = &expr {
                 for p in e.paths() {
-                    if let Err(why) = super::fields::check(p) {
+                    if let Err(why) = target.check(p) {
                         issues.push(Issue::new(format!("{at}.expr"), why));
                     }
                 }
@@ -266,12 +323,13 @@ impl AlertsConfig {
                 &mut issues,
             );
             let severity = severity(r.severity.as_deref().unwrap_or("warning"), &at, &mut issues);
-            let message = match Message::parse(
+            let message = match Message::parse_with(
                 r.message
                     .as_deref()
                     .unwrap_or("{{ metadata.namespace }}/{{ metadata.name }}: rule `RULE` holds")
                     .replace("RULE", name)
                     .as_str(),
+                |p| target.check(p),
             ) {
                 Ok(m) => Some(m),
                 Err(why) => {
@@ -282,7 +340,8 @@ impl AlertsConfig {
             if let (Some(expr), Some(message)) = (expr, message) {
                 rules.push(Rule {
                     name: name.clone(),
-                    resource: crate::kinds::Resource::pods(),
+                    resource: target.resource(),
+                    resource_name: r.resource.clone().filter(|_| !target.is_pods()),
                     when: When::Expr(expr),
                     for_ms,
                     severity,
@@ -466,6 +525,35 @@ mod tests {
                 "alerts.rules.slow.expr",
                 "alerts.rules.tmpl.message"
             ]
+        );
+    }
+
+    #[test]
+    fn a_user_rule_on_a_built_in_kind_is_checked_against_that_kinds_schema() {
+        let ok = alerts(
+            "rules:\n  short: {resource: deploy, expr: 'status.readyReplicas < 2', message: '{{ metadata.name }}: {{ status.readyReplicas }}'}\n",
+        )
+        .expect("valid");
+        let short = ok.iter().find(|r| r.name == "short").expect("the rule");
+        assert_eq!(short.resource.key().as_ref(), "deployments.apps");
+        assert_eq!(short.resource_name.as_deref(), Some("deploy"));
+        let issues =
+            alerts("rules:\n  bad: {resource: deployments, expr: 'status.phase == \"x\"'}\n")
+                .unwrap_err();
+        assert!(
+            issues.iter().any(|i| i.field == "alerts.rules.bad.expr" && i.message.contains("has no `phase`")),
+            "{issues:?}"
+        );
+        // A custom resource's paths wait for the apiserver's schema at start.
+        let later =
+            alerts("rules:\n  big: {resource: widgets.example.com, expr: 'spec.size > 3'}\n")
+                .expect("valid");
+        assert_eq!(
+            later
+                .iter()
+                .find(|r| r.name == "big")
+                .and_then(|r| r.resource_name.as_deref()),
+            Some("widgets.example.com")
         );
     }
 }

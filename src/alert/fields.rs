@@ -37,6 +37,10 @@ pub fn check_in(root: &Value, object: &str, path: &FieldPath) -> Result<(), Stri
                 .get("items")
                 .or_else(|| here.get("additionalProperties").filter(|a| a.is_object())),
         };
+        // A custom resource's schema may leave a subtree open (any fields).
+        if here["x-kubernetes-preserve-unknown-fields"] == true {
+            return Ok(());
+        }
         let Some(next) = next else {
             let what = match step {
                 Step::Key(k) => format!("`{k}`"),
@@ -70,11 +74,23 @@ pub fn check_in(root: &Value, object: &str, path: &FieldPath) -> Result<(), Stri
 /// Follows `$ref`s to the definition.
 fn resolve<'a>(root: &'a Value, mut v: &'a Value) -> &'a Value {
     for _ in 0..8 {
-        let Some(r) = v.get("$ref").and_then(Value::as_str) else {
-            break;
-        };
-        let name = r.trim_start_matches("#/$defs/");
-        v = &root["$defs"][name];
+        if let Some(r) = v.get("$ref").and_then(Value::as_str) {
+            let name = r.trim_start_matches("#/$defs/");
+            v = &root["$defs"][name];
+            continue;
+        }
+        // The apiserver's OpenAPI wraps references (`anyOf: [{allOf: [{$ref}]}, {type:
+        // null}]`): the first branch that is not `null` is the definition.
+        let wrapped = ["allOf", "anyOf", "oneOf"].iter().find_map(|k| {
+            v.get(*k)?
+                .as_array()?
+                .iter()
+                .find(|b| b.get("type").and_then(Value::as_str) != Some("null"))
+        });
+        match wrapped {
+            Some(inner) if v.get("properties").is_none() => v = inner,
+            _ => break,
+        }
     }
     v
 }

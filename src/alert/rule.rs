@@ -32,6 +32,9 @@ pub struct Rule {
     /// other kinds): a change of another resource is not evaluated, and the rule's alert
     /// events carry this resource's kind, apiVersion and source.
     pub resource: std::sync::Arc<crate::kinds::Resource>,
+    /// A user rule's `resource` as written, when it names another kind than Pods: the
+    /// pipeline binds it to the watched resource it names at start ([`Rule::bind`]).
+    pub resource_name: Option<String>,
 }
 
 impl Rule {
@@ -51,6 +54,39 @@ impl Rule {
                 }
             }),
         }
+    }
+}
+
+impl Rule {
+    /// Binds a user rule's `resource` to the watched resource it names, and returns whether
+    /// its paths still need checking against that resource's schema (a custom resource's,
+    /// which only the apiserver has). `Err` says why it cannot be bound.
+    pub fn bind(
+        &mut self,
+        watched: &[std::sync::Arc<crate::kinds::Resource>],
+    ) -> Result<bool, String> {
+        let Some(name) = &self.resource_name else {
+            return Ok(false);
+        };
+        let found = watched.iter().find(|r| r.answers_to(name)).ok_or_else(|| {
+            format!("`{name}` is not among the watched resources (watch.resources); the rule would never be judged")
+        })?;
+        let shipped = crate::kinds::schema::shipped_resource(name).is_some();
+        self.resource = found.clone();
+        Ok(!shipped)
+    }
+
+    /// Every field path the rule reads: its expression's and its message's.
+    pub fn paths(&self) -> Vec<&FieldPath> {
+        let mut out = match &self.when {
+            When::Expr(e) => e.paths(),
+            When::Builtin(_) => Vec::new(),
+        };
+        out.extend(self.message.parts.iter().filter_map(|p| match p {
+            Part::Field(f) => Some(f),
+            _ => None,
+        }));
+        out
     }
 }
 
@@ -81,6 +117,14 @@ enum Part {
 impl Message {
     /// Parses a user template; every field must be one a Pod has.
     pub fn parse(text: &str) -> Result<Message, String> {
+        Message::parse_with(text, super::fields::check)
+    }
+
+    /// Parses a user template whose fields `check` accepts.
+    pub fn parse_with(
+        text: &str,
+        check: impl Fn(&FieldPath) -> Result<(), String>,
+    ) -> Result<Message, String> {
         let mut parts = Vec::new();
         let mut rest = text;
         while let Some(open) = rest.find("{{") {
@@ -92,7 +136,7 @@ impl Message {
                 .ok_or_else(|| format!("`{text}`: a `{{{{` without its `}}}}`"))?;
             let inner = rest[open + 2..open + close].trim();
             let path = FieldPath::parse(inner).map_err(|e| e.to_string())?;
-            super::fields::check(&path)?;
+            check(&path)?;
             parts.push(Part::Field(path));
             rest = &rest[open + close + 2..];
         }
@@ -244,6 +288,7 @@ mod tests {
             message: Message::parse("x").expect("valid"),
             labels: BTreeMap::new(),
             resource: crate::kinds::Resource::pods(),
+            resource_name: None,
         };
         let pod = json!({"status": {"phase": "Pending"}, "spec": {"containers": [{"image": "a:latest"}, {"image": "b:1"}]}});
         let e = rule.evaluate(&pod).expect("holds");

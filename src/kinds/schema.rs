@@ -65,15 +65,23 @@ fn api_type(r: &Resource) -> Option<Value> {
 /// names included), with its API type's schema: for checking paths offline. `None` for any
 /// other name (a custom resource, a kind not shipped).
 pub fn shipped_api_type(name: &str) -> Option<(String, Value)> {
+    shipped_resource(name).map(|(_, what, schema)| (what, schema))
+}
+
+/// [`shipped_api_type`] with the resource itself: (the resource, "a Deployment", its API
+/// type's schema).
+pub fn shipped_resource(name: &str) -> Option<(Resource, String, Value)> {
     SHIPPED.iter().find_map(|(g, v, k, p, n)| {
         let short: Vec<String> = super::resolve::builtin_short_names(g, p)
             .iter()
             .map(|s| s.to_string())
             .collect();
         let r = Resource::new(g, v, k, p, *n).with_names(&k.to_ascii_lowercase(), &short);
-        r.answers_to(name)
-            .then(|| api_type(&r).map(|s| (format!("a {k}"), s)))
-            .flatten()
+        if !r.answers_to(name) {
+            return None;
+        }
+        let schema = api_type(&r)?;
+        Some((r, format!("a {k}"), schema))
     })
 }
 

@@ -181,6 +181,15 @@ async fn bridge(
         },
         None => None,
     };
+    // Alert rules of other kinds judge the resources they name, as watched.
+    let router = match &config.routing {
+        Some(r) => {
+            let mut rules = r.rules.clone();
+            resources::bind_rules(&client, &mut rules, &planned).await?;
+            Some(Router::new(r.routes.clone(), rules))
+        }
+        None => None,
+    };
     let (durable, start) = Durable::open(DurableSettings {
         state: config.state.clone(),
         per_namespace,
@@ -189,10 +198,7 @@ async fn bridge(
         ops: ops.clone(),
         resources: resolved.iter().map(|k| k.to_string()).collect(),
         keeper: keeper.map(|(name, _)| (name, kept.flatten())),
-        router: config
-            .routing
-            .as_ref()
-            .map(|r| Router::new(r.routes.clone(), r.rules.clone())),
+        router,
     })
     .await?;
     ops.health.restored();

@@ -221,3 +221,69 @@ mod tests {
         assert!(check_allowed(&s, &ok, "f").is_ok());
     }
 }
+
+/// Binds each alert rule that names another resource than Pods to the watched resource it
+/// names, and checks its paths against a custom resource's schema from the apiserver (a
+/// built-in kind's were checked with the config). A rule naming a resource that is not
+/// watched, or a path its kind does not have, is a config error (exit 2) naming the rule.
+pub async fn bind_rules(
+    client: &kube::Client,
+    rules: &mut [crate::alert::rule::Rule],
+    planned: &[Planned],
+) -> Result<(), ResourceError> {
+    let watched: Vec<std::sync::Arc<crate::kinds::Resource>> = planned
+        .iter()
+        .filter_map(|p| match &p.target {
+            Target::Resolved(r) => Some(r.clone()),
+            Target::Pending { .. } => None,
+        })
+        .collect();
+    for rule in rules.iter_mut() {
+        let at = format!("alerts.rules.{}", rule.name);
+        let check = rule
+            .bind(&watched)
+            .map_err(|message| ResourceError::Invalid {
+                field: format!("{at}.resource"),
+                message,
+            })?;
+        if !check {
+            continue;
+        }
+        let schema = match schema_of(client, &rule.resource).await {
+            Ok(s) => s,
+            Err(e) => {
+                // Not the config's fault: judge the rule unchecked rather than stop.
+                tracing::warn!(rule = %rule.name, resource = %rule.resource.key(), error = %crate::error_chain(&e),
+                    "the resource's schema could not be read; the rule's paths are not checked");
+                continue;
+            }
+        };
+        let what = format!("a {}", rule.resource.kind_name());
+        for p in rule.paths() {
+            crate::alert::fields::check_in(&schema, &what, p).map_err(|message| {
+                ResourceError::Invalid {
+                    field: at.clone(),
+                    message,
+                }
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// A custom resource's schema from the apiserver's OpenAPI v3, which publishes a new CRD's a
+/// few seconds after the CRD is established: asked again for up to 15 s.
+async fn schema_of(
+    client: &kube::Client,
+    r: &crate::kinds::Resource,
+) -> Result<serde_json::Value, crate::kinds::schema::SchemaError> {
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match crate::kinds::schema::from_openapi(client, r).await {
+            Ok(s) => return Ok(s),
+            Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(backoff.next_delay()).await,
+        }
+    }
+}
