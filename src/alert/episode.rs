@@ -41,6 +41,35 @@ pub struct Episode {
     pub container: Option<String>,
     pub facts: Map<String, Value>,
     pub message: String,
+    /// The object's resourceVersion when the episode fired: the `k8srv` of its `firing`
+    /// event, which its `resolved` event links to (`k8sprevrv`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fired_rv: String,
+    /// The `k8srv` of the previous alert event of this rule for this object (the last
+    /// episode's `resolved`), which this episode's `firing` links to; empty for the first.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prev_alert_rv: String,
+    /// Not an episode but the memory of the last one, kept for that link: it neither fires
+    /// nor resolves, and goes with the object.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub closed: bool,
+}
+
+impl Episode {
+    /// The memory this episode leaves when it closes: the `k8srv` of the last alert event
+    /// of its rule for its object, for the next episode's link.
+    fn memory(&self, last_alert_rv: String) -> Episode {
+        Episode {
+            fired: false,
+            closed: true,
+            prev_alert_rv: last_alert_rv,
+            fired_rv: String::new(),
+            facts: Map::new(),
+            message: String::new(),
+            container: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// What an observation or the passing of time did.
@@ -102,6 +131,18 @@ impl Episodes {
         holds: Option<(Evidence, String)>,
     ) -> Vec<Transition> {
         let key = format!("{}/{rule}", seen.uid);
+        // The memory of a closed episode links the next one's firing, and is otherwise none.
+        let prev_alert_rv = match self.open.get(&key) {
+            Some(ep) if ep.closed => {
+                let rv = ep.prev_alert_rv.clone();
+                if holds.is_none() {
+                    return Vec::new();
+                }
+                self.remove(&key);
+                rv
+            }
+            _ => String::new(),
+        };
         match (holds, self.open.get_mut(&key)) {
             (Some((e, message)), Some(ep)) => {
                 ep.container = e.container;
@@ -127,6 +168,9 @@ impl Episodes {
                         container: e.container,
                         facts: e.facts,
                         message,
+                        fired_rv: String::new(),
+                        prev_alert_rv,
+                        closed: false,
                     },
                 );
                 self.tick(seen.now)
@@ -134,9 +178,16 @@ impl Episodes {
             (None, Some(_)) => match self.remove(&key) {
                 Some(mut ep) if ep.fired => {
                     ep.rv = seen.rv.to_string();
+                    self.insert(key, ep.memory(ep.rv.clone()));
                     vec![Transition::Resolved(ep)]
                 }
-                // It stopped holding before its `for`: nothing was said, nothing to resolve.
+                // It stopped holding before its `for`: nothing was said, nothing to resolve;
+                // the link to the last alert stays.
+                Some(ep) if !ep.prev_alert_rv.is_empty() => {
+                    let rv = ep.prev_alert_rv.clone();
+                    self.insert(key, ep.memory(rv));
+                    Vec::new()
+                }
                 _ => Vec::new(),
             },
             (None, None) => Vec::new(),
@@ -170,19 +221,19 @@ impl Episodes {
         }
     }
 
-    /// The pods with an open episode.
+    /// The pods with an open episode (or the memory of a closed one).
     pub fn uids(&self) -> BTreeSet<String> {
         self.open.values().map(|e| e.uid.clone()).collect()
     }
 
     /// Open episodes.
     pub fn len(&self) -> usize {
-        self.open.len()
+        self.open.values().filter(|e| !e.closed).count()
     }
 
     /// Whether none is open.
     pub fn is_empty(&self) -> bool {
-        self.open.is_empty()
+        self.len() == 0
     }
 
     /// Fires every pending episode whose deadline is at or before `now`.
@@ -193,8 +244,9 @@ impl Episodes {
                 break;
             }
             self.due.remove(&(deadline, key.clone()));
-            if let Some(ep) = self.open.get_mut(&key) {
+            if let Some(ep) = self.open.get_mut(&key).filter(|e| !e.closed) {
                 ep.fired = true;
+                ep.fired_rv = ep.rv.clone();
                 out.push(Transition::Firing(ep.clone()));
             }
         }
@@ -212,7 +264,7 @@ impl Episodes {
             .collect();
         keys.into_iter()
             .filter_map(|k| self.remove(&k))
-            .filter(|ep| ep.fired)
+            .filter(|ep| ep.fired && !ep.closed)
             .map(Transition::Resolved)
             .collect()
     }
@@ -224,7 +276,7 @@ impl Episodes {
 
     fn insert(&mut self, key: String, ep: Episode) {
         self.remove(&key);
-        if !ep.fired {
+        if !ep.fired && !ep.closed {
             self.due.insert((ep.deadline, key.clone()));
         }
         self.open.insert(key, ep);
@@ -384,5 +436,55 @@ mod tests {
         eps.observe("notready", 60_000, &seen("u", "5", 1_000), evidence(0));
         assert_eq!(kinds(&eps.deleted("u")), vec!["resolved u:5:alert:failed"]);
         assert_eq!(eps.next_deadline(), None);
+    }
+
+    #[test]
+    fn each_resolved_links_to_its_firing_and_each_firing_to_the_last_alert_of_its_rule() {
+        let mut eps = Episodes::default();
+        let fired = eps.observe("restarts", 0, &seen("u", "10", 1_000), evidence(6));
+        let Some(Transition::Firing(first)) = fired.first() else {
+            panic!("{fired:?}")
+        };
+        assert_eq!(
+            (first.fired_rv.as_str(), first.prev_alert_rv.as_str()),
+            ("10", ""),
+            "the first alert starts the chain"
+        );
+        let resolved = eps.observe("restarts", 0, &seen("u", "12", 2_000), None);
+        let Some(Transition::Resolved(r)) = resolved.first() else {
+            panic!("{resolved:?}")
+        };
+        assert_eq!(
+            (r.rv.as_str(), r.fired_rv.as_str()),
+            ("12", "10"),
+            "resolved at 12, links to its firing at 10"
+        );
+        assert!(
+            eps.is_empty(),
+            "the memory left behind is not an open episode"
+        );
+        // A pending episode that never fires keeps the link.
+        assert!(
+            eps.observe("restarts", 5_000, &seen("u", "13", 3_000), evidence(7))
+                .is_empty()
+        );
+        assert!(
+            eps.observe("restarts", 5_000, &seen("u", "14", 3_500), None)
+                .is_empty()
+        );
+        let fired = eps.observe("restarts", 0, &seen("u", "15", 4_000), evidence(8));
+        let Some(Transition::Firing(second)) = fired.first() else {
+            panic!("{fired:?}")
+        };
+        assert_eq!(
+            second.prev_alert_rv, "12",
+            "links to the last alert event of the rule: the resolve at 12"
+        );
+        // The memory goes with the object; nothing resolves twice.
+        assert_eq!(
+            kinds(&eps.deleted("u")),
+            vec!["resolved u:15:alert:restarts"]
+        );
+        assert!(eps.of("u").is_empty());
     }
 }

@@ -58,7 +58,12 @@ pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -
         namespace: ep.namespace.clone(),
         name: ep.name.clone(),
         rv: ep.rv.clone(),
-        prev_rv: String::new(),
+        // The alert stream's chain: a `firing` links to the last alert event of its rule
+        // for this object (empty for the first), a `resolved` to its `firing`.
+        prev_rv: match kind {
+            ChangeKind::AlertResolved => ep.fired_rv.clone(),
+            _ => ep.prev_alert_rv.clone(),
+        },
         inferred: false,
         initial: false,
         truncated: false,

@@ -106,12 +106,32 @@ impl Verifier {
     /// Takes the next event of the topic (in partition order); `repeat`: its source and id
     /// were read before; `id` is its CloudEvents id.
     pub fn observe(&mut self, facts: &Facts, id: &str, repeat: bool) {
-        let (Some(uid), Some(rv), true) = (&facts.uid, &facts.rv, facts.is_change()) else {
+        // An object's changes form one chain; its alerts of each rule another (`firing`
+        // links to the last alert of the rule, `resolved` to its `firing`).
+        let alert_rule = (facts.kind == Kind::Alert)
+            .then(|| {
+                id.split_once(":alert:")
+                    .and_then(|(_, r)| r.rsplit_once(':'))
+            })
+            .flatten()
+            .map(|(rule, _)| rule);
+        let (Some(uid), Some(rv), true) = (
+            &facts.uid,
+            &facts.rv,
+            facts.is_change() || alert_rule.is_some(),
+        ) else {
             self.unchained += 1;
             return;
         };
-        let chain = self.chains.entry(uid.clone()).or_insert_with(|| Chain {
-            object: facts.object(),
+        let key = match alert_rule {
+            Some(rule) => format!("{uid}/alert/{rule}"),
+            None => uid.clone(),
+        };
+        let chain = self.chains.entry(key).or_insert_with(|| Chain {
+            object: match alert_rule {
+                Some(rule) => format!("{} (alert {rule})", facts.object()),
+                None => facts.object(),
+            },
             ..Chain::default()
         });
         chain.events += 1;
@@ -215,7 +235,7 @@ impl Verifier {
         }
         let _ = writeln!(
             out,
-            "verify: {} pod change event(s) of {} object(s){}: {} incomplete, {} out of order, {} duplicate(s); {} event(s) without a chain (alerts, other producers) not checked: {}",
+            "verify: {} pod change event(s) of {} object(s){}: {} incomplete, {} out of order, {} duplicate(s); {} event(s) without a chain (other producers' events) not checked: {}",
             verdict.checked,
             verdict.objects,
             if self.from_start {

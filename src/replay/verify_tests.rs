@@ -140,3 +140,37 @@ fn a_re_list_at_the_version_already_read_is_a_duplicate_not_a_restart() {
     assert!(v.passed(), "{report}");
     assert_eq!(v.duplicates, 1, "{report}");
 }
+
+#[test]
+fn an_objects_alerts_of_each_rule_form_a_chain_of_their_own() {
+    let alert = |rv: &str, prev: &str, offset: i64| facts(Kind::Alert, "a", rv, prev, offset);
+    let stream = [
+        (alert("5", "", 0), "a:5:alert:restarts:firing"),
+        (alert("7", "5", 1), "a:5:alert:restarts:resolved"),
+        (alert("9", "7", 2), "a:9:alert:restarts:firing"),
+        (alert("11", "9", 3), "a:9:alert:restarts:resolved"),
+        // Another rule of the same object: a chain of its own.
+        (alert("6", "", 4), "a:6:alert:failed:firing"),
+    ];
+    let mut v = Verifier::new(true);
+    for (f, id) in &stream {
+        v.observe(f, id, false);
+    }
+    let (verdict, report) = v.finish();
+    assert!(verdict.passed(), "{report}");
+    assert_eq!((verdict.objects, verdict.unchained), (2, 0));
+
+    // Without the first episode's `resolved`, the next `firing` names the missing link.
+    let mut v = Verifier::new(true);
+    for (i, (f, id)) in stream.iter().enumerate() {
+        if i != 1 {
+            v.observe(f, id, false);
+        }
+    }
+    let (verdict, report) = v.finish();
+    assert_eq!(verdict.incomplete, 1, "{report}");
+    assert!(
+        report.contains("links to resourceVersion 7") && report.contains("alert restarts"),
+        "{report}"
+    );
+}
