@@ -627,3 +627,83 @@ async fn replay_filters_by_resource_verifies_and_shows_the_state_of_every_kind()
         .unwrap_or_default();
     assert!(settings.starts_with(&scene.ns), "{table}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_follows_each_objects_alert_chain_and_names_a_removed_alert() {
+    let scene = Scene::new("replay-alerts").await;
+    let topic = unique_name("kc-replay-alerts");
+    let source = KafkaTopic::create(&scene.stack, &topic).await;
+    let text = scene.config(
+        "alerts:\n  restarts: {threshold: 1}\n",
+        &[scene.kafka_sink("kafka", &topic, &[])],
+    );
+    let kubecast = InProcess::start(&scene, &text);
+    started_with(&scene, &source, "p").await;
+    // Two episodes of `restarts`: above the threshold, below it, above, below.
+    for restarts in [2, 0, 3, 0] {
+        scene.pods.running("p", restarts).await;
+    }
+    let alerts = |rs: &[Record]| -> Vec<Record> {
+        rs.iter()
+            .filter(|r| r.ce("id").contains(":alert:restarts:"))
+            .cloned()
+            .collect()
+    };
+    let records = source
+        .wait_until(
+            "two firing and two resolved `restarts` alerts",
+            LIMIT,
+            |rs| alerts(rs).len() >= 4,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    kubecast.stop(LIMIT).await;
+    let chain = alerts(&records);
+    let links: Vec<(&str, &str)> = chain
+        .iter()
+        .map(|r| (r.ce("k8srv"), r.ce("k8sprevrv")))
+        .collect();
+    assert_eq!(
+        links[0].1, "",
+        "the first alert starts the chain: {links:?}"
+    );
+    for w in links.windows(2) {
+        assert_eq!(
+            w[1].1, w[0].0,
+            "each alert links to the one before: {links:?}"
+        );
+    }
+    let (code, out, err) = replay(&scene, &topic, &["--verify"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("0 incomplete"), "{out}");
+
+    // Without the first episode's `resolved`, the second `firing` names the missing link.
+    let removed = &chain[1];
+    assert!(
+        removed.ce("type").ends_with(".resolved"),
+        "{}",
+        removed.ce("type")
+    );
+    let gappy = unique_name("kc-replay-alert-gap");
+    create_topic(&scene.stack, &gappy, 1).await;
+    let mut kept: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.ce("id") != removed.ce("id"))
+        .collect();
+    kept.sort_by_key(|r| (r.partition, r.offset));
+    copy(&scene, &gappy, &kept);
+    let (code, out, err) = replay(&scene, &gappy, &["--verify"]);
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(
+        out.contains(&format!("INCOMPLETE {}/p (alert restarts)", scene.ns))
+            && out.contains(&format!(
+                "gap: event {} (partition 0 offset",
+                chain[2].ce("id")
+            ))
+            && out.contains(&format!(
+                "links to resourceVersion {}, which is not in the topic",
+                removed.ce("k8srv")
+            )),
+        "{out}"
+    );
+}
