@@ -269,3 +269,96 @@ async fn a_user_rule_judges_a_custom_resource_and_a_path_its_schema_lacks_exits_
     kubecast.stop(LIMIT).await;
     objects.delete(&crd_path).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warning_events_alert_once_per_object_and_reason_and_resolve_when_quiet() {
+    let scene = Scene::new("alerts-warn").await;
+    let ns = scene.ns.clone();
+    let path = scene.dir.join("events.jsonl");
+    let config = scene
+        .config(
+            "alerts:\n  warning_event: {quiet: 4s, reasons: [FailedScheduling, BackOff]}\n",
+            &[file_sink("out", &path)],
+        )
+        .replace("watch:\n", "watch:\n  resources: [pods, events]\n");
+    let kubecast = InProcess::start(&scene, &config);
+    wait_for(LIMIT, "kubecast to start", || {
+        std::fs::metadata(&path).is_ok().then_some(())
+    })
+    .await;
+    let pod = scene.pods.create("p").await;
+    let uid = pod["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let objects = Objects::new(&scene.client);
+    let events = format!("/api/v1/namespaces/{ns}/events");
+    // Posted as a scheduler or kubelet would.
+    let event = |name: &str, ty: &str, reason: &str, count: u64| {
+        json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+            "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": ns, "name": "p", "uid": uid},
+            "type": ty, "reason": reason, "message": format!("0/3 nodes are available ({name})"), "count": count,
+            "firstTimestamp": "2026-12-04T10:00:00Z", "lastTimestamp": "2026-12-04T10:00:00Z",
+            "source": {"component": "default-scheduler"}})
+    };
+    objects
+        .create(&events, &event("p.1", "Warning", "FailedScheduling", 1))
+        .await;
+    // Not alerting: a Normal event, and a Warning of a reason not listed.
+    objects
+        .create(&events, &event("p.2", "Normal", "FailedScheduling", 1))
+        .await;
+    objects
+        .create(&events, &event("p.3", "Warning", "FailedMount", 1))
+        .await;
+    let fired = alerts(&path, "p", "warning_event", &["firing"]).await;
+    let e = &fired[0];
+    assert_eq!(
+        (e["k8skind"].as_str(), e["subject"].as_str()),
+        (Some("Pod"), Some(format!("{ns}/p").as_str())),
+        "{e}"
+    );
+    assert_eq!(e["k8suid"], uid.as_str(), "about the involved object");
+    assert_eq!(e["data"]["evidence"]["reason"], "FailedScheduling");
+    assert_eq!(e["data"]["evidence"]["event"], "p.1");
+    assert!(
+        e["id"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(":alert:warning_event-failedscheduling:firing"),
+        "{e}"
+    );
+    assert_eq!(
+        e["source"],
+        format!("k8s://test/api/v1/namespaces/{ns}/events")
+    );
+    // The same object and reason again, through the same Event and another: no new alert.
+    objects
+        .patch(&format!("{events}/p.1"), &json!({"count": 2}))
+        .await;
+    objects
+        .create(&events, &event("p.4", "Warning", "FailedScheduling", 1))
+        .await;
+    // Then quiet: it resolves with no further update.
+    let both = alerts(&path, "p", "warning_event", &["firing", "resolved"]).await;
+    let resolved = &both[1];
+    assert_eq!(
+        resolved["k8sprevrv"], both[0]["k8srv"],
+        "the resolved links to its firing"
+    );
+    let at = |e: &Value| {
+        e["time"]
+            .as_str()
+            .unwrap_or_default()
+            .parse::<jiff::Timestamp>()
+            .ok()
+    };
+    let quiet = at(resolved)
+        .zip(at(&both[0]))
+        .map(|(r, f)| (r - f).get_seconds());
+    assert!(
+        quiet.is_some_and(|s| s >= 4),
+        "resolved after at least the quiet time: {quiet:?}"
+    );
+    kubecast.stop(LIMIT).await;
+}

@@ -31,7 +31,23 @@ pub enum Condition {
     RolloutStuck,
     /// A Job's `Failed` condition is `True`.
     JobFailed,
+    /// A core/v1 Event of type `Warning` with one of these reasons: judged per involved
+    /// object and reason, resolved by quiet rather than by the condition clearing.
+    WarningEvent { reasons: Vec<String> },
 }
+
+/// The reasons `warning_event` takes by default: what the controllers and kubelets write when
+/// a workload cannot run.
+pub const WARNING_REASONS: [&str; 8] = [
+    "FailedScheduling",
+    "FailedMount",
+    "FailedAttachVolume",
+    "Evicted",
+    "BackOff",
+    "OOMKilling",
+    "FailedCreatePodSandBox",
+    "Unhealthy",
+];
 
 impl Condition {
     /// The resource this condition judges, by its key (`pods`, `nodes`, `deployments.apps`,
@@ -41,6 +57,7 @@ impl Condition {
             Condition::NodeNotReady => "nodes",
             Condition::RolloutStuck => "deployments.apps",
             Condition::JobFailed => "jobs.batch",
+            Condition::WarningEvent { .. } => "events",
             _ => "pods",
         }
     }
@@ -132,6 +149,24 @@ pub fn holds(condition: &Condition, pod: &Value) -> Option<Evidence> {
                     "available": available,
                     "condition": condition_facts(progressing),
                 })),
+            })
+        }
+        Condition::WarningEvent { reasons } => {
+            let reason = pod["reason"].as_str()?;
+            let warning = pod["type"] == "Warning" && reasons.iter().any(|r| r == reason);
+            warning.then(|| {
+                let o = &pod["involvedObject"];
+                Evidence {
+                    container: None,
+                    facts: facts(json!({
+                        "reason": reason,
+                        "message": pod["message"],
+                        "count": pod["count"].as_u64().or_else(|| pod["series"]["count"].as_u64()).unwrap_or(1),
+                        "event": pod["metadata"]["name"],
+                        "involvedObject": {"kind": o["kind"], "apiVersion": o["apiVersion"],
+                            "namespace": o["namespace"], "name": o["name"], "uid": o["uid"]},
+                    })),
+                }
             })
         }
         Condition::JobFailed => {

@@ -55,6 +55,11 @@ pub struct AlertsConfig {
     /// watched).
     #[serde(default)]
     pub job_failed: Builtin,
+    /// A core/v1 Event of type `Warning` with one of `reasons`: fires once per involved
+    /// object and reason, and resolves when no such Event was seen for `quiet` (default
+    /// `10m`). No `for`. Severity `warning`. Judges Events (`events` watched).
+    #[serde(default)]
+    pub warning_event: Builtin,
     /// Your own rules, keyed by the rule's name (which goes into the alert's id).
     #[serde(default)]
     pub rules: BTreeMap<String, UserRule>,
@@ -81,6 +86,15 @@ pub struct Builtin {
     /// Default: `[nvidia.com/gpu, amd.com/gpu]`.
     #[serde(default)]
     pub resources: Option<Vec<String>>,
+    /// `warning_event` only: the Event reasons that alert. Default: FailedScheduling,
+    /// FailedMount, FailedAttachVolume, Evicted, BackOff, OOMKilling, FailedCreatePodSandBox,
+    /// Unhealthy.
+    #[serde(default)]
+    pub reasons: Option<Vec<String>>,
+    /// `warning_event` only: how long no such Event must be seen before the alert resolves.
+    /// Default: `10m`.
+    #[serde(default)]
+    pub quiet: Option<String>,
     /// Labels copied into the alert's data (`team: payments`). Default: none.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -98,6 +112,8 @@ impl Default for Builtin {
             severity: None,
             threshold: None,
             resources: None,
+            reasons: None,
+            quiet: None,
             labels: BTreeMap::new(),
         }
     }
@@ -187,6 +203,7 @@ fn builtin_resource(key: &str) -> std::sync::Arc<crate::kinds::Resource> {
         "nodes" => Resource::new("", "v1", "Node", "nodes", false),
         "deployments.apps" => Resource::new("apps", "v1", "Deployment", "deployments", true),
         "jobs.batch" => Resource::new("batch", "v1", "Job", "jobs", true),
+        "events" => Resource::new("", "v1", "Event", "events", true),
         _ => return Resource::pods(),
     };
     std::sync::Arc::new(r)
@@ -200,7 +217,7 @@ impl AlertsConfig {
     pub fn validate(&self) -> Result<Vec<Rule>, Vec<Issue>> {
         let mut issues = Vec::new();
         let mut rules = Vec::new();
-        let builtins: [(&str, &Builtin, &str, &str); 11] = [
+        let builtins: [(&str, &Builtin, &str, &str); 12] = [
             ("restarts", &self.restarts, "0s", "warning"),
             ("failed", &self.failed, "0s", "critical"),
             ("not_ready", &self.not_ready, "5m", "warning"),
@@ -222,6 +239,7 @@ impl AlertsConfig {
             ("node_not_ready", &self.node_not_ready, "2m", "critical"),
             ("rollout_stuck", &self.rollout_stuck, "10m", "warning"),
             ("job_failed", &self.job_failed, "0s", "warning"),
+            ("warning_event", &self.warning_event, "0s", "warning"),
         ];
         for (name, b, default_for, default_severity) in builtins {
             let at = format!("alerts.{name}");
@@ -237,6 +255,35 @@ impl AlertsConfig {
                     "only `oom_killed_gpu` has resources",
                 ));
             }
+            if name != "warning_event" {
+                for (field, set) in [
+                    ("reasons", b.reasons.is_some()),
+                    ("quiet", b.quiet.is_some()),
+                ] {
+                    if set {
+                        issues.push(Issue::new(
+                            format!("{at}.{field}"),
+                            "only `warning_event` has it",
+                        ));
+                    }
+                }
+            } else if b.for_.is_some() {
+                issues.push(Issue::new(
+                    format!("{at}.for"),
+                    "`warning_event` fires at the first matching Event; `quiet` says when it resolves",
+                ));
+            }
+            if b.reasons.as_ref().is_some_and(Vec::is_empty) {
+                issues.push(Issue::new(
+                    format!("{at}.reasons"),
+                    "is empty; leave it out for the default reasons",
+                ));
+            }
+            let quiet_ms = duration(
+                b.quiet.as_deref().unwrap_or("10m"),
+                &format!("{at}.quiet"),
+                &mut issues,
+            );
             if b.resources.as_ref().is_some_and(Vec::is_empty) {
                 issues.push(Issue::new(
                     format!("{at}.resources"),
@@ -273,12 +320,18 @@ impl AlertsConfig {
                 "node_not_ready" => Condition::NodeNotReady,
                 "rollout_stuck" => Condition::RolloutStuck,
                 "job_failed" => Condition::JobFailed,
+                "warning_event" => Condition::WarningEvent {
+                    reasons: b.reasons.clone().unwrap_or_else(|| {
+                        super::builtin::WARNING_REASONS.map(String::from).to_vec()
+                    }),
+                },
                 _ => Condition::Unscheduled,
             };
             rules.push(Rule {
                 name: name.to_string(),
                 resource: builtin_resource(condition.resource()),
                 resource_name: None,
+                quiet_ms: if name == "warning_event" { quiet_ms } else { 0 },
                 when: When::Builtin(condition),
                 for_ms,
                 severity,
@@ -342,6 +395,7 @@ impl AlertsConfig {
                     name: name.clone(),
                     resource: target.resource(),
                     resource_name: r.resource.clone().filter(|_| !target.is_pods()),
+                    quiet_ms: 0,
                     when: When::Expr(expr),
                     for_ms,
                     severity,
@@ -458,8 +512,28 @@ mod tests {
                 "unscheduled",
                 "node_not_ready",
                 "rollout_stuck",
-                "job_failed"
+                "job_failed",
+                "warning_event"
             ]
+        );
+        assert_eq!(
+            rules[11].quiet_ms, 600_000,
+            "warning_event resolves after 10m quiet"
+        );
+        assert_eq!(rules[11].resource.key().as_ref(), "events");
+        let issues =
+            alerts("restarts: {reasons: [X], quiet: 1m}\nwarning_event: {for: 1m, reasons: []}\n")
+                .unwrap_err();
+        let fields: Vec<&str> = issues.iter().map(|i| i.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "alerts.restarts.reasons",
+                "alerts.restarts.quiet",
+                "alerts.warning_event.for",
+                "alerts.warning_event.reasons"
+            ],
+            "{issues:?}"
         );
         let node = &rules[8];
         assert_eq!(

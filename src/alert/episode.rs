@@ -53,6 +53,13 @@ pub struct Episode {
     /// nor resolves, and goes with the object.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub closed: bool,
+    /// `warning_event`: the involved object and reason the episode stands for
+    /// (`{uid}/{reason}`), whichever Event object showed it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    /// `warning_event`: when it resolves unless another matching Event is seen first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve_at: Option<i64>,
 }
 
 impl Episode {
@@ -62,6 +69,7 @@ impl Episode {
         Episode {
             fired: false,
             closed: true,
+            resolve_at: None,
             prev_alert_rv: last_alert_rv,
             fired_rv: String::new(),
             facts: Map::new(),
@@ -96,6 +104,8 @@ pub struct Seen<'a> {
 pub struct Episodes {
     open: BTreeMap<String, Episode>,
     due: BTreeSet<(i64, String)>,
+    /// Firing `warning_event` episodes by the time they resolve.
+    quiet: BTreeSet<(i64, String)>,
 }
 
 /// What is saved of [`Episodes`]: the deadlines are rebuilt from it.
@@ -171,6 +181,8 @@ impl Episodes {
                         fired_rv: String::new(),
                         prev_alert_rv,
                         closed: false,
+                        group: String::new(),
+                        resolve_at: None,
                     },
                 );
                 self.tick(seen.now)
@@ -236,9 +248,73 @@ impl Episodes {
         self.len() == 0
     }
 
-    /// Fires every pending episode whose deadline is at or before `now`.
+    /// A matching Event `seen` of a `warning_event` rule (`holds`), for the involved object
+    /// and reason `group`: the group's episode, under whichever Event object showed it
+    /// first, fires now and resolves `quiet_ms` after the last such Event. Returns the
+    /// transitions, and the Event object whose episode was only refreshed (its state moved).
+    pub fn observe_quiet(
+        &mut self,
+        rule: &str,
+        quiet_ms: i64,
+        seen: &Seen,
+        holds: Option<(Evidence, String)>,
+        group: &str,
+    ) -> (Vec<Transition>, Option<String>) {
+        let Some((e, message)) = holds else {
+            return (Vec::new(), None);
+        };
+        let open = self
+            .open
+            .iter()
+            .find(|(_, ep)| !ep.closed && ep.rule == rule && ep.group == group)
+            .map(|(k, _)| k.clone());
+        if let Some(key) = open
+            && let Some(mut ep) = self.remove(&key)
+        {
+            ep.facts = e.facts;
+            ep.message = message;
+            ep.resolve_at = Some(seen.now.saturating_add(quiet_ms));
+            if ep.uid == seen.uid {
+                ep.rv = seen.rv.to_string();
+            }
+            let uid = ep.uid.clone();
+            self.insert(key, ep);
+            return (Vec::new(), Some(uid));
+        }
+        // The last alert of the group, wherever its memory is, links the new one.
+        let prev_alert_rv = self
+            .open
+            .values()
+            .find(|m| m.closed && m.rule == rule && m.group == group)
+            .map(|m| m.prev_alert_rv.clone())
+            .unwrap_or_default();
+        let ep = Episode {
+            rule: rule.to_string(),
+            uid: seen.uid.to_string(),
+            namespace: seen.namespace.to_string(),
+            name: seen.name.to_string(),
+            began_rv: seen.rv.to_string(),
+            began_at: seen.now,
+            deadline: seen.now,
+            fired: true,
+            rv: seen.rv.to_string(),
+            container: e.container,
+            facts: e.facts,
+            message,
+            fired_rv: seen.rv.to_string(),
+            prev_alert_rv,
+            closed: false,
+            group: group.to_string(),
+            resolve_at: Some(seen.now.saturating_add(quiet_ms)),
+        };
+        self.insert(format!("{}/{rule}", seen.uid), ep.clone());
+        (vec![Transition::Firing(ep)], None)
+    }
+
+    /// Fires every pending episode whose deadline is at or before `now`, and resolves every
+    /// `warning_event` episode quiet since its deadline.
     pub fn tick(&mut self, now: i64) -> Vec<Transition> {
-        let mut out = Vec::new();
+        let mut out = self.resolve_quiet(now);
         while let Some((deadline, key)) = self.due.first().cloned() {
             if deadline > now {
                 break;
@@ -269,9 +345,27 @@ impl Episodes {
             .collect()
     }
 
-    /// The earliest deadline of a pending episode: when to [`Episodes::tick`] next.
+    fn resolve_quiet(&mut self, now: i64) -> Vec<Transition> {
+        let mut out = Vec::new();
+        while let Some((at, key)) = self.quiet.first().cloned() {
+            if at > now {
+                break;
+            }
+            if let Some(ep) = self.remove(&key) {
+                self.insert(key, ep.memory(ep.rv.clone()));
+                out.push(Transition::Resolved(ep));
+            } else {
+                self.quiet.remove(&(at, key));
+            }
+        }
+        out
+    }
+
+    /// The earliest deadline of a pending or quiet episode: when to [`Episodes::tick`] next.
     pub fn next_deadline(&self) -> Option<i64> {
-        self.due.first().map(|(d, _)| *d)
+        let due = self.due.first().map(|(d, _)| *d);
+        let quiet = self.quiet.first().map(|(d, _)| *d);
+        due.into_iter().chain(quiet).min()
     }
 
     fn insert(&mut self, key: String, ep: Episode) {
@@ -279,12 +373,18 @@ impl Episodes {
         if !ep.fired && !ep.closed {
             self.due.insert((ep.deadline, key.clone()));
         }
+        if let Some(at) = ep.resolve_at.filter(|_| ep.fired && !ep.closed) {
+            self.quiet.insert((at, key.clone()));
+        }
         self.open.insert(key, ep);
     }
 
     fn remove(&mut self, key: &str) -> Option<Episode> {
         let ep = self.open.remove(key)?;
         self.due.remove(&(ep.deadline, key.to_string()));
+        if let Some(at) = ep.resolve_at {
+            self.quiet.remove(&(at, key.to_string()));
+        }
         Some(ep)
     }
 }
@@ -486,5 +586,57 @@ mod tests {
             vec!["resolved u:15:alert:restarts"]
         );
         assert!(eps.of("u").is_empty());
+    }
+
+    #[test]
+    fn a_warning_group_fires_once_whichever_event_shows_it_and_resolves_when_quiet() {
+        let mut eps = Episodes::default();
+        let warn = |uid, rv, now| (uid, rv, now);
+        let (t, refreshed) = {
+            let (uid, rv, now) = warn("e1", "20", 1_000);
+            eps.observe_quiet(
+                "warning_event",
+                5_000,
+                &seen(uid, rv, now),
+                evidence(1),
+                "pod/FailedScheduling",
+            )
+        };
+        assert_eq!(
+            (kinds(&t), refreshed),
+            (vec!["firing e1:20:alert:warning_event".to_string()], None)
+        );
+        // Another Event of the same object and reason: the first Event's episode is refreshed.
+        let (t, refreshed) = eps.observe_quiet(
+            "warning_event",
+            5_000,
+            &seen("e2", "21", 3_000),
+            evidence(1),
+            "pod/FailedScheduling",
+        );
+        assert!(t.is_empty());
+        assert_eq!(refreshed.as_deref(), Some("e1"));
+        assert_eq!(
+            eps.next_deadline(),
+            Some(8_000),
+            "quiet counts from the last such Event"
+        );
+        assert!(eps.tick(7_999).is_empty());
+        assert_eq!(
+            kinds(&eps.tick(8_000)),
+            vec!["resolved e1:20:alert:warning_event"]
+        );
+        // Later, the same group again: a new episode linking to the last alert.
+        let (t, _) = eps.observe_quiet(
+            "warning_event",
+            5_000,
+            &seen("e3", "30", 9_000),
+            evidence(1),
+            "pod/FailedScheduling",
+        );
+        let Some(Transition::Firing(ep)) = t.first() else {
+            panic!("{t:?}")
+        };
+        assert_eq!(ep.prev_alert_rv, "20");
     }
 }

@@ -35,6 +35,9 @@ pub struct Rule {
     /// A user rule's `resource` as written, when it names another kind than Pods: the
     /// pipeline binds it to the watched resource it names at start ([`Rule::bind`]).
     pub resource_name: Option<String>,
+    /// `warning_event`: how long no matching Event must be seen before its alert resolves,
+    /// in milliseconds (0 for every other rule).
+    pub quiet_ms: i64,
 }
 
 impl Rule {
@@ -194,6 +197,17 @@ impl Message {
                 Part::Fact("updated".into()),
                 text(" updated"),
             ]),
+            "warning_event" => {
+                // About the involved object, not the Event.
+                parts = vec![
+                    Part::Fact("reason".into()),
+                    text(": "),
+                    Part::Fact("message".into()),
+                    text(" ("),
+                    Part::Fact("count".into()),
+                    text(" times)"),
+                ];
+            }
             "job_failed" => parts.extend([
                 text(" failed: "),
                 Part::Fact("reason".into()),
@@ -289,6 +303,7 @@ mod tests {
             labels: BTreeMap::new(),
             resource: crate::kinds::Resource::pods(),
             resource_name: None,
+            quiet_ms: 0,
         };
         let pod = json!({"status": {"phase": "Pending"}, "spec": {"containers": [{"image": "a:latest"}, {"image": "b:1"}]}});
         let e = rule.evaluate(&pod).expect("holds");

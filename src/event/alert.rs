@@ -16,7 +16,10 @@ use crate::alert::rule::Rule;
 /// The event of `kind` (firing or resolved) for episode `ep` of `rule`.
 pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -> Event {
     let resource = &rule.resource;
-    let alert = alert_id(&rule.name, &ep.uid, &ep.began_rv);
+    // The object the alert is about: the one the episode judged, or for `warning_event`
+    // the Event's involved object (the episode belongs to the Event that showed it).
+    let about = About::of(ep, resource);
+    let alert = alert_id(&about.rule_id(&rule.name, ep), &about.uid, &ep.began_rv);
     let status = match kind {
         ChangeKind::AlertResolved => "resolved",
         _ => "firing",
@@ -31,8 +34,8 @@ pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -
         "severity": rule.severity,
         "message": ep.message,
         "labels": rule.labels,
-        "object": {"kind": &**resource.kind_name(), "apiVersion": &**resource.api_version(),
-            "namespace": ep.namespace, "name": ep.name, "uid": ep.uid},
+        "object": {"kind": about.kind, "apiVersion": about.api_version,
+            "namespace": about.namespace, "name": about.name, "uid": about.uid},
         "container": ep.container,
         "evidence": ep.facts,
         "beganAt": began_at,
@@ -50,13 +53,13 @@ pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -
         source: resource.source(cluster, &ep.namespace),
         time: jiff::Timestamp::now().to_string(),
         dataschema: SCHEMA_ALERT.into(),
-        api_version: resource.api_version().clone(),
-        k8s_kind: resource.kind_name().clone(),
+        api_version: about.api_version.as_str().into(),
+        k8s_kind: about.kind.as_str().into(),
         resource: resource.key().clone(),
         scope: "".into(),
-        uid: ep.uid.clone(),
-        namespace: ep.namespace.clone(),
-        name: ep.name.clone(),
+        uid: about.uid.clone(),
+        namespace: about.namespace.clone(),
+        name: about.name.clone(),
         rv: ep.rv.clone(),
         // The alert stream's chain: a `firing` links to the last alert event of its rule
         // for this object (empty for the first), a `resolved` to its `firing`.
@@ -71,5 +74,68 @@ pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -
         from_watch: false,
         route: None,
         data: Bytes::from(data.to_string()),
+    }
+}
+
+/// Who an alert is about.
+struct About {
+    kind: String,
+    api_version: String,
+    namespace: String,
+    name: String,
+    uid: String,
+    /// `warning_event`: the Event's reason, which makes the alert's stream (and id) its own.
+    reason: Option<String>,
+}
+
+impl About {
+    fn of(ep: &Episode, resource: &crate::kinds::Resource) -> About {
+        let o = &ep.facts.get("involvedObject");
+        match o.filter(|_| !ep.group.is_empty()) {
+            Some(o) => {
+                let s = |k: &str| o[k].as_str().unwrap_or_default().to_string();
+                About {
+                    kind: s("kind"),
+                    api_version: s("apiVersion"),
+                    namespace: s("namespace"),
+                    name: s("name"),
+                    uid: s("uid"),
+                    reason: ep
+                        .facts
+                        .get("reason")
+                        .and_then(|r| r.as_str())
+                        .map(str::to_string),
+                }
+            }
+            None => About {
+                kind: resource.kind_name().to_string(),
+                api_version: resource.api_version().to_string(),
+                namespace: ep.namespace.clone(),
+                name: ep.name.clone(),
+                uid: ep.uid.clone(),
+                reason: None,
+            },
+        }
+    }
+
+    /// The rule as the alert's id names it: `warning_event-{reason}` (in lower case), so
+    /// that each reason of an object is an alert stream of its own; else the rule's name.
+    fn rule_id(&self, rule: &str, _ep: &Episode) -> String {
+        match &self.reason {
+            None => rule.to_string(),
+            Some(r) => {
+                let r: String = r
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() {
+                            c.to_ascii_lowercase()
+                        } else {
+                            '-'
+                        }
+                    })
+                    .collect();
+                format!("{rule}-{r}")
+            }
+        }
     }
 }

@@ -153,6 +153,12 @@ impl Verifier {
             chain.last_rv = Some(rv.clone());
             return;
         }
+        if prev.is_empty() && alert_rule.is_some_and(|r| r.starts_with("warning_event-")) {
+            // A Warning-event alert links to the last one while the Event objects behind it
+            // exist; after they expired (their TTL) a new episode starts the chain again.
+            chain.last_rv = Some(rv.clone());
+            return;
+        }
         if rv_order(rv, &last) == Some(std::cmp::Ordering::Less) {
             // Late: it may fill a link a later event needed.
             chain.missing.retain(|(_, _, missing)| missing != rv);

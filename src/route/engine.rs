@@ -214,6 +214,8 @@ impl Router {
             now,
         };
         let mut transitions = Vec::new();
+        // Other objects whose episodes were refreshed without a transition.
+        let mut touched: Vec<String> = Vec::new();
         if change.kind == ChangeKind::Deleted {
             for mut t in self.episodes.deleted(&change.uid) {
                 if let Transition::Resolved(ep) = &mut t {
@@ -231,7 +233,30 @@ impl Router {
                     let message = rule.message.render(pod, &e);
                     (e, message)
                 });
-                transitions.extend(self.episodes.observe(&rule.name, rule.for_ms, &seen, holds));
+                if rule.quiet_ms > 0 {
+                    // Per involved object and reason, whichever Event shows it.
+                    let group = format!(
+                        "{}/{}",
+                        pod["involvedObject"]["uid"].as_str().unwrap_or_default(),
+                        pod["reason"].as_str().unwrap_or_default()
+                    );
+                    let (t, refreshed) = self.episodes.observe_quiet(
+                        &rule.name,
+                        rule.quiet_ms,
+                        &seen,
+                        holds,
+                        &group,
+                    );
+                    transitions.extend(t);
+                    touched.extend(refreshed.filter(|u| *u != change.uid));
+                } else {
+                    transitions.extend(self.episodes.observe(
+                        &rule.name,
+                        rule.for_ms,
+                        &seen,
+                        holds,
+                    ));
+                }
             }
         }
         let gone = change.kind == ChangeKind::Deleted;
@@ -251,6 +276,9 @@ impl Router {
         }
         // A deleted pod's marks still route its resolved alerts.
         self.alerts(transitions, Some((&change.uid, &marks)), &mut routed);
+        for uid in touched {
+            self.log_state(&uid, change.resource.key(), &mut routed);
+        }
         routed
     }
 
@@ -307,22 +335,31 @@ impl Router {
             }
         }
         for (uid, resource) in others {
-            let episodes = self.episodes.of(&uid);
-            let Some(first) = episodes.first() else {
-                continue;
-            };
-            routed.states.push(PodState {
-                uid: uid.clone(),
-                resource: resource.to_string(),
-                scope: String::new(),
-                namespace: first.namespace.clone(),
-                name: first.name.clone(),
-                rv: first.rv.clone(),
-                gone: false,
-                marks: self.marks.get(uid.as_str()).cloned().unwrap_or_default(),
-                episodes,
-            });
+            self.log_state(&uid, &resource, routed);
         }
+    }
+
+    /// Logs the state of object `uid` (of `resource`), whose episodes moved without a change
+    /// of its own.
+    fn log_state(&self, uid: &str, resource: &str, routed: &mut Routed) {
+        let episodes = self.episodes.of(uid);
+        let Some(first) = episodes.first() else {
+            return;
+        };
+        if routed.states.iter().any(|s| s.uid == uid) {
+            return;
+        }
+        routed.states.push(PodState {
+            uid: uid.to_string(),
+            resource: resource.to_string(),
+            scope: String::new(),
+            namespace: first.namespace.clone(),
+            name: first.name.clone(),
+            rv: first.rv.clone(),
+            gone: false,
+            marks: self.marks.get(uid).cloned().unwrap_or_default(),
+            episodes,
+        });
     }
 
     /// Brings back one pod's state (replaying the durable log).
