@@ -43,7 +43,7 @@ async fn a_frozen_leader_is_fenced_and_a_deleted_lease_or_a_restarted_apiserver_
     let prefix = unique_name("kc-zombie");
     let mqtt = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
     let observer = Observer::start(&scene.client, &scene.ns).await;
-    let replicas = Replicas::start(&scene, 2, &topic, &prefix);
+    let mut replicas = Replicas::start(&scene, 2, &topic, &prefix);
     // The churn starts once the first leader has listed: the changes before its list are
     // not changes it could see.
     let first = replicas.leader(LIMIT).await;
@@ -66,6 +66,10 @@ async fn a_frozen_leader_is_fenced_and_a_deleted_lease_or_a_restarted_apiserver_
         &replicas,
     );
     assert_eq!(zombie, first, "no failover yet");
+    // The standby's first read of the committed state, which a warm take-over needs.
+    replicas.procs[other]
+        .wait_for_log("standby: read the committed state", 1, LIMIT)
+        .await;
     replicas.procs[zombie].signal("STOP");
     until(&replicas, "the other replica taking over", |r| {
         r.terms(other) > 0

@@ -82,6 +82,7 @@ impl Keeper for TxnKeeper {
         };
         let (config, sink) = (client_config(&self.settings), self.sink.clone());
         Box::pin(async move {
+            let mut caught_up = false;
             loop {
                 let mut reader = lock(&txn.warm)
                     .take()
@@ -94,7 +95,12 @@ impl Keeper for TxnKeeper {
                 .await;
                 match read {
                     // Only a reader that read to the ends goes back: a take-over resumes it.
-                    Ok(Ok(reader)) => *lock(&txn.warm) = Some(reader),
+                    Ok(Ok(reader)) => {
+                        if !std::mem::replace(&mut caught_up, true) {
+                            tracing::debug!(%sink, "standby: read the committed state; a take-over reads only what follows");
+                        }
+                        *lock(&txn.warm) = Some(reader)
+                    }
                     Ok(Err(e)) => {
                         tracing::warn!(%sink, error = %crate::error_chain(&e), "standby: reading the committed state failed; the take-over reads it whole")
                     }
