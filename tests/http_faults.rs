@@ -175,7 +175,13 @@ async fn a_receiver_answering_503_at_first_loses_nothing_and_keeps_order_and_ids
     );
     started(&scene, &kafka).await;
     let churn = Churn::start(&scene.client, &scene.ns, 6, Duration::from_millis(20));
-    tokio::time::sleep(Duration::from_secs(3)).await; // the churn itself, not a wait
+    // Churn until the twelve 503s are behind and the receiver has accepted more since.
+    fake.wait_until("the 503s answered, then changes accepted", LIMIT, |p| {
+        p.iter().filter(|s| s.status == 503).count() == 12
+            && p.iter().filter(|s| s.status == 202).count() >= 20
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
     churn.stop().await;
     let m = marker(&scene).await;
     let n = everything_arrives(
@@ -331,11 +337,22 @@ async fn a_receiver_down_for_a_minute_during_churn_loses_nothing() {
     );
     started(&scene, &kafka).await;
     let churn = Churn::start(&scene.client, &scene.ns, 8, Duration::from_millis(50));
-    tokio::time::sleep(Duration::from_secs(2)).await; // churn with the receiver up
+    // Churn reaching the receiver while it is up.
+    receiver
+        .wait_until("churn reaching the receiver", LIMIT, |e| e.len() >= 20)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     receiver.stop().await;
     tokio::time::sleep(Duration::from_secs(60)).await; // the outage itself, not a wait
     let mut receiver = receiver.restart(&scene.stack).await;
-    tokio::time::sleep(Duration::from_secs(2)).await; // churn with it back
+    // Churn reaching it again once it is back.
+    let before = receiver.events().len();
+    receiver
+        .wait_until("churn reaching the receiver again", LIMIT, |e| {
+            e.len() >= before + 20
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let ops = churn.stop().await;
     let m = marker(&scene).await;
     let outcome = arrives(
