@@ -34,6 +34,15 @@ impl Backoff {
     }
 }
 
+/// Sleeps until `at`, or forever without one: a timer arm of a `select!` that is off when
+/// there is nothing to wait for.
+pub async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -192,26 +192,14 @@ async fn a_user_rule_judges_a_custom_resource_and_a_path_its_schema_lacks_exits_
     let group = format!("{}.example.com", unique_name("a"));
     let resource = format!("widgets.{group}");
     let objects = Objects::new(&scene.client);
-    objects
-        .create(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                "metadata": {"name": resource},
-                "spec": {"group": group, "scope": "Namespaced",
-                    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-                    "versions": [{"name": "v1", "served": true, "storage": true,
-                        "schema": {"openAPIV3Schema": {"type": "object",
-                            "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]}}),
+    let crd_path = objects
+        .create_crd(
+            &group,
+            json!({"plural": "widgets", "singular": "widget", "kind": "Widget"}),
+            json!({"type": "object",
+                "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}),
+            LIMIT,
         )
-        .await;
-    let crd_path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{resource}");
-    objects
-        .wait_until(&crd_path, LIMIT, "the CRD to be established", |crd| {
-            crd.and_then(|c| c["status"]["conditions"].as_array().cloned())
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c["type"] == "Established" && c["status"] == "True")
-        })
         .await;
     let watch = format!("watch:\n  resources: [{resource}]\n");
 

@@ -325,26 +325,14 @@ async fn a_custom_resource_is_waited_for_watched_once_its_crd_exists_and_emptied
     );
 
     let objects = Objects::new(&scene.client);
-    let crd_path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{resource}");
-    objects
-        .create(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                "metadata": {"name": resource},
-                "spec": {"group": group, "scope": "Namespaced",
-                    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
-                    "versions": [{"name": "v1", "served": true, "storage": true,
-                        "schema": {"openAPIV3Schema": {"type": "object",
-                            "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}}),
+    let crd_path = objects
+        .create_crd(
+            &group,
+            json!({"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]}),
+            json!({"type": "object",
+                "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}),
+            LIMIT,
         )
-        .await;
-    objects
-        .wait_until(&crd_path, LIMIT, "the CRD to be established", |crd| {
-            crd.and_then(|c| c["status"]["conditions"].as_array().cloned())
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c["type"] == "Established" && c["status"] == "True")
-        })
         .await;
     let (code, body) = wait_for(
         port,

@@ -119,27 +119,15 @@ async fn kubecast_schema_prints_a_built_ins_and_a_custom_resources_schema() {
     let group = format!("{}.example.com", unique_name("s"));
     let crd = format!("gadgets.{group}");
     let objects = Objects::new(&scene.client);
-    objects
-        .create(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                "metadata": {"name": crd},
-                "spec": {"group": group, "scope": "Namespaced",
-                    "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
-                    "versions": [{"name": "v1", "served": true, "storage": true,
-                        "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                            "spec": {"type": "object", "required": ["size"],
-                                "properties": {"size": {"type": "integer", "minimum": 1}}}}}}}]}}),
+    let at = objects
+        .create_crd(
+            &group,
+            json!({"plural": "gadgets", "singular": "gadget", "kind": "Gadget"}),
+            json!({"type": "object", "properties": {
+                "spec": {"type": "object", "required": ["size"],
+                    "properties": {"size": {"type": "integer", "minimum": 1}}}}}),
+            LIMIT,
         )
-        .await;
-    let at = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}");
-    objects
-        .wait_until(&at, LIMIT, "the CRD established", |c| {
-            c.and_then(|c| c["status"]["conditions"].as_array().cloned())
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c["type"] == "Established" && c["status"] == "True")
-        })
         .await;
     // Discovery and the OpenAPI document follow the CRD within moments.
     let deadline = tokio::time::Instant::now() + LIMIT;

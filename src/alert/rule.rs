@@ -74,9 +74,8 @@ impl Rule {
         let found = watched.iter().find(|r| r.answers_to(name)).ok_or_else(|| {
             format!("`{name}` is not among the watched resources (watch.resources); the rule would never be judged")
         })?;
-        let shipped = crate::kinds::schema::shipped_resource(name).is_some();
         self.resource = found.clone();
-        Ok(!shipped)
+        Ok(!crate::kinds::schema::ships(found))
     }
 
     /// Every field path the rule reads: its expression's and its message's.

@@ -19,7 +19,7 @@ pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -
     // The object the alert is about: the one the episode judged, or for `warning_event`
     // the Event's involved object (the episode belongs to the Event that showed it).
     let about = About::of(ep, resource);
-    let alert = alert_id(&about.rule_id(&rule.name, ep), &about.uid, &ep.began_rv);
+    let alert = alert_id(&about.rule_id(&rule.name), &about.uid, &ep.began_rv);
     let status = match kind {
         ChangeKind::AlertResolved => "resolved",
         _ => "firing",
@@ -120,7 +120,7 @@ impl About {
 
     /// The rule as the alert's id names it: `warning_event-{reason}` (in lower case), so
     /// that each reason of an object is an alert stream of its own; else the rule's name.
-    fn rule_id(&self, rule: &str, _ep: &Episode) -> String {
+    fn rule_id(&self, rule: &str) -> String {
         match &self.reason {
             None => rule.to_string(),
             Some(r) => {

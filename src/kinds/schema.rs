@@ -68,6 +68,15 @@ pub fn shipped_api_type(name: &str) -> Option<(String, Value)> {
     shipped_resource(name).map(|(_, what, schema)| (what, schema))
 }
 
+/// Whether kubecast ships the schemas of `r` (a built-in kind whose paths it can check
+/// offline), without building them.
+pub fn ships(r: &Resource) -> bool {
+    r.is_pod()
+        || SHIPPED
+            .iter()
+            .any(|(g, _, _, p, _)| *g == r.group && *p == r.plural)
+}
+
 /// [`shipped_api_type`] with the resource itself: (the resource, "a Deployment", its API
 /// type's schema).
 pub fn shipped_resource(name: &str) -> Option<(Resource, String, Value)> {

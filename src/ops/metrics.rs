@@ -398,13 +398,15 @@ impl Metrics {
     }
 
     /// `sink`'s receiver answered with `code`.
-    pub fn http_response(&self, sink: &str, code: u16) {
+    /// The counter of `sink`'s receiver answering `code`: a handle the sink keeps, so that
+    /// counting an answer allocates nothing.
+    pub fn http_responses(&self, sink: &str, code: u16) -> Counter {
         self.http_responses
             .get_or_create(&CodeLabel {
                 sink: sink.to_string(),
                 code,
             })
-            .inc();
+            .clone()
     }
 
     pub fn connected(&self, sink: &str, up: bool) {

@@ -96,6 +96,15 @@ pub struct Kept {
     pub known: Vec<KnownObject>,
 }
 
+/// What became of an event a sink took, as its window settles it (in sequence order).
+#[derive(Debug)]
+pub enum Settled {
+    /// The destination acknowledged it.
+    Delivered(Arc<Event>),
+    /// The destination refused it (or it can never be sent), for this reason.
+    Refused(Arc<Event>, String),
+}
+
 /// What a sink says about an event, in the order of its acks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Report {
@@ -214,9 +223,10 @@ impl Acks {
         self.ops.sink_connected(&self.sink, up);
     }
 
-    /// The destination answered with status `code` (HTTP sinks).
-    pub fn response(&self, code: u16) {
-        self.ops.metrics.http_response(&self.sink, code);
+    /// The counter of the destination's answers with status `code` (HTTP sinks); the sink
+    /// keeps it and counts each answer.
+    pub fn responses(&self, code: u16) -> prometheus_client::metrics::counter::Counter {
+        self.ops.metrics.http_responses(&self.sink, code)
     }
 
     /// `n` events are sent again (after a reconnect).
@@ -252,6 +262,17 @@ impl Acks {
                 })
             })?;
         self.reported_dead(event.seq, reason);
+        Ok(())
+    }
+
+    /// Reports settled events in order: delivered, or dead-lettered with the reason.
+    pub async fn settle(&self, settled: Vec<Settled>) -> Result<(), SinkError> {
+        for s in settled {
+            match s {
+                Settled::Delivered(event) => self.delivered(event.seq),
+                Settled::Refused(event, reason) => self.dead_letter(&event, reason).await?,
+            }
+        }
         Ok(())
     }
 

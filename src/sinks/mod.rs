@@ -21,7 +21,8 @@ pub use config::{
     Topics, Vars,
 };
 pub use contract::{
-    Acks, Keeper, KeeperFeed, Kept, Positions, Report, Sink, SinkError, SinkSpec, ValidSink,
+    Acks, Keeper, KeeperFeed, Kept, Positions, Report, Settled, Sink, SinkError, SinkSpec,
+    ValidSink,
 };
 pub use dead_letter::DeadLetter;
 pub use queue::{CompatShape, NotPushed, Pushed, QueueConfig, WhenFull};

@@ -59,9 +59,9 @@ fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
 }
 
 /// A rustls client configuration: the CA of `tls.ca_file` (else the system's roots), the
-/// client certificate of `cert_file`/`key_file` when given, and `alpn` protocols. Reads the
-/// files (at the sink's start).
-pub fn client_config(tls: &TlsConfig, alpn: &[&[u8]]) -> Result<rustls::ClientConfig, TlsError> {
+/// client certificate of `cert_file`/`key_file` when given (ALPN is the connector's
+/// business). Reads the files (at the sink's start).
+pub fn client_config(tls: &TlsConfig) -> Result<rustls::ClientConfig, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     match &tls.ca_file {
         Some(path) => {
@@ -89,7 +89,7 @@ pub fn client_config(tls: &TlsConfig, alpn: &[&[u8]]) -> Result<rustls::ClientCo
         source,
     })?
     .with_root_certificates(roots);
-    let mut config = match (&tls.cert_file, &tls.key_file) {
+    let config = match (&tls.cert_file, &tls.key_file) {
         (Some(cert), Some(key)) => {
             let chain = certs(cert)?;
             let pem = read(key)?;
@@ -111,7 +111,6 @@ pub fn client_config(tls: &TlsConfig, alpn: &[&[u8]]) -> Result<rustls::ClientCo
         }
         _ => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(config)
 }
 

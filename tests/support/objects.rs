@@ -98,6 +98,37 @@ impl Objects {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+
+    /// Creates a namespaced CustomResourceDefinition of `group`, version `v1`, with `names`
+    /// (`{"plural": .., "singular": .., "kind": ..}`) and `schema` (its `openAPIV3Schema`),
+    /// waits until it is established and returns its API path.
+    pub async fn create_crd(
+        &self,
+        group: &str,
+        names: Value,
+        schema: Value,
+        limit: Duration,
+    ) -> String {
+        let name = format!("{}.{group}", names["plural"].as_str().unwrap_or("things"));
+        self.create(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": name},
+                "spec": {"group": group, "scope": "Namespaced", "names": names,
+                    "versions": [{"name": "v1", "served": true, "storage": true,
+                        "schema": {"openAPIV3Schema": schema}}]}}),
+        )
+        .await;
+        let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}");
+        self.wait_until(&path, limit, "the CRD to be established", |crd| {
+            crd.and_then(|c| c["status"]["conditions"].as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        })
+        .await;
+        path
+    }
 }
 
 /// An object's `metadata.resourceVersion`.

@@ -97,10 +97,9 @@ impl GoReceiver {
             ..
         } = self;
         let _ = child.kill().await;
-        let mut again = GoReceiver::spawn(stack, &addr, args).await;
+        let again = GoReceiver::spawn(stack, &addr, args).await;
         let before = std::mem::take(&mut *events.lock().unwrap());
         again.events.lock().unwrap().splice(0..0, before);
-        again.url = again.url.clone();
         again
     }
 
@@ -206,20 +205,12 @@ impl GoReceiver {
         limit: Duration,
         done: impl Fn(&[Received]) -> bool,
     ) -> Result<Vec<Received>, String> {
-        let deadline = Instant::now() + limit;
-        loop {
-            let events = self.events();
-            if done(&events) {
-                return Ok(events);
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "timed out after {limit:?} waiting for {what}; {} events received",
-                    events.len()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        super::consume::wait_for(limit, what, || Some(self.events()).filter(|e| done(e)))
+            .await
+            .ok_or_else(|| {
+                let n = self.events().len();
+                format!("timed out after {limit:?} waiting for {what}; {n} events received")
+            })
     }
 }
 
@@ -375,20 +366,12 @@ impl FakeReceiver {
         limit: Duration,
         done: impl Fn(&[Seen]) -> bool,
     ) -> Result<Vec<Seen>, String> {
-        let deadline = Instant::now() + limit;
-        loop {
-            let posts = self.posts();
-            if done(&posts) {
-                return Ok(posts);
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "timed out after {limit:?} waiting for {what}; {} requests seen",
-                    posts.len()
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        super::consume::wait_for(limit, what, || Some(self.posts()).filter(|p| done(p)))
+            .await
+            .ok_or_else(|| {
+                let n = self.posts().len();
+                format!("timed out after {limit:?} waiting for {what}; {n} requests seen")
+            })
     }
 }
 

@@ -38,13 +38,16 @@ pub enum SendError {
     Request(#[source] hyper_util::client::legacy::Error),
     #[error("the TLS handshake failed")]
     Handshake(#[source] std::io::Error),
+    /// The request could not be built (a parsed URL and valid headers always can).
+    #[error("building the request")]
+    Build(#[source] http::Error),
 }
 
 impl SendError {
     /// The refused TLS handshake behind this failure, if it is one.
     pub fn tls_refusal(&self) -> Option<String> {
         match self {
-            SendError::Timeout(_) => None,
+            SendError::Timeout(_) | SendError::Build(_) => None,
             SendError::Request(e) => tls::refusal(e),
             SendError::Handshake(e) => tls::refusal(e),
         }
@@ -92,7 +95,7 @@ enum Authorization {
 impl Client {
     /// Builds the client: reads the TLS files and the bearer token.
     pub fn new(s: &HttpSettings) -> Result<Client, ClientError> {
-        let config = tls::client_config(&s.tls, &[])?;
+        let config = tls::client_config(&s.tls)?;
         let https = s.url.scheme_str() == Some("https");
         let check = https.then(|| {
             let host = s.url.host().unwrap_or_default();
@@ -196,11 +199,7 @@ impl Client {
         if let Some(h) = req.headers_mut() {
             *h = headers;
         }
-        // A request built from a parsed Uri, valid headers and a body cannot fail to build.
-        let req = match req.body(Full::new(body)) {
-            Ok(r) => r,
-            Err(_) => return Err(SendError::Timeout(Duration::ZERO)),
-        };
+        let req = req.body(Full::new(body)).map_err(SendError::Build)?;
         let exchange = async {
             let resp = self.pool.request(req).await.map_err(SendError::Request)?;
             let code = resp.status();

@@ -161,11 +161,13 @@ pub enum Auth {
     Basic(String, Secret),
 }
 
-/// Attribute names kubecast sets itself: `K_CE_OVERRIDES` may not replace them.
-const OWN_ATTRIBUTES: [&str; 22] = [
+/// Attribute names kubecast sets itself (with the compat shape's extensions):
+/// `K_CE_OVERRIDES` may not replace them.
+const OWN_ATTRIBUTES: [&str; 24] = [
     "specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema",
     "data", "partitionkey", "k8skind", "k8sapiversion", "k8suid", "k8snamespace", "k8sname",
     "k8srv", "k8sprevrv", "k8sinitial", "k8sinferred", "k8struncated", "kind", "apiversion",
+    "name", "namespace",
 ];
 
 impl SinkSpec for HttpConfig {
@@ -308,7 +310,7 @@ fn overrides(text: &str) -> Result<Vec<(String, String)>, String> {
         if k.is_empty() || k.len() > 20 || !k.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
             return Err(format!("extension `{k}`: names are 1 to 20 lower-case letters and digits"));
         }
-        if OWN_ATTRIBUTES.contains(&k.as_str()) || k == "name" || k == "namespace" {
+        if OWN_ATTRIBUTES.contains(&k.as_str()) {
             return Err(format!("extension `{k}` is an attribute kubecast sets itself"));
         }
         out.push((k, v));

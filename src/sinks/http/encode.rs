@@ -26,12 +26,32 @@ pub fn body_of(mode: Mode, event: &Event, overrides: &[(String, String)]) -> Byt
     }
 }
 
-/// Upper bound of the header bytes binary mode adds to an event's body.
+/// Upper bound of the header bytes binary mode adds to an event's body, from the event's
+/// fields (without building its attributes: the request does that, once): every value at
+/// most tripled by percent-encoding, 1 KiB for the names, the fixed values and the compat
+/// shape's type.
 pub fn header_bytes(mode: Mode, event: &Event, overrides: &[(String, String)]) -> usize {
     match mode {
         Mode::Binary => {
-            let attrs: usize = event.attributes().iter().map(|(k, v)| k.len() + 3 * v.len() + 8).sum();
-            attrs + overrides.iter().map(|(k, v)| k.len() + 3 * v.len() + 8).sum::<usize>()
+            let values = [
+                event.id.len(),
+                event.source.len(),
+                event.ty.len(),
+                event.namespace.len() + event.name.len() + 1,
+                event.time.len(),
+                event.dataschema.len(),
+                3 * event.uid.len(),
+                event.k8s_kind.len(),
+                event.api_version.len(),
+                event.namespace.len(),
+                event.name.len(),
+                event.rv.len(),
+                event.prev_rv.len(),
+            ];
+            // The compat shape repeats kind, apiVersion, name and namespace.
+            let compat = event.k8s_kind.len() + event.api_version.len() + event.name.len() + event.namespace.len();
+            let over: usize = overrides.iter().map(|(k, v)| k.len() + 3 * v.len() + 8).sum();
+            3 * (values.iter().sum::<usize>() + compat) + 1024 + over
         }
         Mode::Structured | Mode::Batch => 0,
     }
@@ -178,5 +198,15 @@ mod tests {
         let mut out = String::new();
         flate2::read::GzDecoder::new(&z[..]).read_to_string(&mut out).unwrap();
         assert_eq!(out, "hello hello hello");
+    }
+
+    #[test]
+    fn the_header_estimate_bounds_the_headers_really_sent() {
+        let mut e = (*event()).clone();
+        e.compat = Some(Compat::Apiserversource);
+        let over = [("team".to_string(), "shop floor \"x\"".to_string())];
+        let (h, _) = request_of(Mode::Binary, &[(Arc::new(e.clone()), e.data.clone())], &over);
+        let sent: usize = h.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
+        assert!(sent <= header_bytes(Mode::Binary, &e, &over), "{sent}");
     }
 }

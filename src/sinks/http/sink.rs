@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::client::{Answer, Client, SendError};
 use super::encode;
-use super::window::{Positions, Settled, Window};
+use super::window::{Positions, Window};
 use super::HttpSettings;
 use crate::backoff::Backoff;
 use crate::event::Event;
@@ -54,6 +54,8 @@ struct Link {
     accepted: bool,
     backoff: Backoff,
     paused_until: Option<Instant>,
+    /// `kubecast_http_responses_total` by status code.
+    responses: std::collections::HashMap<u16, prometheus_client::metrics::counter::Counter>,
 }
 
 /// Runs the sink until its queue closes and every event taken was answered.
@@ -67,6 +69,7 @@ pub async fn run(s: HttpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
         accepted: false,
         backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(30)),
         paused_until: None,
+        responses: Default::default(),
     };
     // While the receiver has not answered and nothing is being sent, an OPTIONS request
     // every few seconds tells readiness whether it is there.
@@ -84,7 +87,10 @@ pub async fn run(s: HttpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
         }
         if link.paused_until.is_none() {
             while flights.len() < s.in_flight {
-                let lingering = open && window.oldest_waiting().is_some_and(|t| now < t + s.linger);
+                // Only batch mode lingers; the scan for the oldest waiting event is its cost.
+                let lingering = open
+                    && s.linger > Duration::ZERO
+                    && window.oldest_waiting().is_some_and(|t| now < t + s.linger);
                 let Some((positions, events)) = window.next_request(s.max_events, s.max_bytes, lingering) else {
                     break;
                 };
@@ -107,7 +113,7 @@ pub async fn run(s: HttpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
         tokio::select! {
             Some((positions, n, result)) = flights.next(), if !flights.is_empty() => {
                 answered(&s, &acks, &mut link, &mut window, &positions, n, result)?;
-                report(&acks, window.settle()).await?;
+                acks.settle(window.settle()).await?;
             }
             Some(result) = maybe(&mut probe) => {
                 probe = None;
@@ -125,8 +131,8 @@ pub async fn run(s: HttpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                     }
                 }
             }
-            _ = sleep_until(link.paused_until), if link.paused_until.is_some() => {}
-            _ = sleep_until(linger_at), if linger_at.is_some() => {}
+            _ = crate::backoff::sleep_until(link.paused_until), if link.paused_until.is_some() => {}
+            _ = crate::backoff::sleep_until(linger_at), if linger_at.is_some() => {}
             next = rx.recv(), if open && window.len() < capacity => match next {
                 None => open = false,
                 Some(event) => take(&s, &acks, &mut window, event),
@@ -190,7 +196,8 @@ fn answered(
     };
     match result {
         Ok(Answer::Status { code, retry_after, body }) => {
-            acks.response(code.as_u16());
+            let c = code.as_u16();
+            link.responses.entry(c).or_insert_with(|| acks.responses(c)).inc();
             up(acks, link, true);
             if code.is_success() {
                 link.accepted = true;
@@ -246,27 +253,9 @@ fn up(acks: &Acks, link: &mut Link, connected: bool) {
     }
 }
 
-/// Reports settled events, in order; a refused one is dead-lettered.
-async fn report(acks: &Acks, settled: Vec<Settled>) -> Result<(), SinkError> {
-    for s in settled {
-        match s {
-            Settled::Delivered(event) => acks.delivered(event.seq),
-            Settled::Refused(event, reason) => acks.dead_letter(&event, reason).await?,
-        }
-    }
-    Ok(())
-}
-
 async fn maybe<T>(f: &mut Option<BoxFuture<'static, T>>) -> Option<T> {
     match f {
         Some(f) => Some(f.await),
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }

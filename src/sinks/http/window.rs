@@ -32,12 +32,7 @@ enum State {
     Refused(String),
 }
 
-/// What a settled event came to.
-#[derive(Debug)]
-pub enum Settled {
-    Delivered(Arc<Event>),
-    Refused(Arc<Event>, String),
-}
+pub use crate::sinks::Settled;
 
 /// A request's events, by their positions in the window.
 pub type Positions = Vec<u64>;

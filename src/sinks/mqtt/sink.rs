@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::conn::{self, Client, ConnError, Message, Note};
-use super::window::{Settled, Window};
+use super::window::Window;
 use super::{MqttSettings, Protocol};
 use crate::backoff::Backoff;
 use crate::event::{ChangeKind, Event};
@@ -123,7 +123,7 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
         }
         let room = window.len() < limit;
         tokio::select! {
-            _ = sleep_until(reconnect_at), if reconnect_at.is_some() => {
+            _ = crate::backoff::sleep_until(reconnect_at), if reconnect_at.is_some() => {
                 reconnect_at = None;
                 epoch += 1;
                 let (client, lp) = conn::connect(&s).await.map_err(|e| acks.failed(e))?;
@@ -147,7 +147,7 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                     Ok(Note::Sent(pkid)) => window.sent(pkid),
                     Ok(Note::Acked(pkid, refused)) => {
                         window.acked(pkid, refused);
-                        report(&acks, window.settle()).await?;
+                        acks.settle(window.settle()).await?;
                         if l.connected {
                             window.queue_with(|m| l.client.try_publish(m));
                         }
@@ -187,7 +187,7 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                     if let Some(big) = too_big(&msgs) {
                         // Dead-lettered in its place in the sequence, after what is before it.
                         window.push_refused(event, format!("MQTT packet of about {big} bytes exceeds max_packet_bytes {}", s.max_packet_bytes));
-                        report(&acks, window.settle()).await?;
+                        acks.settle(window.settle()).await?;
                         continue;
                     }
                     window.push(event, msgs);
@@ -200,17 +200,6 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
     }
 }
 
-/// Reports settled events, in order; a refused one is dead-lettered.
-async fn report(acks: &Acks, settled: Vec<Settled>) -> Result<(), SinkError> {
-    for s in settled {
-        match s {
-            Settled::Delivered(event) => acks.delivered(event.seq),
-            Settled::Refused(event, reason) => acks.dead_letter(&event, reason).await?,
-        }
-    }
-    Ok(())
-}
-
 /// Forwards one connection's notifications until its first error.
 async fn drive(mut lp: conn::Loop, epoch: u64, tx: mpsc::Sender<(u64, Result<Note, ConnError>)>) {
     loop {
@@ -219,12 +208,5 @@ async fn drive(mut lp: conn::Loop, epoch: u64, tx: mpsc::Sender<(u64, Result<Not
         if tx.send((epoch, note)).await.is_err() || failed {
             return;
         }
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

@@ -30,13 +30,7 @@ struct Entry {
     refused: Option<String>,
 }
 
-/// What became of a settled event.
-#[derive(Debug)]
-pub enum Settled {
-    Delivered(Arc<Event>),
-    /// The broker refused one of its publishes, for this reason.
-    Refused(Arc<Event>, String),
-}
+pub use crate::sinks::Settled;
 
 /// The publishes not yet settled, oldest first.
 #[derive(Default)]
