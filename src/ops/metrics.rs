@@ -453,6 +453,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_http_sinks_answers_are_counted_by_status_code() {
+        let m = Metrics::new();
+        m.http_responses("knative", 202).inc();
+        m.http_responses("knative", 202).inc();
+        m.http_responses("knative", 503).inc();
+        let text = m.encode();
+        assert!(
+            text.contains("kubecast_http_responses_total{sink=\"knative\",code=\"202\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubecast_http_responses_total{sink=\"knative\",code=\"503\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn the_text_format_names_every_family_with_its_labels() {
         let m = Metrics::new();
         m.observed(ChangeKind::Deleted, true);
