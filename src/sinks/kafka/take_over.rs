@@ -84,24 +84,26 @@ impl Keeper for TxnKeeper {
         Box::pin(async move {
             let mut caught_up = false;
             loop {
-                let mut reader = lock(&txn.warm)
+                let mut slot = txn.warm.clone().lock_owned().await;
+                let mut reader = slot
                     .take()
                     .filter(|r| r.fresh(WARM_FOR))
                     .unwrap_or_else(|| StateReader::new(&txn));
                 let config = config.clone();
                 let read = tokio::task::spawn_blocking(move || {
-                    reader.read(&config, CALL_TIMEOUT).map(|()| reader)
+                    let read = reader.read(&config, CALL_TIMEOUT).map(|()| reader);
+                    (slot, read)
                 })
                 .await;
                 match read {
                     // Only a reader that read to the ends goes back: a take-over resumes it.
-                    Ok(Ok(reader)) => {
+                    Ok((mut slot, Ok(reader))) => {
                         if !std::mem::replace(&mut caught_up, true) {
                             tracing::debug!(%sink, "standby: read the committed state; a take-over reads only what follows");
                         }
-                        *lock(&txn.warm) = Some(reader)
+                        *slot = Some(reader)
                     }
-                    Ok(Err(e)) => {
+                    Ok((_, Err(e))) => {
                         tracing::warn!(%sink, error = %crate::error_chain(&e), "standby: reading the committed state failed; the take-over reads it whole")
                     }
                     Err(_) => {}
@@ -160,7 +162,7 @@ pub(super) async fn take_over(
     let fenced = started.elapsed();
     // Only now, with every other producer fenced, is the checkpoint final. A standby's
     // reader has only what was committed since its last read left to read.
-    let warm = lock(&txn.warm).take().filter(|r| r.fresh(WARM_FOR));
+    let warm = txn.warm.lock().await.take().filter(|r| r.fresh(WARM_FOR));
     let was_warm = warm.is_some();
     let mut reader = warm.unwrap_or_else(|| StateReader::new(txn));
     let reader = tokio::task::spawn_blocking(move || -> Result<_, CheckpointError> {

@@ -83,8 +83,10 @@ pub struct TxnSettings {
     /// The producer that took over (fenced the others) and the position it read, handed
     /// from the pipeline's start ([`crate::sinks::Keeper`]) to the running sink.
     pub(super) ready: Arc<Mutex<Option<Ready>>>,
-    /// What a standby has read of the topics so far, for its take-over.
-    pub(super) warm: Arc<Mutex<Option<StateReader>>>,
+    /// What a standby has read of the topics so far, for its take-over. Held for the whole
+    /// of each standby read, so that a take-over waits for a read under way rather than
+    /// finding the reader out of its place and reading everything again.
+    pub(super) warm: Arc<tokio::sync::Mutex<Option<StateReader>>>,
 }
 
 impl std::fmt::Debug for TxnSettings {
