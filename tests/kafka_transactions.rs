@@ -287,6 +287,7 @@ fn pod_state(uid: &str, rv: &str) -> Vec<u8> {
         namespace: "ns".to_string(),
         name: format!("pod-{uid}"),
         rv: rv.to_string(),
+        ..PodState::default()
     }
     .to_bytes()
 }

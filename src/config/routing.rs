@@ -135,14 +135,6 @@ pub(super) fn feeds(
             }
         }
     }
-    if let Some((keeper, _)) = sinks.iter().find(|(_, v)| v.sink.keeper().is_some()) {
-        let field = if routes.is_empty() {
-            "alerts"
-        } else {
-            "routes"
-        };
-        issues.push(Issue::new(field, format!("routes and alerts are not supported with the exactly_once sink sinks.{keeper} yet (its checkpoint holds no route or alert state)")));
-    }
     Routing {
         routes,
         rules,

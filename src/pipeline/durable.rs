@@ -17,11 +17,12 @@ use crate::config::{InitialList, StateConfig};
 use crate::event::Event;
 use crate::ops::Ops;
 use crate::route::engine::{PodState, Router};
-use crate::sinks::{KeeperFeed, Kept};
+use crate::sinks::{KeeperFeed, Kept, Step};
 use crate::store::{Record, Snapshot, Store, StoreError, StoreSettings};
 use crate::watch::Observed;
 
 use super::feed::Feed;
+use super::routed::To;
 
 /// What the durable state needs to know of the config.
 #[derive(Debug, Clone)]
@@ -68,6 +69,10 @@ pub struct Durable {
     snapshot_due: bool,
     ops: Arc<Ops>,
     feed: Feed,
+    /// With a keeper that takes steps: the keeper's place among the sinks (index, name), and
+    /// the step under way.
+    keeper_at: Option<(usize, Arc<str>)>,
+    step: Step,
 }
 
 impl Durable {
@@ -89,12 +94,13 @@ impl Durable {
             snapshot_due: false,
             ops: s.ops.clone(),
             feed: Feed::new(&s.sinks, s.keeper.as_ref().map(|(n, _)| n.as_str()), 0),
+            keeper_at: None,
+            step: Step::default(),
         };
-        if let Some((keeper, kept)) = s.keeper {
-            // Validation refuses routes and alerts beside an exactly-once sink.
-            return Ok(durable.kept(keeper, kept, &s.sinks, s.initial, &s.resources));
-        }
         let mut router = s.router;
+        if let Some((keeper, kept)) = s.keeper {
+            return Ok(durable.kept(keeper, kept, &s.sinks, s.initial, &s.resources, router));
+        }
         let Some(dir) = &s.state.dir else {
             let start = Start {
                 classifier: Classifier::new(s.initial),
@@ -191,7 +197,8 @@ impl Durable {
         Ok((durable, start))
     }
 
-    /// Starts from what the keeper had committed (or afresh when it had nothing).
+    /// Starts from what the keeper had committed (or afresh when it had nothing). With a
+    /// router, the keeper commits whole steps and the routing state with them.
     fn kept(
         mut self,
         keeper: String,
@@ -199,28 +206,45 @@ impl Durable {
         sinks: &[String],
         initial: InitialList,
         resources: &[String],
+        mut router: Option<Router>,
     ) -> (Durable, Start) {
+        let from = kept.as_ref().map_or(0, |k| k.seq);
+        self.next_seq = from + 1;
+        self.step.upto = from;
+        self.feed = Feed::new(sinks, Some(&keeper), from);
+        if router.is_some() {
+            self.feed = self.feed.with_steps();
+            let index = sinks
+                .iter()
+                .position(|s| *s == keeper)
+                .unwrap_or(usize::MAX);
+            self.keeper_at = Some((index, keeper.as_str().into()));
+        }
         let Some(kept) = kept else {
             let start = Start {
                 classifier: Classifier::new(initial),
                 resume: HashMap::new(),
                 pending: BTreeMap::new(),
-                router: None,
+                router,
             };
             return (self, start);
         };
-        self.next_seq = kept.seq + 1;
-        self.feed = Feed::new(sinks, Some(&keeper), kept.seq);
         // Positions are by scope label; one no watch has (the config changed) is not used.
         self.positions = kept
             .positions
             .into_iter()
             .map(|(scope, rv)| (Arc::from(scope), Some(rv)))
             .collect();
+        if let Some(r) = router.as_mut() {
+            for state in &kept.routing {
+                r.restore(state);
+            }
+        }
         tracing::info!(
             sink = keeper,
             seq = kept.seq,
             known_objects = kept.known.len(),
+            routing_states = kept.routing.len(),
             positions = ?self.positions,
             "state restored from the exactly-once sink's checkpoint"
         );
@@ -231,7 +255,7 @@ impl Durable {
             classifier,
             resume: resume_of(&self.positions),
             pending: BTreeMap::new(),
-            router: None,
+            router,
         };
         (self, start)
     }
@@ -311,6 +335,10 @@ impl Durable {
             let scope = self.state_scope(&state);
             self.positions.insert(scope, Some(state.rv.clone()));
         }
+        if self.feed.has_steps() {
+            self.step.states.push(Arc::new(state));
+            return;
+        }
         let Some(store) = self.store.as_mut() else {
             return;
         };
@@ -320,6 +348,15 @@ impl Durable {
             state: Arc::new(state),
             from_watch,
         });
+    }
+
+    /// Event `seq` goes to the sinks `to`: the keeper notes the last of its own in the step.
+    pub fn routed(&mut self, seq: u64, to: &To) {
+        if let Some((index, name)) = &self.keeper_at
+            && to.includes(*index, name)
+        {
+            self.step.keeper_last = Some(seq);
+        }
     }
 
     /// Records the watch position an observation moves (after its events): a list under
@@ -357,11 +394,40 @@ impl Durable {
             // No store with a keeper: the events were numbered by `next_seq`.
             self.feed.moved(self.next_seq - 1, &self.positions);
         }
+        if self.feed.has_steps() {
+            self.finish_step();
+        }
         if self.batch.is_empty() {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.batch);
         self.blocking(move |store| store.append(&batch)).await
+    }
+
+    /// Hands the step under way to the keeper when it moved anything.
+    fn finish_step(&mut self) {
+        let positions: BTreeMap<String, String> = self
+            .positions
+            .iter()
+            .filter_map(|(scope, rv)| Some((scope.to_string(), rv.clone()?)))
+            .collect();
+        let upto = self.next_seq - 1;
+        let moved = upto != self.step.upto
+            || !self.step.states.is_empty()
+            || positions != self.step.positions;
+        if !moved {
+            return;
+        }
+        let step = Step {
+            upto,
+            keeper_last: self.step.keeper_last.take(),
+            positions: positions.clone(),
+            states: std::mem::take(&mut self.step.states),
+        };
+        // What the next step is compared with.
+        self.step.upto = upto;
+        self.step.positions = positions;
+        self.feed.step(step);
     }
 
     /// `sink` settled everything up to `seq`.

@@ -177,23 +177,10 @@ async fn without_a_state_directory_events_are_numbered_from_one_and_nothing_is_k
 async fn with_routes_a_crash_restores_pod_states_alert_timers_and_only_each_sinks_own_route_events()
 {
     use crate::classify::Change;
-    use crate::route::config::RouteConfig;
-    let router = || {
-        let a: RouteConfig = serde_saphyr::from_str("sinks: [a]\n").unwrap();
-        let b: RouteConfig = serde_saphyr::from_str("sinks: [b]\nchanges: [phase]\n").unwrap();
-        let routes = vec![
-            a.validate("ra", &["a", "b"], &["pods"]).unwrap(),
-            b.validate("rb", &["a", "b"], &["pods"]).unwrap(),
-        ];
-        let alerts: crate::alert::config::AlertsConfig =
-            serde_saphyr::from_str("not_ready: {for: 1h}\nunscheduled: {enabled: false}\n")
-                .unwrap();
-        Router::new(routes, alerts.validate().unwrap())
-    };
     let dir = temp_dir("routes");
     let open = || {
         let mut s = settings(Some(dir.clone()), &["a", "b"]);
-        s.router = Some(router());
+        s.router = Some(two_routes_and_a_timer());
         Durable::open(s)
     };
     let (mut d, start) = open().await.unwrap();
@@ -263,6 +250,98 @@ async fn with_routes_a_crash_restores_pod_states_alert_timers_and_only_each_sink
         vec![Some("rb".to_string())],
         "b gets back only its route's event"
     );
+}
+
+/// Two routes (`ra` to sink a, `rb` to sink b on phase changes) and a 1 h `not_ready`.
+fn two_routes_and_a_timer() -> Router {
+    use crate::route::config::RouteConfig;
+    let a: RouteConfig = serde_saphyr::from_str("sinks: [a]\n").unwrap();
+    let b: RouteConfig = serde_saphyr::from_str("sinks: [b]\nchanges: [phase]\n").unwrap();
+    let routes = vec![
+        a.validate("ra", &["a", "b"], &["pods"]).unwrap(),
+        b.validate("rb", &["a", "b"], &["pods"]).unwrap(),
+    ];
+    let alerts: crate::alert::config::AlertsConfig =
+        serde_saphyr::from_str("not_ready: {for: 1h}\nunscheduled: {enabled: false}\n").unwrap();
+    Router::new(routes, alerts.validate().unwrap())
+}
+
+#[tokio::test]
+async fn beside_an_exactly_once_sink_routes_hand_it_whole_steps_and_start_from_its_routing_state() {
+    use crate::classify::Change;
+    use crate::route::engine::Out;
+    let keeper = |kept| {
+        let mut s = settings(None, &["a", "b"]);
+        s.keeper = Some(("a".to_string(), kept));
+        s.router = Some(two_routes_and_a_timer());
+        Durable::open(s)
+    };
+    let (mut d, start) = keeper(None).await.unwrap();
+    let mut r = start.router.expect("a router");
+    let slot = d
+        .feed()
+        .steps
+        .expect("steps, with a router beside a keeper");
+    let mut steps = slot.lock().unwrap().take().expect("the receiver, once");
+    let pod =
+        br#"{"metadata":{"uid":"u1","namespace":"ns","name":"p"},"status":{"phase":"Pending"}}"#;
+    let change = Change {
+        kind: ChangeKind::Added,
+        resource: crate::kinds::Resource::pods(),
+        scope: "ns".into(),
+        uid: "u1".into(),
+        namespace: "ns".into(),
+        name: "p".into(),
+        rv: "10".into(),
+        prev_rv: String::new(),
+        inferred: false,
+        initial: false,
+        object: Some(bytes::Bytes::from_static(pod)),
+    };
+    let routed = r.on_change(&change, 1_000);
+    for o in &routed.outs {
+        if let Out::Change { route: Some(i), .. } = o {
+            let e = d.event(event(0, "u1", "10", ChangeKind::Added), false);
+            d.routed(e.seq, &super::To::Sinks(1 << i));
+        }
+    }
+    for s in routed.states {
+        d.pod(s, true);
+    }
+    d.commit().await.unwrap();
+    let step = steps.try_recv().expect("a step per batch");
+    assert_eq!(step.upto, 2, "two events: one per route");
+    assert_eq!(
+        step.keeper_last,
+        Some(1),
+        "only route ra's event is the keeper's"
+    );
+    assert_eq!(step.positions.get("ns").map(String::as_str), Some("10"));
+    assert_eq!(step.states.len(), 1);
+    assert_eq!(step.states[0].marks.len(), 2, "a mark per route");
+    d.commit().await.unwrap();
+    assert!(steps.try_recv().is_err(), "nothing moved, no step");
+
+    // A new leader starts from what the keeper committed with that step.
+    let kept = Kept {
+        seq: step.upto,
+        positions: step.positions.clone(),
+        known: Vec::new(),
+        routing: step.states.iter().map(|s| (**s).clone()).collect(),
+    };
+    let (d, start) = keeper(Some(kept)).await.unwrap();
+    let r = start.router.expect("a router");
+    assert_eq!(
+        r.next_deadline(),
+        Some(1_000 + 3_600_000),
+        "the pending timer, at its original deadline"
+    );
+    assert_eq!(start.resume.get("ns"), Some(&Some("10".to_string())));
+    let e = {
+        let mut d = d;
+        d.event(event(0, "u1", "11", ChangeKind::Modified), false)
+    };
+    assert_eq!(e.seq, 3, "numbering continues after the step");
 }
 
 #[tokio::test]

@@ -4,13 +4,19 @@
 //! (they move without an event when a list completes or a bookmark arrives, and the keeper
 //! commits them so that a restart resumes there instead of listing again).
 //!
+//! With routes or alert rules, it also carries the pipeline's [`Step`]s: the keeper then
+//! commits whole steps with the routing state they leave.
+//!
 //! Entry point: [`Feed`], owned by [`super::durable::Durable`].
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
-use crate::sinks::{KeeperFeed, Positions};
+use crate::sinks::{KeeperFeed, Positions, Step};
+
+type StepSlot = Arc<Mutex<Option<mpsc::UnboundedReceiver<Step>>>>;
 
 pub struct Feed {
     keeper: Option<String>,
@@ -18,6 +24,9 @@ pub struct Feed {
     acked: HashMap<String, u64>,
     settled: watch::Sender<u64>,
     positions: watch::Sender<Positions>,
+    /// With routes or alert rules beside a keeper: the steps' sender, and the receiver
+    /// until the keeper takes it.
+    steps: Option<(mpsc::UnboundedSender<Step>, StepSlot)>,
 }
 
 impl Feed {
@@ -40,6 +49,29 @@ impl Feed {
                 positions: BTreeMap::new(),
             })
             .0,
+            steps: None,
+        }
+    }
+
+    /// The keeper commits whole [`Step`]s (with routes or alert rules).
+    pub fn with_steps(mut self) -> Feed {
+        if self.keeper.is_some() {
+            let (tx, rx) = mpsc::unbounded_channel();
+            self.steps = Some((tx, Arc::new(Mutex::new(Some(rx)))));
+        }
+        self
+    }
+
+    /// Whether the keeper takes steps.
+    pub fn has_steps(&self) -> bool {
+        self.steps.is_some()
+    }
+
+    /// Hands a finished step to the keeper.
+    pub fn step(&self, step: Step) {
+        if let Some((tx, _)) = &self.steps {
+            // The keeper gone means the pipeline is stopping on its error.
+            let _ = tx.send(step);
         }
     }
 
@@ -83,6 +115,7 @@ impl Feed {
         KeeperFeed {
             settled: self.settled.subscribe(),
             positions: self.positions.subscribe(),
+            steps: self.steps.as_ref().map(|(_, slot)| slot.clone()),
         }
     }
 }

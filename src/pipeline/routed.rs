@@ -176,7 +176,9 @@ impl Routes {
                 }
                 None => To::All,
             };
-            out.push((durable.event(event, false), to));
+            let event = durable.event(event, false);
+            durable.routed(event.seq, &to);
+            out.push((event, to));
         }
         for state in routed.states {
             let watched = from_watch && change.is_some_and(|c| c.uid == state.uid);

@@ -85,7 +85,7 @@ pub trait Keeper: Send + Sync {
 }
 
 /// What a [`Keeper`] had committed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Kept {
     /// The sequence number of the last event committed.
     pub seq: u64,
@@ -94,6 +94,9 @@ pub struct Kept {
     pub positions: BTreeMap<String, String>,
     /// Each known pod and the resourceVersion of its last committed event.
     pub known: Vec<KnownObject>,
+    /// With routes or alert rules: each object's routing state (route marks, alert
+    /// episodes) as committed.
+    pub routing: Vec<crate::route::engine::PodState>,
 }
 
 /// What became of an event a sink took, as its window settles it (in sequence order).
@@ -157,6 +160,30 @@ pub struct KeeperFeed {
     /// The watch positions after the last event numbered so far: they move without an
     /// event when a list completes or a bookmark arrives.
     pub positions: watch::Receiver<Positions>,
+    /// With routes or alert rules, the pipeline's [`Step`]s, taken once by the keeper: it
+    /// then commits whole steps (see there) instead of following `positions`.
+    pub steps: Option<Arc<std::sync::Mutex<Option<mpsc::UnboundedReceiver<Step>>>>>,
+}
+
+/// One batch of the pipeline as a [`Keeper`] commits it under routes or alert rules. A
+/// change there becomes any number of events (one per route that takes it, alerts), some for
+/// other sinks only, and moves its object's routing state; a restart from a checkpoint in the
+/// middle of a change would number its events again differently. So a keeper commits whole
+/// steps: the events up to `upto` that are its own, the routing states and the positions
+/// after them, and the checkpoint `upto`.
+#[derive(Debug, Clone, Default)]
+pub struct Step {
+    /// The sequence number of the last event numbered by the end of the step.
+    pub upto: u64,
+    /// The last event of the step that goes to the keeper, if any: the keeper commits the
+    /// step once it has taken that event.
+    pub keeper_last: Option<u64>,
+    /// The watch positions after the step (per scope label; a scope missing is listed
+    /// again).
+    pub positions: BTreeMap<String, String>,
+    /// The routing state of each object the step moved, in order (an object may come twice;
+    /// the last one stands).
+    pub states: Vec<Arc<crate::route::engine::PodState>>,
 }
 
 impl KeeperFeed {
@@ -166,6 +193,7 @@ impl KeeperFeed {
         KeeperFeed {
             settled: watch::channel(u64::MAX).1,
             positions: watch::channel(Positions::default()).1,
+            steps: None,
         }
     }
 }
@@ -215,6 +243,14 @@ impl Acks {
     /// others everything they had not acknowledged.
     pub fn settled_by_others(&self) -> watch::Receiver<u64> {
         self.feed.settled.clone()
+    }
+
+    /// With routes or alert rules, the pipeline's steps ([`Step`]): `Some` once, for the
+    /// keeper.
+    pub fn take_steps(&self) -> Option<mpsc::UnboundedReceiver<Step>> {
+        let slot = self.feed.steps.as_ref()?;
+        // The slot holds a receiver or nothing; a panic elsewhere does not spoil it.
+        slot.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     /// The sink is connected to its destination (`true`) or lost it: readiness and the

@@ -21,7 +21,7 @@ pub use config::{
     Topics, Vars,
 };
 pub use contract::{
-    Acks, Keeper, KeeperFeed, Kept, Positions, Report, Settled, Sink, SinkError, SinkSpec,
+    Acks, Keeper, KeeperFeed, Kept, Positions, Report, Settled, Sink, SinkError, SinkSpec, Step,
     ValidSink,
 };
 pub use dead_letter::DeadLetter;

@@ -16,6 +16,8 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
+use crate::alert::episode::Episode;
+use crate::route::engine::{Mark, PodState as RoutingState};
 use crate::store::KnownObject;
 
 /// One sink's position, as committed with its events.
@@ -105,7 +107,7 @@ pub(super) fn apply_checkpoint(
 }
 
 /// The value of an object's record in the state topic (its key is the object's uid).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PodState {
     /// The object's resource key (`deployments.apps`); records written before other kinds
     /// were watched have none and hold Pods, and Pods' records still leave it out.
@@ -116,13 +118,41 @@ pub struct PodState {
     pub name: String,
     /// The resourceVersion of the pod's last event committed.
     pub rv: String,
+    /// With routes or alert rules: the label of the watch scope the object came from.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub scope: String,
+    /// With routes: each route's mark for the object (its chain link, predicate
+    /// fingerprint and match).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<Mark>,
+    /// With alert rules: the object's open episodes (pending with their deadlines, firing)
+    /// and the memories of closed ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub episodes: Vec<Episode>,
 }
 
 impl PodState {
     /// The record's value.
     pub fn to_bytes(&self) -> Vec<u8> {
-        // Three strings always serialize.
+        // Strings, numbers and maps of them always serialize.
         serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// The record of an object's routing state (the key is its uid).
+    pub fn of_routing(state: &RoutingState) -> PodState {
+        PodState {
+            resource: if state.resource_key() == "pods" {
+                String::new()
+            } else {
+                state.resource.clone()
+            },
+            namespace: state.namespace.clone(),
+            name: state.name.clone(),
+            rv: state.rv.clone(),
+            scope: state.scope.clone(),
+            marks: state.marks.clone(),
+            episodes: state.episodes.clone(),
+        }
     }
 }
 
@@ -192,6 +222,25 @@ pub(super) fn known_pods(known: &HashMap<String, PodState>) -> Vec<KnownObject> 
             namespace: s.namespace.clone(),
             name: s.name.clone(),
             rv: s.rv.clone(),
+        })
+        .collect()
+}
+
+/// The routing states of a state read: the objects with route marks or alert episodes.
+pub(super) fn routing_states(known: &HashMap<String, PodState>) -> Vec<RoutingState> {
+    known
+        .iter()
+        .filter(|(_, s)| !s.marks.is_empty() || !s.episodes.is_empty())
+        .map(|(uid, s)| RoutingState {
+            uid: uid.clone(),
+            resource: s.resource.clone(),
+            scope: s.scope.clone(),
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
+            rv: s.rv.clone(),
+            gone: false,
+            marks: s.marks.clone(),
+            episodes: s.episodes.clone(),
         })
         .collect()
 }
@@ -324,8 +373,49 @@ mod tests {
             namespace: String::new(),
             name: "n".into(),
             rv: "8".into(),
+            ..PodState::default()
         };
         let back: PodState = serde_json::from_slice(&node.to_bytes()).expect("a state");
         assert_eq!(known_pods(&HashMap::from([("n".to_string(), back)]))[0].resource, "nodes");
+    }
+
+    #[test]
+    fn a_routing_state_round_trips_through_its_record_with_marks_and_episodes() {
+        let state = RoutingState {
+            uid: "u1".into(),
+            resource: "deployments.apps".into(),
+            scope: "deployments.apps/*".into(),
+            namespace: "ns".into(),
+            name: "web".into(),
+            rv: "42".into(),
+            gone: false,
+            marks: vec![Mark {
+                fp: 7,
+                last: "41".into(),
+                matched: true,
+            }],
+            episodes: serde_json::from_str(
+                r#"[{"rule":"rollout_stuck","uid":"u1","namespace":"ns","name":"web","began_rv":"40","began_at":1000,"deadline":601000,"fired":false,"rv":"42","container":null,"facts":{},"message":"m"}]"#,
+            )
+            .expect("an episode"),
+        };
+        let record = PodState::of_routing(&state).to_bytes();
+        let back: PodState = serde_json::from_slice(&record).expect("a state");
+        let known = HashMap::from([("u1".to_string(), back)]);
+        assert_eq!(routing_states(&known), vec![state]);
+        assert_eq!(known_pods(&known)[0].rv, "42", "the known state reads it too");
+        let plain = HashMap::from([(
+            "u2".to_string(),
+            PodState {
+                namespace: "ns".into(),
+                name: "p".into(),
+                rv: "1".into(),
+                ..PodState::default()
+            },
+        )]);
+        assert!(
+            routing_states(&plain).is_empty(),
+            "a record without routes or alerts restores no routing state"
+        );
     }
 }

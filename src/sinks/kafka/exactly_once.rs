@@ -83,6 +83,9 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
             .0,
     };
     acks.connected(true);
+    if let Some(steps) = acks.take_steps() {
+        return super::steps::run(&mut ready, &settings, &txn, rx, &acks, steps).await;
+    }
     let mut settled = acks.settled_by_others();
     let mut moved = acks.positions();
     let mut feed_open = true;
@@ -179,6 +182,7 @@ async fn commit(
                 namespace: e.namespace.clone(),
                 name: e.name.clone(),
                 rv: e.rv.clone(),
+                ..PodState::default()
             }
             .to_bytes()
         });
@@ -197,7 +201,7 @@ async fn commit(
 
 /// Runs one transaction to its commit, sending it again after an abort; fencing and fatal
 /// errors end the sink.
-async fn transact(
+pub(super) async fn transact(
     ready: &Ready,
     settings: &KafkaSettings,
     txn: &TxnSettings,
@@ -275,7 +279,7 @@ async fn attempt(
 }
 
 /// Reports `batch` in order: each event delivered, or dead-lettered with its reason.
-async fn report(acks: &Acks, batch: &[Arc<Event>], dead: &[(u64, String)]) -> Result<(), SinkError> {
+pub(super) async fn report(acks: &Acks, batch: &[Arc<Event>], dead: &[(u64, String)]) -> Result<(), SinkError> {
     let dead: HashMap<u64, &str> = dead.iter().map(|(s, r)| (*s, r.as_str())).collect();
     for e in batch {
         match dead.get(&e.seq) {

@@ -9,6 +9,7 @@ pub mod checkpoint;
 mod exactly_once;
 mod sink;
 mod state_reader;
+mod steps;
 mod take_over;
 pub mod txn;
 mod txn_config;

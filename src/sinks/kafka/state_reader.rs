@@ -93,6 +93,7 @@ impl StateReader {
             seq: c.seq,
             positions: c.positions.clone(),
             known: checkpoint::known_pods(&self.known),
+            routing: checkpoint::routing_states(&self.known),
         })
     }
 }

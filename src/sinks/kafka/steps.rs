@@ -1,0 +1,184 @@
+//! The exactly-once sink under routes or alert rules: it commits whole [`Step`]s of the
+//! pipeline. A step's events are its own ones up to the step's end (others go to other sinks
+//! only); with them, in one transaction, go the routing state of every object the steps moved
+//! (state topic: route marks and alert episodes beside the resourceVersion, a tombstone when
+//! the object went) and the checkpoint at the last step's end. A restart or a new leader
+//! then continues each route's chain and each alert's `for` timer from exactly what a
+//! `read_committed` consumer has seen.
+//!
+//! Entry point: [`run`], called by the exactly-once sink's loop when the pipeline hands it
+//! steps.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::KafkaSettings;
+use super::checkpoint::{Checkpoint, PodState};
+use super::exactly_once::{report, transact};
+use super::take_over::Ready;
+use super::txn_config::TxnSettings;
+use crate::event::Event;
+use crate::sinks::queue::QueueRx;
+use crate::sinks::{Acks, SinkError, Step};
+
+/// What the sink holds between commits.
+struct Held {
+    /// Its events, taken from the queue, not committed yet (in sequence order).
+    events: VecDeque<Arc<Event>>,
+    /// Steps not committed yet, in order.
+    steps: VecDeque<Step>,
+    queue_open: bool,
+    steps_open: bool,
+}
+
+/// Runs until the queue closes and every complete step is committed.
+pub(super) async fn run(
+    ready: &mut Ready,
+    settings: &KafkaSettings,
+    txn: &TxnSettings,
+    mut rx: QueueRx,
+    acks: &Acks,
+    mut steps: mpsc::UnboundedReceiver<Step>,
+) -> Result<(), SinkError> {
+    let mut settled = acks.settled_by_others();
+    let mut held = Held {
+        events: VecDeque::new(),
+        steps: VecDeque::new(),
+        queue_open: true,
+        steps_open: true,
+    };
+    loop {
+        if !held.take(&mut rx, &mut steps, None).await {
+            // The queue closed: every step its events belong to was sent before them.
+            while let Ok(s) = steps.try_recv() {
+                held.steps.push_back(s);
+            }
+            commit_complete(ready, settings, txn, acks, &mut held, &mut settled).await?;
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + txn.linger;
+        while held.events.len() < txn.max_events
+            && held.take(&mut rx, &mut steps, Some(deadline)).await
+        {}
+        commit_complete(ready, settings, txn, acks, &mut held, &mut settled).await?;
+    }
+}
+
+impl Held {
+    /// Takes the next event or step; `false` when the queue has closed or `until` passed.
+    async fn take(
+        &mut self,
+        rx: &mut QueueRx,
+        steps: &mut mpsc::UnboundedReceiver<Step>,
+        until: Option<tokio::time::Instant>,
+    ) -> bool {
+        let linger = async {
+            match until {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            e = rx.recv(), if self.queue_open => match e {
+                Some(e) => self.events.push_back(e),
+                None => self.queue_open = false,
+            },
+            s = steps.recv(), if self.steps_open => match s {
+                Some(s) => self.steps.push_back(s),
+                None => self.steps_open = false,
+            },
+            _ = linger => return false,
+        }
+        self.queue_open
+    }
+}
+
+/// Commits every step whose own events the sink has all taken, with those events.
+async fn commit_complete(
+    ready: &mut Ready,
+    settings: &KafkaSettings,
+    txn: &TxnSettings,
+    acks: &Acks,
+    held: &mut Held,
+    settled: &mut tokio::sync::watch::Receiver<u64>,
+) -> Result<(), SinkError> {
+    let taken = held
+        .events
+        .back()
+        .map_or(ready.committed, |e| e.seq)
+        .max(ready.committed);
+    let complete = complete(&held.steps, taken);
+    let Some(upto) = complete.checked_sub(1).map(|i| held.steps[i].upto) else {
+        return Ok(());
+    };
+    // What is committed is never sent again after a restart, to any sink.
+    if settled.wait_for(|s| *s >= upto).await.is_err() {
+        // The pipeline is gone; nothing can be reported any more.
+        return Ok(());
+    }
+    let steps: Vec<Step> = held.steps.drain(..complete).collect();
+    let own = held.events.iter().take_while(|e| e.seq <= upto).count();
+    let batch: Vec<Arc<Event>> = held.events.drain(..own).collect();
+    let fresh: Vec<&Arc<Event>> = batch.iter().filter(|e| e.seq > ready.committed).collect();
+    let mut state: HashMap<&str, Option<Vec<u8>>> = HashMap::new();
+    for s in steps.iter().flat_map(|s| &s.states) {
+        let value = (!s.gone).then(|| PodState::of_routing(s).to_bytes());
+        state.insert(&s.uid, value);
+    }
+    // `complete` > 0, so there is a last step.
+    let positions = steps.last().map(|s| s.positions.clone()).unwrap_or_default();
+    let unmoved = fresh.is_empty()
+        && state.is_empty()
+        && upto <= ready.committed
+        && positions == ready.positions;
+    let dead = if unmoved {
+        Vec::new()
+    } else {
+        let checkpoint = Checkpoint {
+            seq: upto.max(ready.committed),
+            positions: positions.clone(),
+        }
+        .to_bytes();
+        transact(ready, settings, txn, acks, &fresh, &state, &checkpoint).await?
+    };
+    ready.positions = positions;
+    ready.committed = upto.max(ready.committed);
+    report(acks, &batch, &dead).await
+}
+
+/// How many of `steps`, from the first, are complete once the sink has taken its events up
+/// to `taken`: each of its own events in them is taken.
+fn complete(steps: &VecDeque<Step>, taken: u64) -> usize {
+    steps
+        .iter()
+        .take_while(|s| s.keeper_last.is_none_or(|l| l <= taken))
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_is_complete_once_its_last_own_event_is_taken_and_steps_complete_in_order() {
+        let step = |upto, keeper_last| Step {
+            upto,
+            keeper_last,
+            ..Step::default()
+        };
+        // Events 1 (own) and 2 (another sink's); a bookmark; events 4 and 5 (own).
+        let steps = VecDeque::from([step(2, Some(1)), step(2, None), step(5, Some(5))]);
+        assert_eq!(complete(&steps, 0), 0, "event 1 not taken yet");
+        assert_eq!(complete(&steps, 1), 2, "the first step and the bookmark after it");
+        assert_eq!(complete(&steps, 4), 2, "event 5 belongs to the third step");
+        assert_eq!(complete(&steps, 5), 3);
+        let later = VecDeque::from([step(7, None), step(8, Some(8)), step(9, None)]);
+        assert_eq!(
+            complete(&later, 5),
+            1,
+            "a later step without own events waits for the one before it"
+        );
+    }
+}
