@@ -28,12 +28,24 @@ impl Replicas {
     /// `n` replicas watching `scene`'s namespace into Kafka `topic` (exactly-once) and MQTT
     /// topics under `prefix`.
     pub fn start(scene: &Scene, n: usize, topic: &str, prefix: &str) -> Replicas {
+        Replicas::start_with(scene, n, topic, prefix, "")
+    }
+
+    /// As [`Replicas::start`], with more top-level config lines in `settings` (routes,
+    /// alerts).
+    pub fn start_with(
+        scene: &Scene,
+        n: usize,
+        topic: &str,
+        prefix: &str,
+        settings: &str,
+    ) -> Replicas {
         let lease = unique_name("kubecast-lease");
         let eos = exactly_once(&lease);
         let eos: Vec<&str> = eos.iter().map(String::as_str).collect();
         let shared = scene.config(
             &format!(
-                "leader_election:\n  enabled: true\n  lease: {lease}\n  namespace: {}\n  lease_duration_ms: {LEASE_DURATION_MS}\n  retry_period_ms: {RETRY_PERIOD_MS}\n",
+                "{settings}leader_election:\n  enabled: true\n  lease: {lease}\n  namespace: {}\n  lease_duration_ms: {LEASE_DURATION_MS}\n  retry_period_ms: {RETRY_PERIOD_MS}\n",
                 scene.ns
             ),
             &[
