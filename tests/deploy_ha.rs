@@ -98,6 +98,22 @@ fn the_overlay_runs_two_replicas_without_a_state_volume_and_may_touch_one_lease(
     assert_eq!(code, Some(0), "{out}{err}");
 }
 
+#[test]
+fn the_on_call_example_takes_the_overlays_shape_and_is_accepted() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/oncall.yaml");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let config: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    assert_eq!(config["leader_election"]["enabled"], true, "{path}");
+    assert!(config.get("state").is_none(), "{path}: no state directory");
+    assert_eq!(config["sinks"]["pager"]["exactly_once"], true, "{path}");
+    assert!(
+        config["alerts"].get("rules").is_some() && config.get("routes").is_some(),
+        "{path}: routes and alerts beside the exactly-once sink"
+    );
+    let (code, out, err) = run_to_end(&["validate-config", path], &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+}
+
 #[tokio::test]
 async fn two_replicas_with_the_overlays_identity_elect_a_leader_and_publish() {
     let scene = Scene::new("deploy-ha").await;

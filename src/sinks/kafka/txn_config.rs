@@ -23,8 +23,9 @@ pub struct TransactionsConfig {
     /// `{cluster}/{sink}`; created (compacted) when missing. Default: `kubecast.checkpoints`.
     #[serde(default = "default_checkpoint_topic")]
     pub checkpoint_topic: String,
-    /// Compacted topic of the known state (pod uid -> namespace, name and last delivered
-    /// resourceVersion; a tombstone on delete); created when missing. Default:
+    /// Compacted topic of the known state (object uid -> namespace, name and last delivered
+    /// resourceVersion, and with routes or alert rules the routes' marks and the alert
+    /// episodes; a tombstone on delete); created when missing. Default:
     /// `kubecast.state.{cluster}.{sink}`.
     #[serde(default)]
     pub state_topic: Option<String>,
