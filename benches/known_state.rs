@@ -8,14 +8,30 @@
 //! interned like the namespaces.
 //! Prints Markdown tables for BENCHMARKS.md ("Memory per known pod"); nothing is asserted.
 //!
+//! Then what routes and alert rules keep beside it per object (the router's marks and open
+//! episodes, which a restart or a new leader restores): 100,000 Pod changes (the 9 KB fixture
+//! of `benches/rules.rs` under 100,000 uids) through a router with three routes, without and
+//! with the Pod rules on.
+//!
 //! `cargo bench --bench known_state -- 10000 100000` (default: 1000 10000 100000).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use bytes::Bytes;
+use kubecast::classify::Change;
 use kubecast::classify::{Classifier, Object};
 use kubecast::config::InitialList;
+use kubecast::route::config::RouteConfig;
+use kubecast::route::engine::Router;
+
+const FIXTURE: &str = include_str!("fixtures/pod-watch-line.json");
+
+const ROUTES: &str = r#"
+audit: {sinks: [a]}
+payments: {sinks: [b], selector: 'team in (payments), app.kubernetes.io/name', changes: [phase, readiness, restart_counts]}
+edge: {sinks: [c], namespaces: ['edge-*', 'prod-?'], changes: ['status.podIP'], types: [modified, alerts]}
+"#;
 
 /// The system allocator, counting live bytes.
 struct Counting;
@@ -119,4 +135,60 @@ fn main() {
     let n = 100_000;
     let bytes = measure(n, &events, event);
     println!("| {n} | {bytes} | {:.0} B |", bytes as f64 / n as f64);
+
+    println!();
+    println!("| router, 100,000 Pods | live heap bytes | per Pod | open episodes |");
+    println!("| --- | --- | --- | --- |");
+    let routes = || -> Vec<kubecast::route::config::Route> {
+        let map: std::collections::BTreeMap<String, RouteConfig> =
+            serde_saphyr::from_str(ROUTES).expect("the bench's routes parse");
+        map.iter()
+            .map(|(n, r)| {
+                r.validate(n, &["a", "b", "c"], &["pods"])
+                    .expect("valid routes")
+            })
+            .collect()
+    };
+    let rules = || {
+        let c: kubecast::alert::config::AlertsConfig =
+            serde_saphyr::from_str("{}").expect("the default rules");
+        c.validate().expect("the default rules are valid")
+    };
+    for (label, router) in [
+        ("3 routes", Router::new(routes(), Vec::new())),
+        ("3 routes + the Pod rules", Router::new(routes(), rules())),
+    ] {
+        let (bytes, open) = measure_router(n, router);
+        println!(
+            "| {label} | {bytes} | {:.0} B | {open} |",
+            bytes as f64 / n as f64
+        );
+    }
+}
+
+/// Live heap bytes `router` keeps after an `added` change of each of `n` Pods.
+fn measure_router(n: usize, mut router: Router) -> (isize, usize) {
+    let line: serde_json::Value = serde_json::from_str(FIXTURE.trim()).expect("the fixture");
+    let object = Bytes::from(line["object"].to_string());
+    let before = LIVE.load(Ordering::Relaxed);
+    for i in 0..n {
+        let p = pod(i);
+        let change = Change {
+            kind: kubecast::event::ChangeKind::Added,
+            resource: kubecast::kinds::Resource::pods(),
+            scope: "*".into(),
+            uid: p.uid,
+            namespace: p.namespace,
+            name: p.name,
+            rv: p.rv,
+            prev_rv: String::new(),
+            inferred: false,
+            initial: false,
+            object: Some(object.clone()),
+        };
+        // What it returns (events, states to log) goes out; what it keeps stays.
+        drop(std::hint::black_box(router.on_change(&change, 1_000)));
+    }
+    let bytes = LIVE.load(Ordering::Relaxed) - before;
+    (bytes, router.open_episodes())
 }
