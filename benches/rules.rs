@@ -197,7 +197,7 @@ fn bench(c: &mut Criterion) {
     let nodes = [node_change("2000"), node_change("2001")];
     let mut router = Router::new(Vec::new(), rules.clone());
     g.bench_function(
-        &format!(
+        format!(
             "router step: a Node ({} B), {} rules (1 of Nodes)",
             nodes[0].object.as_ref().map_or(0, |o| o.len()),
             rules.len()
@@ -212,7 +212,7 @@ fn bench(c: &mut Criterion) {
     let deploys = [deployment_change("3000"), deployment_change("3001")];
     let mut router = Router::new(Vec::new(), rules.clone());
     g.bench_function(
-        &format!(
+        format!(
             "router step: a Deployment ({} B), {} rules (1 of Deployments)",
             deploys[0].object.as_ref().map_or(0, |o| o.len()),
             rules.len()

@@ -37,6 +37,7 @@ async fn write(stack: &Stack, topic: &str, n: usize) {
                 namespace: "bench".to_string(),
                 name: format!("pod-{i}"),
                 rv: format!("{}", 100_000 + i),
+                ..PodState::default()
             }
             .to_bytes();
             let (record, delivery) = Transactions::record(topic);

@@ -206,7 +206,7 @@ async fn a_user_rule_judges_a_custom_resource_and_a_path_its_schema_lacks_exits_
     // A path the Widget's schema does not have is refused at start, naming the rule.
     let bad = scene
         .config(
-            &format!("alerts:\n  rules:\n    colour: {{resource: widget, expr: 'spec.colour == \"red\"'}}\n"),
+            "alerts:\n  rules:\n    colour: {resource: widget, expr: 'spec.colour == \"red\"'}\n",
             &[file_sink("out", &scene.dir.join("bad.jsonl"))],
         )
         .replace("watch:\n", &watch);

@@ -172,56 +172,6 @@ fn planned(watch: &WatchConfig, entry: &ResourceConfig, target: Target) -> Plann
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_default_needs_no_discovery_and_any_override_does() {
-        let mut w = WatchConfig::default();
-        assert!(only_pods(&w));
-        w.resources = vec![ResourceConfig {
-            label_selector: Some("a=b".into()),
-            ..ResourceConfig::named("pods")
-        }];
-        assert!(!only_pods(&w));
-    }
-
-    #[test]
-    fn an_entry_overrides_the_watch_level_settings_it_names() {
-        let w = WatchConfig {
-            namespaces: vec!["a".into()],
-            label_selector: Some("app=web".into()),
-            ..WatchConfig::default()
-        };
-        let e = ResourceConfig {
-            field_selector: Some("type=Warning".into()),
-            namespaces: Some(vec![]),
-            ..ResourceConfig::named("events")
-        };
-        let p = planned(&w, &e, Target::Resolved(Resource::pods()));
-        assert!(p.namespaces.is_empty());
-        assert_eq!(p.label_selector.as_deref(), Some("app=web"));
-        assert_eq!(p.field_selector.as_deref(), Some("type=Warning"));
-    }
-
-    #[test]
-    fn secrets_need_allow_secrets() {
-        let s = Arc::new(Resource::new("", "v1", "Secret", "secrets", true));
-        let e =
-            check_allowed(&s, &ResourceConfig::named("secrets"), "watch.resources[1]").unwrap_err();
-        assert!(
-            e.to_string().contains("watch.resources[1]") && e.to_string().contains("allow_secrets"),
-            "{e}"
-        );
-        let ok = ResourceConfig {
-            allow_secrets: true,
-            ..ResourceConfig::named("secrets")
-        };
-        assert!(check_allowed(&s, &ok, "f").is_ok());
-    }
-}
-
 /// Binds each alert rule that names another resource than Pods to the watched resource it
 /// names, and checks its paths against a custom resource's schema from the apiserver (a
 /// built-in kind's were checked with the config). A rule naming a resource that is not
@@ -285,5 +235,55 @@ async fn schema_of(
             Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
             Err(_) => tokio::time::sleep(backoff.next_delay()).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_needs_no_discovery_and_any_override_does() {
+        let mut w = WatchConfig::default();
+        assert!(only_pods(&w));
+        w.resources = vec![ResourceConfig {
+            label_selector: Some("a=b".into()),
+            ..ResourceConfig::named("pods")
+        }];
+        assert!(!only_pods(&w));
+    }
+
+    #[test]
+    fn an_entry_overrides_the_watch_level_settings_it_names() {
+        let w = WatchConfig {
+            namespaces: vec!["a".into()],
+            label_selector: Some("app=web".into()),
+            ..WatchConfig::default()
+        };
+        let e = ResourceConfig {
+            field_selector: Some("type=Warning".into()),
+            namespaces: Some(vec![]),
+            ..ResourceConfig::named("events")
+        };
+        let p = planned(&w, &e, Target::Resolved(Resource::pods()));
+        assert!(p.namespaces.is_empty());
+        assert_eq!(p.label_selector.as_deref(), Some("app=web"));
+        assert_eq!(p.field_selector.as_deref(), Some("type=Warning"));
+    }
+
+    #[test]
+    fn secrets_need_allow_secrets() {
+        let s = Arc::new(Resource::new("", "v1", "Secret", "secrets", true));
+        let e =
+            check_allowed(&s, &ResourceConfig::named("secrets"), "watch.resources[1]").unwrap_err();
+        assert!(
+            e.to_string().contains("watch.resources[1]") && e.to_string().contains("allow_secrets"),
+            "{e}"
+        );
+        let ok = ResourceConfig {
+            allow_secrets: true,
+            ..ResourceConfig::named("secrets")
+        };
+        assert!(check_allowed(&s, &ok, "f").is_ok());
     }
 }

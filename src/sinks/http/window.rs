@@ -14,6 +14,10 @@ use tokio::time::Instant;
 
 use crate::event::Event;
 
+/// One request: the positions its events take in the window, and the events with their
+/// encoded bodies.
+pub type Request = (Positions, Vec<(Arc<Event>, Bytes)>);
+
 /// One held event.
 #[derive(Debug)]
 struct Entry {
@@ -106,7 +110,7 @@ impl Window {
     /// earlier waiting or in flight, and at most `max_bytes` of them (one event is always
     /// taken). `full_only`: only if that fills `max_events` or `max_bytes` (a batch that may
     /// still wait for more). Marks them in flight.
-    pub fn next_request(&mut self, max_events: usize, max_bytes: usize, full_only: bool) -> Option<(Positions, Vec<(Arc<Event>, Bytes)>)> {
+    pub fn next_request(&mut self, max_events: usize, max_bytes: usize, full_only: bool) -> Option<Request> {
         if self.waiting == 0 {
             return None;
         }
@@ -281,10 +285,10 @@ mod tests {
             for (i, u) in uids.iter().enumerate() {
                 w.push(event(i as u64 + 1, &u.to_string()), body(10));
             }
-            let mut flying: Vec<(Positions, Vec<(Arc<Event>, Bytes)>)> = Vec::new();
+            let mut flying: Vec<Request> = Vec::new();
             let mut sent: Vec<Vec<u64>> = vec![Vec::new(); 4];
             let mut settled = Vec::new();
-            let mut step = |w: &mut Window, flying: &mut Vec<(Positions, Vec<(Arc<Event>, Bytes)>)>, answer: u8, pick: usize| {
+            let mut step = |w: &mut Window, flying: &mut Vec<Request>, answer: u8, pick: usize| {
                 while flying.len() < 3 {
                     let Some((p, e)) = w.next_request(max_events, 1000, false) else { break };
                     let mut keys: Vec<&str> = e.iter().map(|(e, _)| e.uid.as_str()).collect();
