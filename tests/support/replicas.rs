@@ -132,11 +132,16 @@ impl Replicas {
             .join("\n")
     }
 
-    /// Stops every replica (SIGTERM); each must exit 0.
+    /// Stops every replica (SIGTERM); each must exit 0 with its sinks done within the grace
+    /// period.
     pub async fn stop(self, limit: Duration) {
         for k in self.procs {
             let (code, log) = k.stop(limit).await;
             assert_eq!(code, Some(0), "a replica did not stop cleanly:\n{log}");
+            assert!(
+                !log.contains("did not deliver everything in time"),
+                "a replica's sinks did not finish within the grace period:\n{log}"
+            );
         }
     }
 }

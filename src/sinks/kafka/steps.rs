@@ -74,6 +74,9 @@ impl Held {
         steps: &mut mpsc::UnboundedReceiver<Step>,
         until: Option<tokio::time::Instant>,
     ) -> bool {
+        if !self.queue_open {
+            return false;
+        }
         let linger = async {
             match until {
                 Some(at) => tokio::time::sleep_until(at).await,
