@@ -246,24 +246,27 @@ async fn attempt(
     let txns = &ready.txns;
     txns.begin()?;
     let mut dead = Vec::new();
+    // The delivery reports of everything the transaction carries.
+    let mut sent = Vec::with_capacity(events.len() + state.len() + 1);
     for e in events {
         match enqueue(txns.producer(), settings, acks.sink(), e, None).await {
-            Ok(_) => {}
+            Ok(delivery) => sent.push(delivery),
             Err(Unsendable::TooLarge { size, max }) => {
                 let reason = format!("record of {size} bytes exceeds max_message_bytes {max}");
-                if settings.dead_letter_topic.is_none()
-                    || enqueue(txns.producer(), settings, acks.sink(), e, Some(&reason))
-                        .await
-                        .is_err()
-                {
-                    dead.push((e.seq, reason));
+                match settings.dead_letter_topic.is_some() {
+                    true => match enqueue(txns.producer(), settings, acks.sink(), e, Some(&reason)).await {
+                        Ok(delivery) => sent.push(delivery),
+                        Err(_) => dead.push((e.seq, reason)),
+                    },
+                    false => dead.push((e.seq, reason)),
                 }
             }
             Err(Unsendable::Refused(e)) => return Err(TxnError::of(e)),
         }
     }
     for (uid, value) in state {
-        let (record, _) = Transactions::record(&txn.state_topic);
+        let (record, delivery) = Transactions::record(&txn.state_topic);
+        sent.push(delivery);
         let record = record.key(*uid);
         let record = match value {
             Some(v) => record.payload(&v[..]),
@@ -271,9 +274,17 @@ async fn attempt(
         };
         txns.send(record).map_err(|(e, _)| e)?;
     }
-    let (record, _) = Transactions::record(&txn.checkpoint_topic);
+    let (record, delivery) = Transactions::record(&txn.checkpoint_topic);
+    sent.push(delivery);
     txns.send(record.key(txn.checkpoint_key.as_str()).payload(checkpoint))
         .map_err(|(e, _)| e)?;
+    // The commit waits for the reports first: rdkafka's `commit_transaction` flushes before
+    // it commits, and its flush polls the report queue up to 100 ms at a time while the
+    // producer's own thread takes the reports from under it, so every commit took 100 ms
+    // longer than the broker needed (BENCHMARKS.md, issue 24). With every report in, the
+    // flush finds nothing in flight. A record that failed fails the commit (abortable), so
+    // the reports' outcomes need no look here.
+    futures::future::join_all(sent).await;
     txns.commit().await?;
     Ok(dead)
 }
