@@ -17,7 +17,7 @@
 //!
 //! Run through `bench/run churn [PODS [SECONDS [RATE [BRIDGES]]]]` (defaults 200, 20, 100,
 //! and every bridge; BRIDGES picks some, comma-separated: kubecast,eos,eos10,franz,sarama,
-//! mqtt; eos is the exactly-once sink with its default `max_ms` 100, eos10 with 10).
+//! mqtt; eos is the exactly-once sink with its default `max_ms`, eosN with N, e.g. eos10).
 
 #[path = "bridges/mod.rs"]
 mod bridges;
@@ -266,14 +266,27 @@ fn main() {
         let dir = support::kubecast::scratch_dir("churn");
         let mut rows = Vec::new();
         let mut base = 0;
-        for (key, bridge) in [
+        let mut all: Vec<(String, String)> = [
             ("kubecast", "kubecast"),
             ("eos", "kubecast (exactly-once)"),
             ("eos10", "kubecast (exactly-once, max_ms 10)"),
             ("franz", "baseline (franz)"),
             ("sarama", "baseline (sarama)"),
             ("mqtt", "kubecast (MQTT)"),
-        ] {
+        ]
+        .iter()
+        .map(|(k, b)| (k.to_string(), b.to_string()))
+        .collect();
+        // Any other `eosN`: the exactly-once sink with `max_ms` N.
+        for o in &only {
+            if let Some(n) = o.strip_prefix("eos").and_then(|n| n.parse::<u64>().ok())
+                && !all.iter().any(|(k, _)| k == o)
+            {
+                all.push((o.clone(), format!("kubecast (exactly-once, max_ms {n})")));
+            }
+        }
+        for (key, bridge) in &all {
+            let (key, bridge) = (key.as_str(), bridge.as_str());
             if !only.is_empty() && !only.iter().any(|o| o == key) {
                 continue;
             }
@@ -297,10 +310,11 @@ fn main() {
                     &format!("    type: kafka\n    brokers: {}\n    topic: {topic}\n", stack.kafka_bootstrap),
                 ),
                 "kubecast (exactly-once)" => {
-                    bridges::kubecast_exactly_once(&stack, &bridge_dir, &ns, &topic, 100)
+                    bridges::kubecast_exactly_once(&stack, &bridge_dir, &ns, &topic, None)
                 }
-                "kubecast (exactly-once, max_ms 10)" => {
-                    bridges::kubecast_exactly_once(&stack, &bridge_dir, &ns, &topic, 10)
+                eos if eos.starts_with("kubecast (exactly-once, max_ms ") => {
+                    let n = key.trim_start_matches("eos").parse().ok();
+                    bridges::kubecast_exactly_once(&stack, &bridge_dir, &ns, &topic, n)
                 }
                 "kubecast (MQTT)" => bridges::kubecast(
                     &stack,

@@ -97,16 +97,17 @@ pub fn kubecast(stack: &Stack, dir: &Path, ns: &str, sink: &str) -> (Child, Path
 }
 
 /// [`kubecast`] with an exactly-once Kafka sink into `topic` (transactions cut after
-/// `max_ms`) and no state directory.
+/// `max_ms`, or the default) and no state directory.
 pub fn kubecast_exactly_once(
     stack: &Stack,
     dir: &Path,
     ns: &str,
     topic: &str,
-    max_ms: u64,
+    max_ms: Option<u64>,
 ) -> (Child, PathBuf) {
+    let max_ms = max_ms.map(|m| format!(", max_ms: {m}")).unwrap_or_default();
     let sink = format!(
-        "    type: kafka\n    brokers: {}\n    topic: {topic}\n    exactly_once: true\n    transactions: {{id: {topic}-txn, checkpoint_topic: {topic}-checkpoints, state_topic: {topic}-state, max_ms: {max_ms}}}\n",
+        "    type: kafka\n    brokers: {}\n    topic: {topic}\n    exactly_once: true\n    transactions: {{id: {topic}-txn, checkpoint_topic: {topic}-checkpoints, state_topic: {topic}-state{max_ms}}}\n",
         stack.kafka_bootstrap
     );
     start_kubecast(stack, dir, ns, "", &sink)

@@ -106,6 +106,8 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
         let deadline = tokio::time::Instant::now() + txn.linger;
         while batch.len() < txn.max_events {
             tokio::select! {
+                // What is queued already goes in before the linger can end the batch.
+                biased;
                 next = rx.recv() => match next {
                     Some(e) => batch.push(e),
                     None => break,

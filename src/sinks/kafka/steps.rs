@@ -84,6 +84,8 @@ impl Held {
             }
         };
         tokio::select! {
+            // What is queued already goes in before the linger can end the batch.
+            biased;
             e = rx.recv(), if self.queue_open => match e {
                 Some(e) => self.events.push_back(e),
                 None => self.queue_open = false,

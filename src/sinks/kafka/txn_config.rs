@@ -33,7 +33,10 @@ pub struct TransactionsConfig {
     #[serde(default = "default_max_events")]
     pub max_events: usize,
     /// How long a transaction waits for more events after its first one, in milliseconds:
-    /// the latency an event may gain for fewer, larger transactions. Default: 100.
+    /// the latency an event may gain for fewer, larger transactions. Events that arrive
+    /// while a commit runs go into the next transaction anyway, so under load transactions
+    /// grow without it. Default: 5 (BENCHMARKS.md, issue 24: at 100 changes/s, 0 gives the
+    /// lowest delay and the most CPU, 10 and more add their wait to every event's delay).
     #[serde(default = "default_max_ms")]
     pub max_ms: u64,
     /// librdkafka's `transaction.timeout.ms`: how long the broker keeps a transaction open
@@ -62,7 +65,7 @@ fn default_max_events() -> usize {
     500
 }
 fn default_max_ms() -> u64 {
-    100
+    5
 }
 fn default_timeout_ms() -> u32 {
     60_000
