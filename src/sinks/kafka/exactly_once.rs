@@ -14,59 +14,16 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::KafkaSettings;
-use super::checkpoint::{Checkpoint, CheckpointError, PodState};
-use super::sink::{Unsendable, enqueue};
-use super::take_over::{Ready, take_over};
-use super::txn::{Transactions, TxnError};
+use super::checkpoint::{Checkpoint, PodState};
+use super::commit::{report, transact};
+use super::take_over::take_over;
+use super::txn::Ready;
 use super::txn_config::TxnSettings;
-use crate::backoff::Backoff;
 use crate::event::{ChangeKind, Event};
 use crate::sinks::queue::QueueRx;
 use crate::sinks::{Acks, Positions, SinkError};
-
-/// How long one blocking transactional call or one read of a topic may take.
-pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Why the exactly-once sink stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum ExactlyOnceError {
-    /// Another replica took over (its producer fenced this one): nothing this one sent since
-    /// becomes visible. Under leader election this replica becomes a standby.
-    #[error("another kubecast took over transactional.id `{id}` (this one is fenced)")]
-    Fenced {
-        id: String,
-        #[source]
-        source: TxnError,
-    },
-    #[error("the transactional producer of transactional.id `{id}` failed")]
-    Producer {
-        id: String,
-        #[source]
-        source: TxnError,
-    },
-    #[error("creating the compacted topics")]
-    Topics(#[source] rdkafka::error::KafkaError),
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
-}
-
-impl ExactlyOnceError {
-    pub(super) fn of(id: &str, e: TxnError) -> ExactlyOnceError {
-        match e {
-            TxnError::Fenced(_) => ExactlyOnceError::Fenced {
-                id: id.to_string(),
-                source: e,
-            },
-            _ => ExactlyOnceError::Producer {
-                id: id.to_string(),
-                source: e,
-            },
-        }
-    }
-}
 
 /// Runs the sink until its queue closes and everything taken is committed.
 pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result<(), SinkError> {
@@ -199,106 +156,4 @@ async fn commit(
     ready.positions = positions;
     ready.committed = last;
     report(acks, batch, &dead).await
-}
-
-/// Runs one transaction to its commit, sending it again after an abort; fencing and fatal
-/// errors end the sink.
-pub(super) async fn transact(
-    ready: &Ready,
-    settings: &KafkaSettings,
-    txn: &TxnSettings,
-    acks: &Acks,
-    events: &[&Arc<Event>],
-    state: &HashMap<&str, Option<Vec<u8>>>,
-    checkpoint: &[u8],
-) -> Result<Vec<(u64, String)>, SinkError> {
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
-    loop {
-        match attempt(ready, settings, txn, acks, events, state, checkpoint).await {
-            Ok(dead) => {
-                acks.connected(true);
-                return Ok(dead);
-            }
-            Err(e @ (TxnError::Fenced(_) | TxnError::Fatal(_))) => {
-                acks.connected(false);
-                return Err(acks.failed(ExactlyOnceError::of(&txn.id, e)));
-            }
-            Err(e) => {
-                acks.connected(false);
-                tracing::warn!(sink = %acks.sink(), error = %crate::error_chain(&e), "transaction not committed, sending it again");
-                // An abort may fail when there was nothing open; the next begin says more.
-                let _ = ready.txns.abort().await;
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-        }
-    }
-}
-
-/// One transaction: the events, their state records, the checkpoint. Returns the events
-/// that could not be sent (too large) and have no dead-letter topic, with the reason.
-async fn attempt(
-    ready: &Ready,
-    settings: &KafkaSettings,
-    txn: &TxnSettings,
-    acks: &Acks,
-    events: &[&Arc<Event>],
-    state: &HashMap<&str, Option<Vec<u8>>>,
-    checkpoint: &[u8],
-) -> Result<Vec<(u64, String)>, TxnError> {
-    let txns = &ready.txns;
-    txns.begin()?;
-    let mut dead = Vec::new();
-    // The delivery reports of everything the transaction carries.
-    let mut sent = Vec::with_capacity(events.len() + state.len() + 1);
-    for e in events {
-        match enqueue(txns.producer(), settings, acks.sink(), e, None).await {
-            Ok(delivery) => sent.push(delivery),
-            Err(Unsendable::TooLarge { size, max }) => {
-                let reason = format!("record of {size} bytes exceeds max_message_bytes {max}");
-                match settings.dead_letter_topic.is_some() {
-                    true => match enqueue(txns.producer(), settings, acks.sink(), e, Some(&reason)).await {
-                        Ok(delivery) => sent.push(delivery),
-                        Err(_) => dead.push((e.seq, reason)),
-                    },
-                    false => dead.push((e.seq, reason)),
-                }
-            }
-            Err(Unsendable::Refused(e)) => return Err(TxnError::of(e)),
-        }
-    }
-    for (uid, value) in state {
-        let (record, delivery) = Transactions::record(&txn.state_topic);
-        sent.push(delivery);
-        let record = record.key(*uid);
-        let record = match value {
-            Some(v) => record.payload(&v[..]),
-            None => record,
-        };
-        txns.send(record).map_err(|(e, _)| e)?;
-    }
-    let (record, delivery) = Transactions::record(&txn.checkpoint_topic);
-    sent.push(delivery);
-    txns.send(record.key(txn.checkpoint_key.as_str()).payload(checkpoint))
-        .map_err(|(e, _)| e)?;
-    // The commit waits for the reports first: rdkafka's `commit_transaction` flushes before
-    // it commits, and its flush polls the report queue up to 100 ms at a time while the
-    // producer's own thread takes the reports from under it, so every commit took 100 ms
-    // longer than the broker needed (BENCHMARKS.md, issue 24). With every report in, the
-    // flush finds nothing in flight. A record that failed fails the commit (abortable), so
-    // the reports' outcomes need no look here.
-    futures::future::join_all(sent).await;
-    txns.commit().await?;
-    Ok(dead)
-}
-
-/// Reports `batch` in order: each event delivered, or dead-lettered with its reason.
-pub(super) async fn report(acks: &Acks, batch: &[Arc<Event>], dead: &[(u64, String)]) -> Result<(), SinkError> {
-    let dead: HashMap<u64, &str> = dead.iter().map(|(s, r)| (*s, r.as_str())).collect();
-    for e in batch {
-        match dead.get(&e.seq) {
-            Some(reason) => acks.dead_letter(e, reason.to_string()).await?,
-            None => acks.delivered(e.seq),
-        }
-    }
-    Ok(())
 }

@@ -1,10 +1,19 @@
 //! The Kafka sink: CloudEvents Kafka protocol binding over an idempotent librdkafka
 //! producer with `acks=all`. Entry point: [`KafkaConfig`], whose validated form
 //! [`KafkaSettings`] is the running sink.
+//!
+//! The files depend on each other one way, from the sink down: `sink` (at least once) and
+//! `exactly_once` (its loop; `steps` with routes or alert rules) over `commit` (one
+//! transaction) over `take_over` (fence, read the committed state; `state_reader`,
+//! `checkpoint`) over `txn` (the transactional producer) over `record` (an event as a
+//! record), `producer` and `context` (librdkafka's errors).
 
+mod commit;
 mod config;
+mod context;
 mod inflight;
 mod producer;
+mod record;
 pub mod checkpoint;
 mod exactly_once;
 mod sink;
@@ -15,6 +24,7 @@ pub mod txn;
 mod txn_config;
 
 pub use config::{Compression, KafkaConfig, KafkaSettings, Mode, SaslConfig};
-pub use exactly_once::ExactlyOnceError;
-pub use sink::{KafkaSinkError, headers_of};
+pub use context::KafkaSinkError;
+pub use record::headers_of;
+pub use take_over::ExactlyOnceError;
 pub use txn_config::{TransactionsConfig, TxnSettings};

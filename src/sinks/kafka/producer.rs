@@ -19,7 +19,7 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _, ProducerContext};
 use tokio::sync::oneshot;
 
-use super::sink::Context;
+use super::context::Context;
 
 /// How long one poll of the delivery reports waits (see the module docs).
 const POLL: Duration = Duration::from_secs(1);

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use rdkafka::ClientConfig;
 
 use super::checkpoint::{self, Checkpoint, CheckpointError, PodState};
-use super::txn_config::TxnSettings;
 use crate::sinks::Kept;
 
 /// Where a reader stands in one sink's checkpoint and state topics, and what it has read.
@@ -33,12 +32,13 @@ pub struct StateReader {
 }
 
 impl StateReader {
-    /// A reader at the beginning of `txn`'s topics.
-    pub fn new(txn: &TxnSettings) -> StateReader {
+    /// A reader at the beginning of an exactly-once sink's topics: its checkpoint (the
+    /// record keyed `key`) and its known state.
+    pub fn new(checkpoint_topic: &str, state_topic: &str, key: &str) -> StateReader {
         StateReader {
-            checkpoint_topic: txn.checkpoint_topic.clone(),
-            state_topic: txn.state_topic.clone(),
-            key: txn.checkpoint_key.clone(),
+            checkpoint_topic: checkpoint_topic.to_string(),
+            state_topic: state_topic.to_string(),
+            key: key.to_string(),
             checkpoint_next: HashMap::new(),
             state_next: HashMap::new(),
             latest: None,

@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 
 use super::KafkaSettings;
 use super::checkpoint::{Checkpoint, PodState};
-use super::exactly_once::{report, transact};
-use super::take_over::Ready;
+use super::commit::{report, transact};
+use super::txn::Ready;
 use super::txn_config::TxnSettings;
 use crate::event::Event;
 use crate::sinks::queue::QueueRx;

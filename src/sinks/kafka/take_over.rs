@@ -4,7 +4,6 @@
 //! after the fence is the checkpoint final. Entry point: [`TxnKeeper`], the sink's
 //! [`Keeper`].
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,20 +16,50 @@ use rdkafka::error::RDKafkaErrorCode;
 use super::KafkaSettings;
 use super::checkpoint::CheckpointError;
 use super::state_reader::StateReader;
-use super::exactly_once::{CALL_TIMEOUT, ExactlyOnceError};
-use super::txn::{Transactions, TxnError};
+use super::txn::{Ready, Transactions, TxnError};
 use super::txn_config::TxnSettings;
 use crate::backoff::Backoff;
 use crate::sinks::{Keeper, Kept, SinkError};
 
-/// The producer that took over and the position it continues from.
-pub(crate) struct Ready {
-    pub(super) txns: Transactions,
-    /// Per scope, the watch position as of the last committed event.
-    pub(super) positions: BTreeMap<String, String>,
-    /// The last committed event's sequence number.
-    pub(super) committed: u64,
-    pub(super) per_namespace: bool,
+/// How long one blocking transactional call or one read of a topic may take.
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why the exactly-once sink stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ExactlyOnceError {
+    /// Another replica took over (its producer fenced this one): nothing this one sent since
+    /// becomes visible. Under leader election this replica becomes a standby.
+    #[error("another kubecast took over transactional.id `{id}` (this one is fenced)")]
+    Fenced {
+        id: String,
+        #[source]
+        source: TxnError,
+    },
+    #[error("the transactional producer of transactional.id `{id}` failed")]
+    Producer {
+        id: String,
+        #[source]
+        source: TxnError,
+    },
+    #[error("creating the compacted topics")]
+    Topics(#[source] rdkafka::error::KafkaError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+}
+
+impl ExactlyOnceError {
+    pub(super) fn of(id: &str, e: TxnError) -> ExactlyOnceError {
+        match e {
+            TxnError::Fenced(_) => ExactlyOnceError::Fenced {
+                id: id.to_string(),
+                source: e,
+            },
+            _ => ExactlyOnceError::Producer {
+                id: id.to_string(),
+                source: e,
+            },
+        }
+    }
 }
 
 /// How long a standby's reader stays resumable without reading (module docs of
@@ -88,7 +117,7 @@ impl Keeper for TxnKeeper {
                 let mut reader = slot
                     .take()
                     .filter(|r| r.fresh(WARM_FOR))
-                    .unwrap_or_else(|| StateReader::new(&txn));
+                    .unwrap_or_else(|| StateReader::new(&txn.checkpoint_topic, &txn.state_topic, &txn.checkpoint_key));
                 let config = config.clone();
                 let read = tokio::task::spawn_blocking(move || {
                     let read = reader.read(&config, CALL_TIMEOUT).map(|()| reader);
@@ -164,7 +193,9 @@ pub(super) async fn take_over(
     // reader has only what was committed since its last read left to read.
     let warm = txn.warm.lock().await.take().filter(|r| r.fresh(WARM_FOR));
     let was_warm = warm.is_some();
-    let mut reader = warm.unwrap_or_else(|| StateReader::new(txn));
+    let mut reader = warm.unwrap_or_else(|| {
+        StateReader::new(&txn.checkpoint_topic, &txn.state_topic, &txn.checkpoint_key)
+    });
     let reader = tokio::task::spawn_blocking(move || -> Result<_, CheckpointError> {
         reader.read(&config, CALL_TIMEOUT * 10)?;
         Ok(reader)

@@ -7,6 +7,7 @@
 //! never commit again; nothing it sent after the fence becomes visible. librdkafka's
 //! transactional calls block their caller, so each runs on tokio's blocking pool.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
@@ -14,7 +15,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::Producer as _;
 
 use super::producer::{Delivery, Producer, Record};
-use super::sink::Context;
+use super::context::Context;
 
 /// How a transactional call failed, classified where it happened.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,16 @@ impl TxnError {
             _ => TxnError::Fatal(e),
         }
     }
+}
+
+/// The producer that took over and the position it continues from.
+pub(crate) struct Ready {
+    pub(super) txns: Transactions,
+    /// Per scope, the watch position as of the last committed event.
+    pub(super) positions: BTreeMap<String, String>,
+    /// The last committed event's sequence number.
+    pub(super) committed: u64,
+    pub(super) per_namespace: bool,
 }
 
 /// A transactional producer.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::state_reader::StateReader;
-use super::take_over::Ready;
+use super::txn::Ready;
 use crate::vocab::Issue;
 
 /// `transactions:` of a Kafka sink with `exactly_once: true`.

@@ -1,0 +1,134 @@
+//! The producer's client context: librdkafka's global errors, logged when retriable, and the
+//! first fatal one (rejected credentials, a refused TLS handshake before the brokers ever
+//! answered, the idempotent producer's own fatal error) kept where the sink's loop sees it.
+//! Entry point: [`Context`]; the delivery reports go to each record's future (`producer.rs`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rdkafka::ClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use tokio::sync::Notify;
+
+/// Why the Kafka sink stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaSinkError {
+    #[error("creating the Kafka producer")]
+    Create(#[source] KafkaError),
+    /// Fatal: rejected credentials or authorization, or the idempotent producer's own fatal
+    /// error (it can no longer guarantee order).
+    #[error("Kafka rejected kubecast: {reason}")]
+    Rejected {
+        reason: String,
+        #[source]
+        source: KafkaError,
+    },
+    #[error("the Kafka producer stopped before reporting a delivery")]
+    ProducerGone,
+}
+
+/// Receives librdkafka's global errors: logs the retriable ones, keeps the first fatal one
+/// where the sink's loop sees it; its delivery reports go to each record's future
+/// (`producer.rs`).
+pub struct Context {
+    sink: Arc<str>,
+    shared: Arc<Fatal>,
+}
+
+impl Context {
+    /// A context for sink `sink` whose fatal errors nobody waits for but the log (the
+    /// transactional producer sees them in its calls' results).
+    pub(super) fn new(sink: &str) -> Context {
+        Context {
+            sink: sink.into(),
+            shared: Arc::default(),
+        }
+    }
+
+    /// A context for sink `sink` that keeps its first fatal error in `shared`.
+    pub(super) fn with_fatal(sink: Arc<str>, shared: Arc<Fatal>) -> Context {
+        Context { sink, shared }
+    }
+}
+
+/// The first fatal error, and a wake-up for the sink's loop.
+#[derive(Default)]
+pub(super) struct Fatal {
+    error: Mutex<Option<(KafkaError, String)>>,
+    pub(super) wake: Notify,
+    /// The brokers answered once: a refused TLS handshake is retried from then on (a
+    /// certificate being rotated) instead of stopping the sink.
+    pub(super) connected: AtomicBool,
+}
+
+impl Fatal {
+    /// The fatal error reported so far, if any.
+    pub(super) fn take(&self) -> Option<KafkaSinkError> {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        slot.take()
+            .map(|(source, reason)| KafkaSinkError::Rejected { reason, source })
+    }
+}
+
+impl ClientContext for Context {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let code = error.rdkafka_error_code();
+        // `Fatal`: the idempotent producer can no longer guarantee order or exactly-once.
+        let fatal = matches!(
+            code,
+            Some(
+                RDKafkaErrorCode::Fatal
+                    | RDKafkaErrorCode::Authentication
+                    | RDKafkaErrorCode::SaslAuthenticationFailed
+                    | RDKafkaErrorCode::ClusterAuthorizationFailed
+            )
+        );
+        let fenced = matches!(
+            code,
+            Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fenced)
+        ) || reason.contains("fenced");
+        if fenced {
+            // A newer replica of this exactly-once sink took over: expected at a failover;
+            // the transactional calls report it to the sink.
+            tracing::warn!(sink = %self.sink, reason, "fenced: another kubecast took over this sink's transactional.id");
+        } else if let Some(why) = tls_refusal(reason) {
+            if self.shared.connected.load(Ordering::Relaxed) {
+                tracing::error!(sink = %self.sink, error = %error, reason, "Kafka's TLS handshake refused; retrying");
+            } else {
+                tracing::error!(sink = %self.sink, error = %error, reason, "Kafka's TLS handshake refused");
+                let mut slot = self.shared.error.lock().unwrap_or_else(|p| p.into_inner());
+                slot.get_or_insert_with(|| (error.clone(), format!("{why}: {reason}")));
+                self.shared.wake.notify_one();
+            }
+        } else if fatal {
+            tracing::error!(sink = %self.sink, error = %error, reason, "Kafka rejected kubecast");
+            let mut slot = self.shared.error.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| (error.clone(), reason.to_string()));
+            self.shared.wake.notify_one();
+        } else {
+            // Brokers down, connection refused: librdkafka reconnects with backoff itself.
+            tracing::warn!(sink = %self.sink, error = %error, reason, "Kafka unavailable, retrying");
+        }
+    }
+}
+
+/// What a librdkafka error text says was refused in a TLS handshake (OpenSSL's words): the
+/// broker's certificate, or kubecast's client certificate.
+fn tls_refusal(reason: &str) -> Option<&'static str> {
+    if reason.contains("certificate verify failed") {
+        Some("the broker's certificate is not trusted; check tls.ca_file")
+    } else if [
+        "alert bad certificate",
+        "alert certificate required",
+        "alert unknown ca",
+        "alert certificate unknown",
+        "alert handshake failure",
+    ]
+    .iter()
+    .any(|a| reason.contains(a))
+    {
+        Some("the broker refused kubecast's client certificate; check tls.cert_file and tls.key_file")
+    } else {
+        None
+    }
+}
