@@ -116,7 +116,14 @@ pub struct Bridge {
     timer_at: Option<i64>,
     ops: Arc<Ops>,
     grace: Grace,
+    /// A list completed: freed memory goes back to the system once the sinks have what it
+    /// emitted, or by this time at the latest.
+    trim_by: Option<tokio::time::Instant>,
 }
+
+/// How long after a list its freed memory is returned at the latest, when the sinks never
+/// run empty (a busy cluster).
+const TRIM_WITHIN: Duration = Duration::from_secs(5);
 
 impl Bridge {
     pub fn new(parts: Parts) -> Bridge {
@@ -153,6 +160,7 @@ impl Bridge {
             timer_at: None,
             ops: parts.ops,
             grace: parts.grace,
+            trim_by: None,
         }
     }
 
@@ -199,6 +207,7 @@ impl Bridge {
                     let mut keys: Vec<&str> = self.resources.iter().map(|r| &**r).collect();
                     keys.extend(counts.keys().map(|k| &**k).filter(|k| !self.resources.iter().any(|r| &**r == *k)));
                     self.ops.metrics.known_objects(&keys, counts);
+                    self.trim_after_list();
                     let router = self.routes.as_ref().map(Routes::router);
                     self.durable.maintain(&self.classifier, router).await.map_err(Halt::from)
                 }
@@ -301,6 +310,7 @@ impl Bridge {
             }
         }
         let mut events: Vec<(Arc<Event>, To)> = Vec::new();
+        let listed = items.iter().any(|i| matches!(i, Observed::ListDone { .. }));
         for item in items {
             let from_watch = matches!(item, Observed::Applied { .. } | Observed::Deleted { .. });
             let position = matches!(
@@ -341,7 +351,22 @@ impl Bridge {
                 .into_iter()
                 .map(|(event, to)| Outgoing::new(event, to)),
         );
+        if listed {
+            self.trim_by
+                .get_or_insert(tokio::time::Instant::now() + TRIM_WITHIN);
+        }
         Ok(())
+    }
+
+    /// After a list, once what it emitted has left (or [`TRIM_WITHIN`] passed), returns the
+    /// list's freed working set to the system.
+    fn trim_after_list(&mut self) {
+        let Some(by) = self.trim_by else { return };
+        let drained = self.outbox.is_empty() && self.stats.held_events() == 0;
+        if drained || tokio::time::Instant::now() >= by {
+            self.trim_by = None;
+            super::trim::after_list();
+        }
     }
 
     /// The alert timers that are due fire: their events are logged and go out like others.

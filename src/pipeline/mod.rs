@@ -15,6 +15,7 @@ mod feed;
 mod resources;
 mod routed;
 mod stats;
+mod trim;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -76,6 +76,11 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// Events handed to the sinks and not yet settled, over all sinks.
+    pub fn held_events(&self) -> usize {
+        self.sinks.values().map(|s| s.outstanding.len()).sum()
+    }
+
     pub fn new<'a>(sinks: impl IntoIterator<Item = &'a str>, ops: Arc<Ops>) -> Stats {
         let mut stats = Stats {
             ops,
