@@ -68,22 +68,9 @@ impl Encoder {
                     Some(not_object(change, reason)),
                 ),
             },
-            (Some(obj), DataMode::Summary) => match serde_json::from_slice::<Value>(obj) {
-                Ok(v) if v.is_object() => (
-                    Bytes::from(kinds::of(r).summary(&v, r).to_string()),
-                    "summary",
-                    None,
-                ),
-                Ok(_) => (
-                    reference(change),
-                    "reference",
-                    Some(not_object(change, "not an object".into())),
-                ),
-                Err(e) => (
-                    reference(change),
-                    "reference",
-                    Some(not_object(change, e.to_string())),
-                ),
+            (Some(obj), DataMode::Summary) => match kinds::of(r).summary_from_slice(obj, r) {
+                Some(summary) => (Bytes::from(summary.to_string()), "summary", None),
+                None => self.summary_of_value(change, obj),
             },
             _ => (reference(change), "reference", None),
         };
@@ -123,6 +110,32 @@ impl Encoder {
     /// The default data mode (`encoding.data`).
     pub fn mode(&self) -> DataMode {
         self.mode
+    }
+
+    /// The summary of an object parsed whole (kinds without a path of their own).
+    fn summary_of_value(
+        &self,
+        change: &Change,
+        obj: &[u8],
+    ) -> (Bytes, &'static str, Option<EncodeError>) {
+        let r = &*change.resource;
+        match serde_json::from_slice::<Value>(obj) {
+            Ok(v) if v.is_object() => (
+                Bytes::from(kinds::of(r).summary(&v, r).to_string()),
+                "summary",
+                None,
+            ),
+            Ok(_) => (
+                reference(change),
+                "reference",
+                Some(not_object(change, "not an object".into())),
+            ),
+            Err(e) => (
+                reference(change),
+                "reference",
+                Some(not_object(change, e.to_string())),
+            ),
+        }
     }
 
     fn full(&self, r: &Resource, obj: &[u8]) -> Result<Bytes, String> {

@@ -39,6 +39,14 @@ pub trait Kind: Sync {
     /// The `summary` data of an object of this kind.
     fn summary(&self, obj: &Value, r: &Resource) -> Value;
 
+    /// The `summary` data straight from an object's JSON, reading only what the summary
+    /// needs: the same as parsing it and [`Kind::summary`]. `None` when the kind has no such
+    /// path or the JSON does not have the expected shape: then the object is parsed whole
+    /// (and refused there if it is not one).
+    fn summary_from_slice(&self, _obj: &[u8], _r: &Resource) -> Option<Value> {
+        None
+    }
+
     /// Where its objects hold a pod spec.
     fn pod_spec(&self) -> PodSpecAt {
         PodSpecAt::None

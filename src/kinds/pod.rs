@@ -1,6 +1,11 @@
 //! Pods: the summary (phase, conditions, container states, node, IPs, labels, owner; schema
 //! `schemas/pod-summary.v1.json`) and the pod spec at `spec` for redaction.
+//!
+//! The summary reads a Pod's JSON without building the whole object: its spec (but
+//! `nodeName`), managed fields and annotations, most of a Pod's bytes, are skipped as they
+//! are read ([`Shell`]).
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{Kind, PodSpecAt, Resource};
@@ -13,8 +18,104 @@ impl Kind for Pod {
         of(obj)
     }
 
+    fn summary_from_slice(&self, obj: &[u8], _: &Resource) -> Option<Value> {
+        // A struct would also read from a JSON array; anything but an object, and an object
+        // whose fields have other shapes than a Pod's, takes the general path.
+        if obj.trim_ascii_start().first() != Some(&b'{') {
+            return None;
+        }
+        let shell = serde_json::from_slice::<Shell>(obj).ok()?;
+        Some(of(&shell.into_pod()))
+    }
+
     fn pod_spec(&self) -> PodSpecAt {
         PodSpecAt::Spec
+    }
+}
+
+/// What the summary reads of a Pod; every other field is skipped unparsed. A field missing
+/// here reads as `null`, as it does through a parsed object.
+#[derive(Deserialize)]
+struct Shell {
+    #[serde(default)]
+    metadata: MetaShell,
+    #[serde(default)]
+    spec: SpecShell,
+    /// `null` reads as missing, as through a parsed object.
+    #[serde(default)]
+    status: Option<StatusShell>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct StatusShell {
+    phase: Value,
+    reason: Value,
+    #[serde(rename = "hostIP")]
+    host_ip: Value,
+    #[serde(rename = "podIPs")]
+    pod_ips: Value,
+    conditions: Option<Vec<ConditionShell>>,
+    init_container_statuses: Option<Vec<ContainerShell>>,
+    container_statuses: Option<Vec<ContainerShell>>,
+}
+
+#[derive(Deserialize, Default, serde::Serialize)]
+#[serde(default, rename_all = "camelCase")]
+struct ConditionShell {
+    #[serde(rename = "type")]
+    ty: Value,
+    status: Value,
+    reason: Value,
+}
+
+#[derive(Deserialize, Default, serde::Serialize)]
+#[serde(default, rename_all = "camelCase")]
+struct ContainerShell {
+    name: Value,
+    image: Value,
+    ready: Value,
+    restart_count: Value,
+    state: Value,
+    last_state: Value,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct MetaShell {
+    namespace: Value,
+    name: Value,
+    uid: Value,
+    resource_version: Value,
+    labels: Value,
+    deletion_timestamp: Value,
+    owner_references: Value,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct SpecShell {
+    node_name: Value,
+}
+
+impl Shell {
+    /// The Pod with only what the summary reads.
+    fn into_pod(self) -> Value {
+        let m = self.metadata;
+        json!({
+            "metadata": {
+                "namespace": m.namespace, "name": m.name, "uid": m.uid,
+                "resourceVersion": m.resource_version, "labels": m.labels,
+                "deletionTimestamp": m.deletion_timestamp, "ownerReferences": m.owner_references,
+            },
+            "spec": {"nodeName": self.spec.node_name},
+            "status": self.status.map(|s| json!({
+                "phase": s.phase, "reason": s.reason, "hostIP": s.host_ip, "podIPs": s.pod_ips,
+                "conditions": s.conditions,
+                "initContainerStatuses": s.init_container_statuses,
+                "containerStatuses": s.container_statuses,
+            })),
+        })
     }
 }
 
@@ -114,5 +215,37 @@ mod tests {
         assert_eq!(s["containers"][0]["lastState"]["reason"], "OOMKilled");
         assert_eq!(s["containers"][0]["lastState"]["exitCode"], 137);
         assert!(s.get("spec").is_none());
+    }
+
+    #[test]
+    fn the_summary_read_straight_from_json_is_the_summary_of_the_parsed_pod() {
+        let line: Value =
+            serde_json::from_str(include_str!("../../benches/fixtures/pod-watch-line.json").trim())
+                .expect("the fixture is JSON");
+        let pods = [
+            line["object"].clone(),
+            json!({}),
+            json!({"metadata": {"name": "p", "labels": "not a map", "ownerReferences": {"x": 1}}}),
+            json!({"metadata": {"ownerReferences": [{"kind": "A"}, {"kind": "B", "controller": true}]},
+                "spec": {"containers": [{"name": "c"}]}, "status": null}),
+            json!({"status": {"phase": "Pending", "containerStatuses": [{"name": "c", "state": {}}],
+                "initContainerStatuses": [{"name": "i", "ready": "yes", "restartCount": -1}],
+                "conditions": [{"type": "PodScheduled"}], "podIPs": [{"ip": "fd00::1"}, {}]}}),
+        ];
+        let r = Resource::pods();
+        for pod in pods {
+            let bytes = serde_json::to_vec(&pod).expect("JSON");
+            let straight = Pod
+                .summary_from_slice(&bytes, &r)
+                .expect("a Pod has its own path");
+            assert_eq!(straight, of(&pod), "{pod}");
+        }
+        for other in [&b" [1, 2]"[..], b"{\"metadata\": 1}", b"{\"metadata\": "] {
+            assert!(
+                Pod.summary_from_slice(other, &r).is_none(),
+                "{} takes the general path",
+                String::from_utf8_lossy(other)
+            );
+        }
     }
 }
