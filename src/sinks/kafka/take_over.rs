@@ -119,20 +119,26 @@ impl Keeper for TxnKeeper {
                     .filter(|r| r.fresh(WARM_FOR))
                     .unwrap_or_else(|| StateReader::new(&txn.checkpoint_topic, &txn.state_topic, &txn.checkpoint_key));
                 let config = config.clone();
+                // The reader goes back into the slot inside the blocking call, before the slot
+                // is unlocked: when the leadership comes during a read, this future is dropped
+                // while the read goes on, and the take-over waiting for the slot must still
+                // find the reader.
                 let read = tokio::task::spawn_blocking(move || {
-                    let read = reader.read(&config, CALL_TIMEOUT).map(|()| reader);
-                    (slot, read)
+                    let read = reader.read(&config, CALL_TIMEOUT);
+                    if read.is_ok() {
+                        // Only a reader that read to the ends goes back: a take-over resumes it.
+                        *slot = Some(reader);
+                    }
+                    read
                 })
                 .await;
                 match read {
-                    // Only a reader that read to the ends goes back: a take-over resumes it.
-                    Ok((mut slot, Ok(reader))) => {
+                    Ok(Ok(())) => {
                         if !std::mem::replace(&mut caught_up, true) {
                             tracing::debug!(%sink, "standby: read the committed state; a take-over reads only what follows");
                         }
-                        *slot = Some(reader)
                     }
-                    Ok((_, Err(e))) => {
+                    Ok(Err(e)) => {
                         tracing::warn!(%sink, error = %crate::error_chain(&e), "standby: reading the committed state failed; the take-over reads it whole")
                     }
                     Err(_) => {}
