@@ -69,7 +69,7 @@ impl Encoder {
                 ),
             },
             (Some(obj), DataMode::Summary) => match kinds::of(r).summary_from_slice(obj, r) {
-                Some(summary) => (Bytes::from(summary.to_string()), "summary", None),
+                Some(summary) => (Bytes::from(summary), "summary", None),
                 None => self.summary_of_value(change, obj),
             },
             _ => (reference(change), "reference", None),

@@ -12,6 +12,7 @@ mod event;
 mod generic;
 mod node;
 mod pod;
+mod pod_shell;
 pub mod resolve;
 mod resource;
 pub mod schema;
@@ -39,11 +40,11 @@ pub trait Kind: Sync {
     /// The `summary` data of an object of this kind.
     fn summary(&self, obj: &Value, r: &Resource) -> Value;
 
-    /// The `summary` data straight from an object's JSON, reading only what the summary
-    /// needs: the same as parsing it and [`Kind::summary`]. `None` when the kind has no such
+    /// The `summary` data's JSON straight from an object's JSON, reading only what the
+    /// summary needs: the same bytes as parsing it and [`Kind::summary`]. `None` when the kind has no such
     /// path or the JSON does not have the expected shape: then the object is parsed whole
     /// (and refused there if it is not one).
-    fn summary_from_slice(&self, _obj: &[u8], _r: &Resource) -> Option<Value> {
+    fn summary_from_slice(&self, _obj: &[u8], _r: &Resource) -> Option<Vec<u8>> {
         None
     }
 

@@ -1,11 +1,8 @@
 //! Pods: the summary (phase, conditions, container states, node, IPs, labels, owner; schema
 //! `schemas/pod-summary.v1.json`) and the pod spec at `spec` for redaction.
-//!
-//! The summary reads a Pod's JSON without building the whole object: its spec (but
-//! `nodeName`), managed fields and annotations, most of a Pod's bytes, are skipped as they
-//! are read ([`Shell`]).
+//! A Pod's summary is written straight from its JSON where it can (`pod_shell.rs`); [`of`]
+//! builds the same from a parsed object.
 
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{Kind, PodSpecAt, Resource};
@@ -18,104 +15,12 @@ impl Kind for Pod {
         of(obj)
     }
 
-    fn summary_from_slice(&self, obj: &[u8], _: &Resource) -> Option<Value> {
-        // A struct would also read from a JSON array; anything but an object, and an object
-        // whose fields have other shapes than a Pod's, takes the general path.
-        if obj.trim_ascii_start().first() != Some(&b'{') {
-            return None;
-        }
-        let shell = serde_json::from_slice::<Shell>(obj).ok()?;
-        Some(of(&shell.into_pod()))
+    fn summary_from_slice(&self, obj: &[u8], _: &Resource) -> Option<Vec<u8>> {
+        super::pod_shell::summary(obj)
     }
 
     fn pod_spec(&self) -> PodSpecAt {
         PodSpecAt::Spec
-    }
-}
-
-/// What the summary reads of a Pod; every other field is skipped unparsed. A field missing
-/// here reads as `null`, as it does through a parsed object.
-#[derive(Deserialize)]
-struct Shell {
-    #[serde(default)]
-    metadata: MetaShell,
-    #[serde(default)]
-    spec: SpecShell,
-    /// `null` reads as missing, as through a parsed object.
-    #[serde(default)]
-    status: Option<StatusShell>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default, rename_all = "camelCase")]
-struct StatusShell {
-    phase: Value,
-    reason: Value,
-    #[serde(rename = "hostIP")]
-    host_ip: Value,
-    #[serde(rename = "podIPs")]
-    pod_ips: Value,
-    conditions: Option<Vec<ConditionShell>>,
-    init_container_statuses: Option<Vec<ContainerShell>>,
-    container_statuses: Option<Vec<ContainerShell>>,
-}
-
-#[derive(Deserialize, Default, serde::Serialize)]
-#[serde(default, rename_all = "camelCase")]
-struct ConditionShell {
-    #[serde(rename = "type")]
-    ty: Value,
-    status: Value,
-    reason: Value,
-}
-
-#[derive(Deserialize, Default, serde::Serialize)]
-#[serde(default, rename_all = "camelCase")]
-struct ContainerShell {
-    name: Value,
-    image: Value,
-    ready: Value,
-    restart_count: Value,
-    state: Value,
-    last_state: Value,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default, rename_all = "camelCase")]
-struct MetaShell {
-    namespace: Value,
-    name: Value,
-    uid: Value,
-    resource_version: Value,
-    labels: Value,
-    deletion_timestamp: Value,
-    owner_references: Value,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default, rename_all = "camelCase")]
-struct SpecShell {
-    node_name: Value,
-}
-
-impl Shell {
-    /// The Pod with only what the summary reads.
-    fn into_pod(self) -> Value {
-        let m = self.metadata;
-        json!({
-            "metadata": {
-                "namespace": m.namespace, "name": m.name, "uid": m.uid,
-                "resourceVersion": m.resource_version, "labels": m.labels,
-                "deletionTimestamp": m.deletion_timestamp, "ownerReferences": m.owner_references,
-            },
-            "spec": {"nodeName": self.spec.node_name},
-            "status": self.status.map(|s| json!({
-                "phase": s.phase, "reason": s.reason, "hostIP": s.host_ip, "podIPs": s.pod_ips,
-                "conditions": s.conditions,
-                "initContainerStatuses": s.init_container_statuses,
-                "containerStatuses": s.container_statuses,
-            })),
-        })
     }
 }
 
@@ -238,7 +143,11 @@ mod tests {
             let straight = Pod
                 .summary_from_slice(&bytes, &r)
                 .expect("a Pod has its own path");
-            assert_eq!(straight, of(&pod), "{pod}");
+            assert_eq!(
+                String::from_utf8(straight).expect("UTF-8"),
+                of(&pod).to_string(),
+                "the same bytes for {pod}"
+            );
         }
         for other in [&b" [1, 2]"[..], b"{\"metadata\": 1}", b"{\"metadata\": "] {
             assert!(
