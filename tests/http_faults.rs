@@ -324,13 +324,16 @@ async fn a_slow_receiver_gets_eight_requests_at_a_time_and_each_objects_events_i
     kubecast.stop(LIMIT).await;
 }
 
+/// How long the receiver is down in the outage scenario.
+const OUTAGE: Duration = Duration::from_secs(60);
+
 #[tokio::test]
 async fn a_receiver_down_for_a_minute_during_churn_loses_nothing() {
     let scene = Scene::new("http-down").await;
     let topic = unique_name("http-down");
     let kafka = KafkaTopic::create(&scene.stack, &topic).await;
     let mut receiver = GoReceiver::start(&scene.stack).await;
-    let kubecast = Kubecast::start(
+    let mut kubecast = Kubecast::start(
         &scene.stack,
         &scene.dir,
         &config(&scene, &topic, &format!("    url: '{}'\n", receiver.url)),
@@ -342,8 +345,16 @@ async fn a_receiver_down_for_a_minute_during_churn_loses_nothing() {
         .wait_until("churn reaching the receiver", LIMIT, |e| e.len() >= 20)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+    let failed = "HTTP request failed; will send again";
+    let failed_before = kubecast.count_in_log(failed);
+    let down_since = tokio::time::Instant::now();
     receiver.stop().await;
-    tokio::time::sleep(Duration::from_secs(60)).await; // the outage itself, not a wait
+    // kubecast meets the outage (a request fails and is held to send again) ...
+    kubecast
+        .wait_for_log(failed, failed_before + 1, LIMIT)
+        .await;
+    // ... and the outage lasts the minute the scenario names.
+    tokio::time::sleep_until(down_since + OUTAGE).await;
     let mut receiver = receiver.restart(&scene.stack).await;
     // Churn reaching it again once it is back.
     let before = receiver.events().len();
