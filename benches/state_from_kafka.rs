@@ -51,10 +51,8 @@ async fn write(stack: &Stack, topic: &str, n: usize) {
                 .expect("librdkafka takes it");
             deliveries.push(delivery);
         }
-        t.commit().await.expect("commit");
-        for d in deliveries {
-            d.await.expect("a report").expect("delivered");
-        }
+        // A record that failed fails the commit.
+        t.commit(deliveries).await.expect("commit");
     }
 }
 

@@ -105,7 +105,7 @@ async fn read_committed_consumers_see_committed_transactions_and_never_aborted_o
 
     t.begin().expect("begin");
     send(&t, &topic, &["c1", "c2", "c3"]).await;
-    within(LIMIT, "the commit", t.commit())
+    within(LIMIT, "the commit", t.commit(Vec::new()))
         .await
         .expect("commit");
 
@@ -140,12 +140,12 @@ async fn a_newer_producer_with_the_same_transactional_id_fences_the_older_one() 
     let new = producer(&stack, &id).await;
     new.begin().expect("begin");
     send(&new, &topic, &["leader"]).await;
-    within(LIMIT, "the new producer's commit", new.commit())
+    within(LIMIT, "the new producer's commit", new.commit(Vec::new()))
         .await
         .expect("the new producer commits");
 
     // The old one has not noticed; its commit is refused as fenced.
-    let outcome = within(LIMIT, "the old producer's commit", old.commit()).await;
+    let outcome = within(LIMIT, "the old producer's commit", old.commit(Vec::new())).await;
     assert!(
         matches!(outcome, Err(TxnError::Fenced(_))),
         "the old producer's commit must fail as fenced, got {outcome:?}"
@@ -185,7 +185,7 @@ async fn the_last_committed_checkpoint_is_read_back_and_an_aborted_one_never_is(
             send_keyed(&t, &checkpoints, sink, Some(&checkpoint(*seq).to_bytes())).await;
         }
         if commit {
-            within(LIMIT, "the commit", t.commit())
+            within(LIMIT, "the commit", t.commit(Vec::new()))
                 .await
                 .expect("commit");
         } else {
@@ -224,7 +224,7 @@ async fn the_last_committed_checkpoint_is_read_back_and_an_aborted_one_never_is(
     // A record under a sink's key that is not a checkpoint is an error naming where it is.
     t.begin().expect("begin");
     send_keyed(&t, &checkpoints, "broken", Some(b"not a checkpoint")).await;
-    within(LIMIT, "the commit", t.commit())
+    within(LIMIT, "the commit", t.commit(Vec::new()))
         .await
         .expect("commit");
     let broken = read("broken", &checkpoints).await.expect("the reader");
@@ -257,7 +257,7 @@ async fn the_known_state_is_rebuilt_from_committed_state_records_and_tombstones(
         send_keyed(&t, &state, uid, Some(&pod_state(uid, rv))).await;
     }
     send_keyed(&t, &state, "uid-b", None).await;
-    within(LIMIT, "the commit", t.commit())
+    within(LIMIT, "the commit", t.commit(Vec::new()))
         .await
         .expect("commit");
     // An aborted change and an aborted delete leave no trace.

@@ -17,6 +17,16 @@ use crate::backoff::Backoff;
 use crate::event::Event;
 use crate::sinks::{Acks, SinkError};
 
+/// What one transaction carries.
+pub(super) struct Contents<'a> {
+    /// The events (the sink's own).
+    pub events: &'a [&'a Arc<Event>],
+    /// Per object uid, its state record (`None`: a tombstone).
+    pub state: &'a HashMap<&'a str, Option<Vec<u8>>>,
+    /// The checkpoint record's value.
+    pub checkpoint: &'a [u8],
+}
+
 /// Runs one transaction to its commit, sending it again after an abort; fencing and fatal
 /// errors end the sink.
 pub(super) async fn transact(
@@ -24,13 +34,11 @@ pub(super) async fn transact(
     settings: &KafkaSettings,
     txn: &TxnSettings,
     acks: &Acks,
-    events: &[&Arc<Event>],
-    state: &HashMap<&str, Option<Vec<u8>>>,
-    checkpoint: &[u8],
+    contents: Contents<'_>,
 ) -> Result<Vec<(u64, String)>, SinkError> {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
     loop {
-        match attempt(ready, settings, txn, acks, events, state, checkpoint).await {
+        match attempt(ready, settings, txn, acks, &contents).await {
             Ok(dead) => {
                 acks.connected(true);
                 return Ok(dead);
@@ -57,16 +65,19 @@ async fn attempt(
     settings: &KafkaSettings,
     txn: &TxnSettings,
     acks: &Acks,
-    events: &[&Arc<Event>],
-    state: &HashMap<&str, Option<Vec<u8>>>,
-    checkpoint: &[u8],
+    contents: &Contents<'_>,
 ) -> Result<Vec<(u64, String)>, TxnError> {
+    let Contents {
+        events,
+        state,
+        checkpoint,
+    } = contents;
     let txns = &ready.txns;
     txns.begin()?;
     let mut dead = Vec::new();
     // The delivery reports of everything the transaction carries.
     let mut sent = Vec::with_capacity(events.len() + state.len() + 1);
-    for e in events {
+    for e in events.iter() {
         match enqueue(txns.producer(), settings, acks.sink(), e, None).await {
             Ok(delivery) => sent.push(delivery),
             Err(Unsendable::TooLarge { size, max }) => {
@@ -82,7 +93,7 @@ async fn attempt(
             Err(Unsendable::Refused(e)) => return Err(TxnError::of(e)),
         }
     }
-    for (uid, value) in state {
+    for (uid, value) in state.iter() {
         let (record, delivery) = Transactions::record(&txn.state_topic);
         sent.push(delivery);
         let record = record.key(*uid);
@@ -96,14 +107,7 @@ async fn attempt(
     sent.push(delivery);
     txns.send(record.key(txn.checkpoint_key.as_str()).payload(checkpoint))
         .map_err(|(e, _)| e)?;
-    // The commit waits for the reports first: rdkafka's `commit_transaction` flushes before
-    // it commits, and its flush polls the report queue up to 100 ms at a time while the
-    // producer's own thread takes the reports from under it, so every commit took 100 ms
-    // longer than the broker needed (BENCHMARKS.md, issue 24). With every report in, the
-    // flush finds nothing in flight. A record that failed fails the commit (abortable), so
-    // the reports' outcomes need no look here.
-    futures::future::join_all(sent).await;
-    txns.commit().await?;
+    txns.commit(sent).await?;
     Ok(dead)
 }
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use super::KafkaSettings;
 use super::checkpoint::{Checkpoint, PodState};
-use super::commit::{report, transact};
+use super::commit::{Contents, report, transact};
 use super::take_over::take_over;
 use super::txn::Ready;
 use super::txn_config::TxnSettings;
@@ -102,7 +102,12 @@ async fn advance(
         positions: moved.positions.clone(),
     }
     .to_bytes();
-    transact(ready, settings, txn, acks, &[], &HashMap::new(), &checkpoint).await?;
+    let contents = Contents {
+        events: &[],
+        state: &HashMap::new(),
+        checkpoint: &checkpoint,
+    };
+    transact(ready, settings, txn, acks, contents).await?;
     ready.positions = moved.positions;
     Ok(())
 }
@@ -152,7 +157,12 @@ async fn commit(
         positions: positions.clone(),
     }
     .to_bytes();
-    let dead = transact(ready, settings, txn, acks, &fresh, &state, &checkpoint).await?;
+    let contents = Contents {
+        events: &fresh,
+        state: &state,
+        checkpoint: &checkpoint,
+    };
+    let dead = transact(ready, settings, txn, acks, contents).await?;
     ready.positions = positions;
     ready.committed = last;
     report(acks, batch, &dead).await

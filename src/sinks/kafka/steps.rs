@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use super::KafkaSettings;
 use super::checkpoint::{Checkpoint, PodState};
-use super::commit::{report, transact};
+use super::commit::{Contents, report, transact};
 use super::txn::Ready;
 use super::txn_config::TxnSettings;
 use crate::event::Event;
@@ -146,7 +146,12 @@ async fn commit_complete(
             positions: positions.clone(),
         }
         .to_bytes();
-        transact(ready, settings, txn, acks, &fresh, &state, &checkpoint).await?
+        let contents = Contents {
+            events: &fresh,
+            state: &state,
+            checkpoint: &checkpoint,
+        };
+        transact(ready, settings, txn, acks, contents).await?
     };
     ready.positions = positions;
     ready.committed = upto.max(ready.committed);

@@ -123,9 +123,18 @@ impl Transactions {
         Producer::record(topic)
     }
 
-    /// Commits the open transaction (flushing what was sent). On an abortable error the
+    /// Commits the open transaction once `sent` (the delivery reports of what it carries,
+    /// or of what the caller has not awaited yet) are in. On an abortable error the
     /// transaction is aborted and [`TxnError::Aborted`] returned.
-    pub async fn commit(&self) -> Result<(), TxnError> {
+    ///
+    /// Why the reports first: rdkafka's `commit_transaction` flushes before it commits, and
+    /// its flush polls the report queue up to 100 ms at a time while the producer's own
+    /// thread takes the reports from under it, so a commit with reports outstanding took
+    /// 100 ms longer than the broker needed (BENCHMARKS.md, issue 24). With every report in,
+    /// the flush finds nothing in flight. A record that failed fails the commit (abortable),
+    /// so the reports' outcomes need no look here.
+    pub async fn commit(&self, sent: Vec<Delivery>) -> Result<(), TxnError> {
+        futures::future::join_all(sent).await;
         match self
             .blocking(|p, t| p.base().commit_transaction(t))
             .await
