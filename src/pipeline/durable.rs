@@ -21,7 +21,7 @@ use crate::sinks::{KeeperFeed, Kept, Step};
 use crate::store::{Record, Snapshot, Store, StoreError, StoreSettings};
 use crate::watch::Observed;
 
-use super::feed::Feed;
+use super::feed::{Feed, resume_points};
 use super::routed::To;
 
 /// What the durable state needs to know of the config.
@@ -390,12 +390,12 @@ impl Durable {
     /// Logs the queued records (synced as `state.fsync` says). Call before the batch's
     /// events go to the sinks.
     pub async fn commit(&mut self) -> Result<(), StoreError> {
-        if self.feed.has_keeper() {
-            // No store with a keeper: the events were numbered by `next_seq`.
-            self.feed.moved(self.next_seq - 1, &self.positions);
-        }
+        // No store with a keeper: the events were numbered by `next_seq`. A keeper taking
+        // steps gets the positions with them.
         if self.feed.has_steps() {
             self.finish_step();
+        } else if self.feed.has_keeper() {
+            self.feed.moved(self.next_seq - 1, &self.positions);
         }
         if self.batch.is_empty() {
             return Ok(());
@@ -406,11 +406,7 @@ impl Durable {
 
     /// Hands the step under way to the keeper when it moved anything.
     fn finish_step(&mut self) {
-        let positions: BTreeMap<String, String> = self
-            .positions
-            .iter()
-            .filter_map(|(scope, rv)| Some((scope.to_string(), rv.clone()?)))
-            .collect();
+        let positions = resume_points(&self.positions);
         let upto = self.next_seq - 1;
         let moved = upto != self.step.upto
             || !self.step.states.is_empty()

@@ -95,13 +95,10 @@ impl Feed {
     }
 
     /// After event `seq`, the watch positions (by scope label) are `positions`.
-    pub fn moved(&self, seq: u64, positions: &HashMap<std::sync::Arc<str>, Option<String>>) {
+    pub fn moved(&self, seq: u64, positions: &HashMap<Arc<str>, Option<String>>) {
         let now = Positions {
             seq,
-            positions: positions
-                .iter()
-                .filter_map(|(scope, rv)| Some((scope.to_string(), rv.clone()?)))
-                .collect(),
+            positions: resume_points(positions),
         };
         self.positions.send_if_modified(|p| {
             let changed = *p != now;
@@ -118,6 +115,15 @@ impl Feed {
             steps: self.steps.as_ref().map(|(_, slot)| slot.clone()),
         }
     }
+}
+
+/// The watch positions a restart resumes from: each scope's resourceVersion, leaving out the
+/// scopes being listed (they are listed again).
+pub fn resume_points(positions: &HashMap<Arc<str>, Option<String>>) -> BTreeMap<String, String> {
+    positions
+        .iter()
+        .filter_map(|(scope, rv)| Some((scope.to_string(), rv.clone()?)))
+        .collect()
 }
 
 #[cfg(test)]
