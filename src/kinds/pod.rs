@@ -1,9 +1,9 @@
 //! Pods: the summary (phase, conditions, container states, node, IPs, labels, owner; schema
 //! `schemas/pod-summary.v1.json`) and the pod spec at `spec` for redaction.
-//! A Pod's summary is written straight from its JSON where it can (`pod_shell.rs`); [`of`]
-//! builds the same from a parsed object.
+//! A Pod's summary is written straight from its JSON where it can, else from the parsed
+//! object, through the same shell (`pod_shell.rs`).
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::{Kind, PodSpecAt, Resource};
 
@@ -12,7 +12,7 @@ pub struct Pod;
 
 impl Kind for Pod {
     fn summary(&self, obj: &Value, _: &Resource) -> Value {
-        of(obj)
+        super::pod_shell::summary_of_value(obj)
     }
 
     fn summary_from_slice(&self, obj: &[u8], _: &Resource) -> Option<Vec<u8>> {
@@ -24,76 +24,10 @@ impl Kind for Pod {
     }
 }
 
-/// Builds the summary of a Pod object.
-fn of(pod: &Value) -> Value {
-    let meta = &pod["metadata"];
-    let status = &pod["status"];
-    let mut containers = Vec::new();
-    for (list, init) in [
-        ("initContainerStatuses", true),
-        ("containerStatuses", false),
-    ] {
-        if let Some(items) = status[list].as_array() {
-            for c in items {
-                containers.push(json!({
-                    "name": c["name"],
-                    "init": init,
-                    "image": c["image"],
-                    "ready": c["ready"].as_bool().unwrap_or(false),
-                    "restartCount": c["restartCount"].as_u64().unwrap_or(0),
-                    "state": state_of(&c["state"]),
-                    "lastState": state_of(&c["lastState"]),
-                }));
-            }
-        }
-    }
-    let conditions: Vec<Value> = status["conditions"]
-        .as_array()
-        .map(|cs| {
-            cs.iter()
-                .map(|c| json!({"type": c["type"], "status": c["status"], "reason": c["reason"]}))
-                .collect()
-        })
-        .unwrap_or_default();
-    let owner = super::owner(meta);
-    let ips: Vec<Value> = status["podIPs"]
-        .as_array()
-        .map(|ips| ips.iter().map(|ip| ip["ip"].clone()).collect())
-        .unwrap_or_default();
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": super::metadata(meta),
-        "owner": owner,
-        "nodeName": pod["spec"]["nodeName"],
-        "phase": status["phase"],
-        "reason": status["reason"],
-        "podIPs": ips,
-        "hostIP": status["hostIP"],
-        "conditions": conditions,
-        "containers": containers,
-    })
-}
-
-/// `{"waiting": {"reason"}}`, `{"running": {"startedAt"}}` or `{"terminated": {...}}` → a
-/// flat `{"state", "reason", "exitCode"}`, null when absent.
-fn state_of(state: &Value) -> Value {
-    let Some(map) = state.as_object() else {
-        return Value::Null;
-    };
-    let Some((name, detail)) = map.iter().next() else {
-        return Value::Null;
-    };
-    let mut out = Map::new();
-    out.insert("state".into(), json!(name));
-    out.insert("reason".into(), detail["reason"].clone());
-    out.insert("exitCode".into(), detail["exitCode"].clone());
-    Value::Object(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_summary_keeps_phase_conditions_container_states_node_ips_labels_and_owner() {
@@ -108,7 +42,7 @@ mod tests {
                     "state": {"running": {"startedAt": "t"}},
                     "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
         });
-        let s = of(&pod);
+        let s = Pod.summary(&pod, &Resource::pods());
         assert_eq!(s["phase"], "Running");
         assert_eq!(s["nodeName"], "n1");
         assert_eq!(s["podIPs"][0], "10.0.0.1");
@@ -145,7 +79,7 @@ mod tests {
                 .expect("a Pod has its own path");
             assert_eq!(
                 String::from_utf8(straight).expect("UTF-8"),
-                of(&pod).to_string(),
+                Pod.summary(&pod, &Resource::pods()).to_string(),
                 "the same bytes for {pod}"
             );
         }

@@ -3,10 +3,10 @@
 //! IPs, conditions and container states) and everything else skipped unparsed — the spec,
 //! managed fields, annotations and the containers' other fields, most of a Pod's bytes —
 //! then the summary is written from it without building a `serde_json::Value` of the Pod or
-//! of the summary. The output is byte for byte what `pod::of` builds from the parsed object
-//! (its fields in the same order); a Pod of any other shape takes that path instead.
+//! of the summary. A Pod of any other shape is parsed whole and read into the same shell
+//! ([`summary_of_value`]), so both give the same summary.
 //!
-//! Entry point: [`summary`].
+//! Entry points: [`summary`], [`summary_of_value`].
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -18,6 +18,19 @@ pub fn summary(obj: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let shell = serde_json::from_slice::<Shell>(obj).ok()?;
+    with_summary(shell, |s| serde_json::to_vec(s).ok())
+}
+
+/// The summary of a parsed Pod of any shape (a field of another shape reads as missing).
+pub fn summary_of_value(pod: &Value) -> Value {
+    // A struct of strings, numbers and JSON values always serializes.
+    with_summary(Shell::of_value(pod), |s| {
+        serde_json::to_value(s).unwrap_or(Value::Null)
+    })
+}
+
+/// Calls `f` with the summary `shell` gives.
+fn with_summary<R>(shell: Shell, f: impl FnOnce(&Summary<'_>) -> R) -> R {
     let empty = Value::Object(Map::new());
     let m = &shell.metadata;
     let status = shell.status.unwrap_or_default();
@@ -74,7 +87,7 @@ pub fn summary(obj: &[u8]) -> Option<Vec<u8>> {
             .unwrap_or_default(),
         reason: &status.reason,
     };
-    serde_json::to_vec(&out).ok()
+    f(&out)
 }
 
 /// The controlling owner reference, or the first one.
@@ -102,7 +115,7 @@ fn state_of(state: &Value) -> Option<State<'_>> {
     })
 }
 
-// The summary's fields in the order `pod::of`'s JSON map writes them (by name).
+// The summary's fields by name, the order a JSON map of them is written in.
 
 #[derive(Serialize)]
 struct Summary<'a> {
@@ -236,4 +249,58 @@ struct MetaShell {
 #[serde(default, rename_all = "camelCase")]
 struct SpecShell {
     node_name: Value,
+}
+
+impl Shell {
+    /// The shell of a parsed Pod, each field read as the summary reads it, whatever its
+    /// shape: what is not there, or not a list where a list is read, is missing.
+    fn of_value(pod: &Value) -> Shell {
+        let (meta, status) = (&pod["metadata"], &pod["status"]);
+        let containers = |list: &str| {
+            status[list].as_array().map(|items| {
+                items
+                    .iter()
+                    .map(|c| ContainerShell {
+                        name: c["name"].clone(),
+                        image: c["image"].clone(),
+                        ready: c["ready"].clone(),
+                        restart_count: c["restartCount"].clone(),
+                        state: c["state"].clone(),
+                        last_state: c["lastState"].clone(),
+                    })
+                    .collect()
+            })
+        };
+        Shell {
+            metadata: MetaShell {
+                namespace: meta["namespace"].clone(),
+                name: meta["name"].clone(),
+                uid: meta["uid"].clone(),
+                resource_version: meta["resourceVersion"].clone(),
+                labels: meta["labels"].clone(),
+                deletion_timestamp: meta["deletionTimestamp"].clone(),
+                owner_references: meta["ownerReferences"].clone(),
+            },
+            spec: SpecShell {
+                node_name: pod["spec"]["nodeName"].clone(),
+            },
+            status: Some(StatusShell {
+                phase: status["phase"].clone(),
+                reason: status["reason"].clone(),
+                host_ip: status["hostIP"].clone(),
+                pod_ips: status["podIPs"].clone(),
+                conditions: status["conditions"].as_array().map(|cs| {
+                    cs.iter()
+                        .map(|c| ConditionShell {
+                            ty: c["type"].clone(),
+                            status: c["status"].clone(),
+                            reason: c["reason"].clone(),
+                        })
+                        .collect()
+                }),
+                init_container_statuses: containers("initContainerStatuses"),
+                container_statuses: containers("containerStatuses"),
+            }),
+        }
+    }
 }
