@@ -22,16 +22,13 @@ use bytes::Bytes;
 use kubecast::classify::Change;
 use kubecast::classify::{Classifier, Object};
 use kubecast::config::InitialList;
-use kubecast::route::config::RouteConfig;
 use kubecast::route::engine::Router;
 
-const FIXTURE: &str = include_str!("fixtures/pod-watch-line.json");
+#[path = "shared/routes.rs"]
+mod routes;
+use routes::three_routes;
 
-const ROUTES: &str = r#"
-audit: {sinks: [a]}
-payments: {sinks: [b], selector: 'team in (payments), app.kubernetes.io/name', changes: [phase, readiness, restart_counts]}
-edge: {sinks: [c], namespaces: ['edge-*', 'prod-?'], changes: ['status.podIP'], types: [modified, alerts]}
-"#;
+const FIXTURE: &str = include_str!("fixtures/pod-watch-line.json");
 
 /// The system allocator, counting live bytes.
 struct Counting;
@@ -139,24 +136,17 @@ fn main() {
     println!();
     println!("| router, 100,000 Pods | live heap bytes | per Pod | open episodes |");
     println!("| --- | --- | --- | --- |");
-    let routes = || -> Vec<kubecast::route::config::Route> {
-        let map: std::collections::BTreeMap<String, RouteConfig> =
-            serde_saphyr::from_str(ROUTES).expect("the bench's routes parse");
-        map.iter()
-            .map(|(n, r)| {
-                r.validate(n, &["a", "b", "c"], &["pods"])
-                    .expect("valid routes")
-            })
-            .collect()
-    };
     let rules = || {
         let c: kubecast::alert::config::AlertsConfig =
             serde_saphyr::from_str("{}").expect("the default rules");
         c.validate().expect("the default rules are valid")
     };
     for (label, router) in [
-        ("3 routes", Router::new(routes(), Vec::new())),
-        ("3 routes + the Pod rules", Router::new(routes(), rules())),
+        ("3 routes", Router::new(three_routes(), Vec::new())),
+        (
+            "3 routes + the Pod rules",
+            Router::new(three_routes(), rules()),
+        ),
     ] {
         let (bytes, open) = measure_router(n, router);
         println!(

@@ -11,15 +11,17 @@
 //!
 //! `cargo bench --bench rules`
 
-use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kubecast::alert::config::AlertsConfig;
 use kubecast::classify::Change;
 use kubecast::event::ChangeKind;
-use kubecast::route::config::RouteConfig;
 use kubecast::route::engine::Router;
+
+#[path = "shared/routes.rs"]
+mod routes;
+use routes::three_routes;
 
 const FIXTURE: &str = include_str!("fixtures/pod-watch-line.json");
 
@@ -40,12 +42,6 @@ rules:
   old-version: {expr: 'metadata.labels[''app.kubernetes.io/version''] =~ "3\\..*"'}
   unscraped: {expr: 'metadata.annotations[''prometheus.io/scrape''] != "true"', severity: info}
   host-network: {expr: 'spec.hostNetwork == true', message: '{{ metadata.name }} on {{ spec.nodeName }} uses the host network'}
-"#;
-
-const ROUTES: &str = r#"
-audit: {sinks: [a]}
-payments: {sinks: [b], selector: 'team in (payments), app.kubernetes.io/name', changes: [phase, readiness, restart_counts]}
-edge: {sinks: [c], namespaces: ['edge-*', 'prod-?'], changes: ['status.podIP'], types: [modified, alerts]}
 "#;
 
 /// The fixture's object, and a `modified` change of it (resourceVersion `rv`).
@@ -142,17 +138,6 @@ fn other_change(obj: serde_json::Value, resource: kubecast::kinds::Resource, rv:
     }
 }
 
-fn routes() -> Vec<kubecast::route::config::Route> {
-    let map: BTreeMap<String, RouteConfig> =
-        serde_saphyr::from_str(ROUTES).expect("the bench's routes parse");
-    map.iter()
-        .map(|(n, r)| {
-            r.validate(n, &["a", "b", "c"], &["pods"])
-                .expect("the bench's routes are valid")
-        })
-        .collect()
-}
-
 fn bench(c: &mut Criterion) {
     let rules = rules();
     let changes = [change("1000"), change("1001")];
@@ -187,7 +172,7 @@ fn bench(c: &mut Criterion) {
             router.on_change(&changes[i % 2], 1_000).outs.len()
         })
     });
-    let mut router = Router::new(routes(), rules.clone());
+    let mut router = Router::new(three_routes(), rules.clone());
     g.bench_function("router step: 20 rules, 3 routes", |b| {
         b.iter(|| {
             i += 1;
@@ -224,7 +209,7 @@ fn bench(c: &mut Criterion) {
             })
         },
     );
-    let mut router = Router::new(routes(), Vec::new());
+    let mut router = Router::new(three_routes(), Vec::new());
     g.bench_function("router step: 3 routes, no rules", |b| {
         b.iter(|| {
             i += 1;

@@ -170,26 +170,29 @@ async fn a_pending_for_and_a_firing_alert_survive_leader_kills_with_gapless_rout
     pods.status("slow", json!({"phase": "Succeeded"})).await;
     pods.delete("slow").await;
     let deleted = format!("{uid}:deleted");
-    for (topic, what) in [(&page, "the resolved alert"), (&changes, "the delete")] {
-        let done = topic
-            .wait_until(what, LIMIT, |r| {
-                !alerts(r, "resolved").is_empty() || r.iter().any(|x| x.ce("id") == deleted)
-            })
-            .await;
-        if let Err(e) = done {
+    let resolved = |r: &[Record]| !alerts(r, "resolved").is_empty();
+    let gone = |r: &[Record]| r.iter().any(|x| x.ce("id") == deleted);
+    for (topic, what, done) in [
+        (
+            &page,
+            "the resolved alert",
+            &resolved as &dyn Fn(&[Record]) -> bool,
+        ),
+        (&changes, "the delete", &gone),
+    ] {
+        if let Err(e) = topic.wait_until(what, LIMIT, done).await {
             panic!("{e}\n{}\nkilled:\n{first}\n----\n{second}", replicas.logs());
         }
     }
-    for (topic, what) in [
-        (&single_page, "the single kubecast's resolved alert"),
-        (&single_read, "its delete"),
+    for (topic, what, done) in [
+        (
+            &single_page,
+            "the single kubecast's resolved alert",
+            &resolved as &dyn Fn(&[Record]) -> bool,
+        ),
+        (&single_read, "its delete", &gone),
     ] {
-        let done = topic
-            .wait_until(what, LIMIT, |r| {
-                !alerts(r, "resolved").is_empty() || r.iter().any(|x| x.ce("id") == deleted)
-            })
-            .await;
-        if let Err(e) = done {
+        if let Err(e) = topic.wait_until(what, LIMIT, done).await {
             panic!("{e}\n{}", single.log());
         }
     }

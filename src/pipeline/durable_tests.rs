@@ -2,6 +2,7 @@
 //! positions and each sink's unacknowledged events, after a crash (no `close`).
 
 use super::*;
+use crate::classify::Change;
 use crate::event::ChangeKind;
 use crate::route::engine::Router;
 use crate::store::FsyncPolicy;
@@ -176,7 +177,6 @@ async fn without_a_state_directory_events_are_numbered_from_one_and_nothing_is_k
 #[tokio::test]
 async fn with_routes_a_crash_restores_pod_states_alert_timers_and_only_each_sinks_own_route_events()
 {
-    use crate::classify::Change;
     let dir = temp_dir("routes");
     let open = || {
         let mut s = settings(Some(dir.clone()), &["a", "b"]);
@@ -186,21 +186,7 @@ async fn with_routes_a_crash_restores_pod_states_alert_timers_and_only_each_sink
     let (mut d, start) = open().await.unwrap();
     let c = start.classifier;
     let mut r = start.router.expect("a router");
-    let pod =
-        br#"{"metadata":{"uid":"u1","namespace":"ns","name":"p"},"status":{"phase":"Pending"}}"#;
-    let change = Change {
-        kind: ChangeKind::Added,
-        resource: crate::kinds::Resource::pods(),
-        scope: "ns".into(),
-        uid: "u1".into(),
-        namespace: "ns".into(),
-        name: "p".into(),
-        rv: "10".into(),
-        prev_rv: String::new(),
-        inferred: false,
-        initial: false,
-        object: Some(bytes::Bytes::from_static(pod)),
-    };
+    let change = pending_pod_added();
     let routed = r.on_change(&change, 1_000);
     let mut logged = Vec::new();
     for o in &routed.outs {
@@ -268,7 +254,6 @@ fn two_routes_and_a_timer() -> Router {
 
 #[tokio::test]
 async fn beside_an_exactly_once_sink_routes_hand_it_whole_steps_and_start_from_its_routing_state() {
-    use crate::classify::Change;
     use crate::route::engine::Out;
     let keeper = |kept| {
         let mut s = settings(None, &["a", "b"]);
@@ -283,21 +268,7 @@ async fn beside_an_exactly_once_sink_routes_hand_it_whole_steps_and_start_from_i
         .steps
         .expect("steps, with a router beside a keeper");
     let mut steps = slot.lock().unwrap().take().expect("the receiver, once");
-    let pod =
-        br#"{"metadata":{"uid":"u1","namespace":"ns","name":"p"},"status":{"phase":"Pending"}}"#;
-    let change = Change {
-        kind: ChangeKind::Added,
-        resource: crate::kinds::Resource::pods(),
-        scope: "ns".into(),
-        uid: "u1".into(),
-        namespace: "ns".into(),
-        name: "p".into(),
-        rv: "10".into(),
-        prev_rv: String::new(),
-        inferred: false,
-        initial: false,
-        object: Some(bytes::Bytes::from_static(pod)),
-    };
+    let change = pending_pod_added();
     let routed = r.on_change(&change, 1_000);
     for o in &routed.outs {
         if let Out::Change { route: Some(i), .. } = o {
@@ -373,4 +344,23 @@ async fn a_state_directory_of_the_pod_only_version_is_read_as_it_is() {
         !start.resume.contains_key("deployments.apps/*"),
         "a resource new to the config lists first"
     );
+}
+
+/// Pod `ns/p` (uid `u1`) added at resourceVersion 10, Pending.
+fn pending_pod_added() -> Change {
+    let pod =
+        br#"{"metadata":{"uid":"u1","namespace":"ns","name":"p"},"status":{"phase":"Pending"}}"#;
+    Change {
+        kind: ChangeKind::Added,
+        resource: crate::kinds::Resource::pods(),
+        scope: "ns".into(),
+        uid: "u1".into(),
+        namespace: "ns".into(),
+        name: "p".into(),
+        rv: "10".into(),
+        prev_rv: String::new(),
+        inferred: false,
+        initial: false,
+        object: Some(bytes::Bytes::from_static(pod)),
+    }
 }
