@@ -8,6 +8,8 @@
 //!
 //! For each phase: the write rate reached, CPU ms per 1,000 events (user + system of the
 //! bridge's process over the phase and its catch-up; and with nothing changing, per second),
+//! for Kafka bridges the broker's CPU over the same span and the bytes the topic's log grew by
+//! per change (the broker shares the machine, so compression is judged on all three),
 //! how many written changes had not yet reached the consumer when the writes stopped and how
 //! long it took to catch up, and the
 //! delay of every change from the moment its write was sent to the moment a consumer (an
@@ -18,6 +20,8 @@
 //! Run through `bench/run churn [PODS [SECONDS [RATE [BRIDGES]]]]` (defaults 200, 20, 100,
 //! and every bridge; BRIDGES picks some, comma-separated: kubecast,eos,eos10,franz,sarama,
 //! mqtt; eos is the exactly-once sink with its default `max_ms`, eosN with N, e.g. eos10).
+//! Only when named: nostate (kubecast without a state directory) and gzip, snappy, lz4,
+//! zstd (kubecast with its state directory and that `compression`).
 
 #[path = "bridges/mod.rs"]
 mod bridges;
@@ -174,6 +178,52 @@ struct Row {
     p50: f64,
     p99: f64,
     max: f64,
+    /// The broker's CPU ms per 1,000 events over the same span (Kafka bridges).
+    broker_ms_per_1000: f64,
+    /// What the topic's log on the broker's disk grew by, per change (Kafka bridges).
+    disk_bytes_per_event: f64,
+}
+
+/// Where the broker measures a Kafka bridge: its process and the topic's log directories.
+struct Broker<'a> {
+    pid: Option<u32>,
+    data: std::path::PathBuf,
+    topic: Option<&'a str>,
+}
+
+impl Broker<'_> {
+    fn cpu(&self) -> f64 {
+        self.pid.and_then(proc::cpu_seconds).unwrap_or(f64::NAN)
+    }
+
+    /// The bytes of the topic's partitions on disk (NaN for an MQTT bridge).
+    fn topic_bytes(&self) -> f64 {
+        let Some(topic) = self.topic else {
+            return f64::NAN;
+        };
+        let Ok(dirs) = std::fs::read_dir(&self.data) else {
+            return f64::NAN;
+        };
+        let prefix = format!("{topic}-");
+        let mut total = 0;
+        for dir in dirs.flatten() {
+            let name = dir.file_name().to_string_lossy().to_string();
+            let partition = name.strip_prefix(&prefix);
+            if partition.is_none_or(|p| p.parse::<u32>().is_err()) {
+                continue;
+            }
+            for f in std::fs::read_dir(dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if f.file_name().to_string_lossy().ends_with(".log") {
+                    total += f.metadata().map_or(0, |m| m.len());
+                }
+            }
+        }
+        total as f64
+    }
 }
 
 /// One phase of churn against a running bridge.
@@ -188,8 +238,10 @@ async fn phase(
     seconds: f64,
     base: usize,
     arrivals: &Arrivals,
+    broker: &Broker<'_>,
 ) -> Row {
     let cpu0 = proc::cpu_seconds(pid).unwrap_or(f64::NAN);
+    let (broker_cpu0, bytes0) = (broker.cpu(), broker.topic_bytes());
     let started = Instant::now();
     let sent = churn(api, pods, rate, seconds, base).await;
     let stopped = Instant::now();
@@ -210,6 +262,8 @@ async fn phase(
     }
     let caught_up = stopped.elapsed().as_secs_f64();
     let cpu = proc::cpu_seconds(pid).unwrap_or(f64::NAN) - cpu0;
+    let broker_cpu = broker.cpu() - broker_cpu0;
+    let disk = broker.topic_bytes() - bytes0;
     let arrivals = arrivals.lock().expect("arrivals");
     let mut delays: Vec<f64> = sent
         .iter()
@@ -229,6 +283,8 @@ async fn phase(
         p50: pct(0.5),
         p99: pct(0.99),
         max: pct(1.0),
+        broker_ms_per_1000: broker_cpu * 1000.0 / (sent.len() as f64 / 1000.0),
+        disk_bytes_per_event: disk / sent.len() as f64,
     };
     eprintln!(
         "churn: {bridge} {phase}: {} writes at {:.0}/s, CPU {:.0} ms per 1,000, {} behind at the stop, caught up after {:.2} s, delay p50 {:.1} ms p99 {:.1} ms max {:.1} ms",
@@ -277,6 +333,18 @@ fn main() {
         .iter()
         .map(|(k, b)| (k.to_string(), b.to_string()))
         .collect();
+        // Only when named.
+        for (k, b) in [
+            ("nostate", "kubecast (no state directory)"),
+            ("gzip", "kubecast (gzip)"),
+            ("snappy", "kubecast (snappy)"),
+            ("lz4", "kubecast (lz4)"),
+            ("zstd", "kubecast (zstd)"),
+        ] {
+            if only.iter().any(|o| o == k) {
+                all.push((k.to_string(), b.to_string()));
+            }
+        }
         // Any other `eosN`: the exactly-once sink with `max_ms` N.
         for o in &only {
             if let Some(n) = o.strip_prefix("eos").and_then(|n| n.parse::<u64>().ok())
@@ -302,13 +370,19 @@ fn main() {
                 }
                 _ => (Some(kafka_consumer(&stack, &topic, arrivals.clone()).await), None),
             };
+            let kafka_sink = format!(
+                "    type: kafka\n    brokers: {}\n    topic: {topic}\n",
+                stack.kafka_bootstrap
+            );
             let (mut child, log) = match bridge {
-                "kubecast" => bridges::kubecast(
-                    &stack,
-                    &bridge_dir,
-                    &ns,
-                    &format!("    type: kafka\n    brokers: {}\n    topic: {topic}\n", stack.kafka_bootstrap),
-                ),
+                "kubecast" => bridges::kubecast(&stack, &bridge_dir, &ns, &kafka_sink),
+                "kubecast (no state directory)" => {
+                    bridges::kubecast_without_state(&stack, &bridge_dir, &ns, &kafka_sink)
+                }
+                "kubecast (gzip)" | "kubecast (snappy)" | "kubecast (lz4)" | "kubecast (zstd)" => {
+                    let sink = format!("{kafka_sink}    compression: {key}\n");
+                    bridges::kubecast(&stack, &bridge_dir, &ns, &sink)
+                }
                 "kubecast (exactly-once)" => {
                     bridges::kubecast_exactly_once(&stack, &bridge_dir, &ns, &topic, None)
                 }
@@ -336,9 +410,18 @@ fn main() {
             let idle = proc::cpu_seconds(pid).unwrap_or(f64::NAN);
             tokio::time::sleep(Duration::from_secs(5)).await;
             let idle = (proc::cpu_seconds(pid).unwrap_or(f64::NAN) - idle) * 1000.0 / 5.0;
+            let broker = Broker {
+                pid: std::fs::read_to_string(stack.dir.join("kafka/pid"))
+                    .ok()
+                    .and_then(|p| p.trim().parse().ok()),
+                data: stack.dir.join("kafka/data"),
+                topic: consumer.is_some().then_some(topic.as_str()),
+            };
             for (name, rate) in [("paced", Some(rate)), ("as fast as possible", None)] {
-                let mut row =
-                    phase(bridge, name, pid, &api, pods, rate, seconds, base, &arrivals).await;
+                let mut row = phase(
+                    bridge, name, pid, &api, pods, rate, seconds, base, &arrivals, &broker,
+                )
+                .await;
                 row.idle_ms_per_s = idle;
                 base += row.writes + pods;
                 rows.push(row);
@@ -350,12 +433,12 @@ fn main() {
         }
 
         println!("Status churn over {pods} pods, {seconds} s per phase; paced at {rate}/s, then 64 writes in flight.\n");
-        println!("| bridge | phase | writes/s | CPU ms per 1,000 events | idle CPU ms/s | behind when the writes stopped | caught up after | delay p50 | p99 | max |");
-        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+        println!("| bridge | phase | writes/s | CPU ms per 1,000 events | idle CPU ms/s | behind when the writes stopped | caught up after | delay p50 | p99 | max | broker CPU ms per 1,000 | topic bytes on disk per change |");
+        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
         for r in &rows {
             println!(
-                "| {} | {} | {:.0} | {:.0} | {:.1} | {} | {:.2} s | {:.1} ms | {:.1} ms | {:.1} ms |",
-                r.bridge, r.phase, r.write_rate, r.cpu_ms_per_1000, r.idle_ms_per_s, r.behind_at_stop, r.caught_up, r.p50, r.p99, r.max
+                "| {} | {} | {:.0} | {:.0} | {:.1} | {} | {:.2} s | {:.1} ms | {:.1} ms | {:.1} ms | {:.0} | {:.0} |",
+                r.bridge, r.phase, r.write_rate, r.cpu_ms_per_1000, r.idle_ms_per_s, r.behind_at_stop, r.caught_up, r.p50, r.p99, r.max, r.broker_ms_per_1000, r.disk_bytes_per_event
             );
         }
         support::pods::delete_each(&api, (0..pods).map(bridges::pod_name)).await;

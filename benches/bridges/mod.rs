@@ -96,6 +96,11 @@ pub fn kubecast(stack: &Stack, dir: &Path, ns: &str, sink: &str) -> (Child, Path
     start_kubecast(stack, dir, ns, &state, sink)
 }
 
+/// [`kubecast`] without a state directory (nothing durable but the broker's acks).
+pub fn kubecast_without_state(stack: &Stack, dir: &Path, ns: &str, sink: &str) -> (Child, PathBuf) {
+    start_kubecast(stack, dir, ns, "", sink)
+}
+
 /// [`kubecast`] with an exactly-once Kafka sink into `topic` (transactions cut after
 /// `max_ms`, or the default) and no state directory.
 pub fn kubecast_exactly_once(
