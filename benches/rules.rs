@@ -11,7 +11,6 @@
 //!
 //! `cargo bench --bench rules`
 
-
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kubecast::alert::config::AlertsConfig;

@@ -4,9 +4,10 @@
 //!
 //! Entry point: [`Durable::open`]. Without `state.dir` it keeps nothing (events are numbered
 //! by a counter of this process) and the rest is a no-op, so the pipeline reads the same
-//! either way. Disk work (appends, fsyncs, snapshots, compaction) runs on tokio's blocking
-//! pool, never on a runtime worker; the event loop awaits it, so the store is never used by
-//! two at once.
+//! either way. Disk work (appends, fsyncs, snapshots, compaction) never runs on a runtime
+//! worker: on the thread of a multi-threaded runtime's `block_on` (where `kubecast run`'s
+//! event loop lives) it runs in place, elsewhere on tokio's blocking pool. The event loop
+//! awaits it either way, so the store is never used by two at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -283,7 +284,13 @@ impl Durable {
         }
     }
 
-    /// Runs `f` on the store on the blocking pool; a no-op without a store.
+    /// Runs `f` on the store where blocking is allowed; a no-op without a store.
+    ///
+    /// The event loop awaits the disk work, so it gains nothing from running it on another
+    /// thread; on a multi-threaded runtime `block_in_place` runs it right here (on the
+    /// `block_on` thread, which is no worker, with no hand-off at all), which saves the two
+    /// thread wake-ups of a trip through the blocking pool per batch (BENCHMARKS.md, issue
+    /// 24). A current-thread runtime (the in-process tests) must not block: the pool there.
     async fn blocking(
         &mut self,
         f: impl FnOnce(&mut Store) -> Result<(), StoreError> + Send + 'static,
@@ -291,12 +298,19 @@ impl Durable {
         let Some(mut store) = self.store.take() else {
             return Ok(());
         };
-        let (store, result) = tokio::task::spawn_blocking(move || {
-            let result = f(&mut store);
+        let multi_threaded = tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread;
+        let (store, result) = if multi_threaded {
+            let result = tokio::task::block_in_place(|| f(&mut store));
             (store, result)
-        })
-        .await
-        .map_err(|e| StoreError::Worker(e.to_string()))?;
+        } else {
+            tokio::task::spawn_blocking(move || {
+                let result = f(&mut store);
+                (store, result)
+            })
+            .await
+            .map_err(|e| StoreError::Worker(e.to_string()))?
+        };
         let (ops, store) = (&self.ops.metrics, self.store.insert(store));
         for t in store.take_fsync_times() {
             ops.fsync(t);
