@@ -150,6 +150,8 @@ pub struct Metrics {
     sink_events: Family<SinkOutcome, Counter>,
     held_events: Family<SinkLabel, Gauge>,
     held_bytes: Family<SinkLabel, Gauge>,
+    capacity_events: Family<SinkLabel, Gauge>,
+    capacity_bytes: Family<SinkLabel, Gauge>,
     connected: Family<SinkLabel, Gauge>,
     http_responses: Family<CodeLabel, Counter>,
     delay: Family<SinkLabel, Histogram, fn() -> Histogram>,
@@ -157,6 +159,8 @@ pub struct Metrics {
     lists: Family<ScopeLabel, Counter>,
     gone: Family<ScopeLabel, Counter>,
     buffer_bytes: Gauge,
+    disk_free: Gauge,
+    disk_size: Gauge,
     fsync: Histogram,
     leader: Gauge,
     terms: Counter,
@@ -187,6 +191,8 @@ impl Metrics {
             sink_events: Family::default(),
             held_events: Family::default(),
             held_bytes: Family::default(),
+            capacity_events: Family::default(),
+            capacity_bytes: Family::default(),
             connected: Family::default(),
             http_responses: Family::default(),
             delay: Family::new_with_constructor(delay_histogram),
@@ -194,6 +200,8 @@ impl Metrics {
             lists: Family::default(),
             gone: Family::default(),
             buffer_bytes: Gauge::default(),
+            disk_free: Gauge::default(),
+            disk_size: Gauge::default(),
             fsync: fsync_histogram(),
             leader: Gauge::default(),
             terms: Counter::default(),
@@ -253,6 +261,16 @@ impl Metrics {
             m.held_bytes.clone(),
         );
         r.register(
+            "sink_queue_capacity_events",
+            "The bound of the sink's queue in events (queue.events)",
+            m.capacity_events.clone(),
+        );
+        r.register(
+            "sink_queue_capacity_bytes",
+            "The bound of the sink's queue in data bytes (queue.bytes)",
+            m.capacity_bytes.clone(),
+        );
+        r.register(
             "sink_connected",
             "1 while the sink is connected to its destination",
             m.connected.clone(),
@@ -284,7 +302,7 @@ impl Metrics {
         );
         r.register(
             "leader",
-            "With leader_election: 1 while this replica leads (publishes), 0 while it stands by",
+            "1 while this replica publishes: always without leader_election, with it while it leads (0 standing by)",
             m.leader.clone(),
         );
         r.register(
@@ -296,6 +314,16 @@ impl Metrics {
             "buffer_bytes",
             "Bytes of the durable buffer's log on disk",
             m.buffer_bytes.clone(),
+        );
+        r.register(
+            "buffer_disk_free_bytes",
+            "Free bytes (for an unprivileged user) of the filesystem holding the state directory",
+            m.disk_free.clone(),
+        );
+        r.register(
+            "buffer_disk_size_bytes",
+            "Size of the filesystem holding the state directory",
+            m.disk_size.clone(),
         );
         r.register(
             "buffer_fsync_seconds",
@@ -429,6 +457,24 @@ impl Metrics {
         self.gone.get_or_create(&scope_label(scope)).inc();
     }
 
+    /// The bounds of `sink`'s queue.
+    pub fn queue_bounds(&self, sink: &str, events: usize, bytes: usize) {
+        let label = SinkLabel {
+            sink: sink.to_string(),
+        };
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.capacity_events
+            .get_or_create(&label)
+            .set(gauge(events));
+        self.capacity_bytes.get_or_create(&label).set(gauge(bytes));
+    }
+
+    /// The state directory's filesystem: free bytes and size.
+    pub fn buffer_disk(&self, free: u64, size: u64) {
+        self.disk_free.set(i64::try_from(free).unwrap_or(i64::MAX));
+        self.disk_size.set(i64::try_from(size).unwrap_or(i64::MAX));
+    }
+
     pub fn buffer_bytes(&self, bytes: u64) {
         self.buffer_bytes.set(bytes as i64);
     }
@@ -476,8 +522,14 @@ mod tests {
         let kafka = m.sink("kafka");
         kafka.event(Outcome::delivered);
         kafka.delay(0.004);
+        m.queue_bounds("kafka", 1024, 64 << 20);
+        m.buffer_disk(5_000, 10_000);
         let text = m.encode();
         for needle in [
+            "kubecast_sink_queue_capacity_events{sink=\"kafka\"} 1024",
+            "kubecast_sink_queue_capacity_bytes{sink=\"kafka\"} 67108864",
+            "kubecast_buffer_disk_free_bytes 5000",
+            "kubecast_buffer_disk_size_bytes 10000",
             "kubecast_build_info{version=",
             "kubecast_events_observed_total{type=\"deleted\"} 1",
             "kubecast_inferred_deletes_total 1",

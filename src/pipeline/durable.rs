@@ -463,7 +463,11 @@ impl Durable {
         let snap = store
             .snapshot_due(force)
             .then(|| snapshot(store.next_seq(), classifier, router, &self.positions));
-        self.blocking(move |store| store.maintain(snap)).await
+        self.blocking(move |store| store.maintain(snap)).await?;
+        if let Some((free, size)) = self.store.as_ref().and_then(Store::disk_space) {
+            self.ops.metrics.buffer_disk(free, size);
+        }
+        Ok(())
     }
 
     /// Everything to disk, on shutdown.

@@ -364,3 +364,23 @@ fn pending_pod_added() -> Change {
         object: Some(bytes::Bytes::from_static(pod)),
     }
 }
+
+#[tokio::test]
+async fn upkeep_reports_the_state_directorys_disk_and_its_free_space() {
+    let dir = temp_dir("disk");
+    let s = settings(Some(dir), &["a"]);
+    let ops = s.ops.clone();
+    let (mut d, start) = Durable::open(s).await.unwrap();
+    d.maintain(&start.classifier, None).await.unwrap();
+    let text = ops.metrics.encode();
+    let value = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing in:\n{text}"))
+    };
+    let (free, size) = (
+        value("kubecast_buffer_disk_free_bytes"),
+        value("kubecast_buffer_disk_size_bytes"),
+    );
+    assert!(size > 0 && free <= size, "free {free} of {size}");
+}

@@ -110,7 +110,12 @@ pub async fn run(
     };
     let outcome = match config.leader_election.clone() {
         Some(election) => elected::elected(config, client, shutdown, ops, election).await,
-        None => bridge(config, client, shutdown, ops, None).await,
+        None => {
+            // A single replica publishes all along: it leads (kubecast_leader 1), so rules
+            // that look for a leader hold with or without election.
+            ops.metrics.leader(true);
+            bridge(config, client, shutdown, ops, None).await
+        }
     };
     if let Some(s) = server {
         s.abort();

@@ -52,6 +52,8 @@ pub fn start(
     };
     for (name, valid) in sinks {
         let name: Arc<str> = name.into();
+        ops.metrics
+            .queue_bounds(&name, valid.queue.events, valid.queue.bytes);
         let (tx, rx) = queue(valid.queue);
         let rx = rx.with_compat(valid.compat);
         let acks = Acks::new(

@@ -119,6 +119,21 @@ pub struct Store {
 }
 
 impl Store {
+    /// The free bytes (for an unprivileged user) and the size of the filesystem holding the
+    /// state directory; `None` where it cannot be asked.
+    pub fn disk_space(&self) -> Option<(u64, u64)> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(self.settings.dir.as_os_str().as_bytes()).ok()?;
+        // SAFETY: statvfs only writes the struct we hand it, which is plain data and fully
+        // initialised (zeroed) beforehand; the path is a valid NUL-terminated string.
+        let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+            return None;
+        }
+        let unit = stat.f_frsize as u64;
+        Some((stat.f_bavail as u64 * unit, stat.f_blocks as u64 * unit))
+    }
+
     /// Opens and recovers `settings.dir` for the sinks named in `sinks`. A sink without a
     /// cursor yet starts at the log's end.
     pub fn open(
