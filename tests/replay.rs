@@ -10,10 +10,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use serde_json::Value;
-use support::consume::{KafkaTopic, Record, create_topic, wait_for};
+use support::consume::{KafkaTopic, Record, copy_records, create_topic, wait_for};
 use support::kubecast::{Kubecast, run_to_end};
 use support::scene::{InProcess, Scene, file_sink};
 use support::unique_name;
@@ -153,32 +152,6 @@ fn producer(scene: &Scene, extra: &[(&str, &str)]) -> ThreadedProducer<DefaultPr
         config.set(*k, *v);
     }
     config.create().expect("Kafka producer")
-}
-
-/// Copies `records` to partition 0 of `topic` (headers, key and value as they were).
-fn copy(scene: &Scene, topic: &str, records: &[&Record]) {
-    let p = producer(scene, &[]);
-    for r in records {
-        let mut headers = OwnedHeaders::new();
-        for (k, v) in &r.headers {
-            headers = headers.insert(Header {
-                key: k,
-                value: Some(v.as_bytes()),
-            });
-        }
-        let key = r.key.clone().unwrap_or_default();
-        p.send(
-            BaseRecord::to(topic)
-                .partition(0)
-                .key(&key)
-                .payload(&r.payload)
-                .headers(headers),
-        )
-        .map_err(|(e, _)| e)
-        .expect("queueing a record");
-    }
-    p.flush(Duration::from_secs(30))
-        .expect("flushing the copies");
 }
 
 fn write(path: &Path, text: &str) {
@@ -400,7 +373,7 @@ async fn verify_names_exactly_the_object_whose_record_was_removed_and_counts_res
         .collect();
     // Per pod the order of the source topic is kept (each pod lives in one partition).
     kept.sort_by_key(|r| (r.ce("k8srv").parse::<u64>().unwrap_or(0), r.offset));
-    copy(&scene, &gappy, &kept);
+    copy_records(&scene.stack, &gappy, &kept);
     let p = producer(&scene, &[]);
     p.send(
         BaseRecord::<(), _>::to(&gappy)
@@ -691,7 +664,7 @@ async fn verify_follows_each_objects_alert_chain_and_names_a_removed_alert() {
         .filter(|r| r.ce("id") != removed.ce("id"))
         .collect();
     kept.sort_by_key(|r| (r.partition, r.offset));
-    copy(&scene, &gappy, &kept);
+    copy_records(&scene.stack, &gappy, &kept);
     let (code, out, err) = replay(&scene, &gappy, &["--verify"]);
     assert_eq!(code, Some(3), "{out}{err}");
     assert!(

@@ -85,6 +85,11 @@ pub struct ReplayArgs {
     /// How `--state-at` prints: `json` or `table`.
     #[arg(long, value_enum, default_value_t = StateFormat::Json)]
     pub format: StateFormat,
+    /// Write an audit timeline of the range to this HTML file: one self-contained page (it
+    /// fetches nothing) with a lane per object, each change a mark, alert episodes as bars,
+    /// the gaps `--verify` would find, each version's diff and the objects at any moment.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Write the events to this file (JSON lines) instead of standard output.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
@@ -153,6 +158,41 @@ pub struct Range {
     pub partitions: Option<Vec<i32>>,
 }
 
+impl Range {
+    /// The range in words, for a report's header.
+    pub fn describe(&self) -> String {
+        let time = |ms: i64| {
+            jiff::Timestamp::from_millisecond(ms).map_or_else(|_| ms.to_string(), |t| t.to_string())
+        };
+        let offsets = |o: &Offsets| {
+            let mut parts: Vec<String> = o.all.iter().map(|n| format!("{n}")).collect();
+            parts.extend(o.per.iter().map(|(p, n)| format!("{p}:{n}")));
+            parts.join(", ")
+        };
+        let mut words = Vec::new();
+        if let Some(ms) = self.since_ms {
+            words.push(format!("since {}", time(ms)));
+        }
+        if let Some(ms) = self.until_ms {
+            words.push(format!("until {}", time(ms)));
+        }
+        if self.from != Offsets::default() {
+            words.push(format!("from offset {}", offsets(&self.from)));
+        }
+        if self.to != Offsets::default() {
+            words.push(format!("to offset {}", offsets(&self.to)));
+        }
+        if let Some(p) = &self.partitions {
+            words.push(format!("partition(s) {p:?}"));
+        }
+        if words.is_empty() {
+            "the whole topic".to_string()
+        } else {
+            words.join(", ")
+        }
+    }
+}
+
 /// Which events to keep.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -193,6 +233,8 @@ pub struct Plan {
     pub state_at: Option<(i64, String)>,
     pub format: StateFormat,
     pub destination: Destination,
+    /// `--html`: the report's file.
+    pub html: Option<PathBuf>,
     pub stall: Duration,
 }
 
@@ -280,7 +322,9 @@ impl ReplayArgs {
                 name: s.clone(),
             },
             // A report replaces the events on standard output.
-            _ if self.verify || self.state_at.is_some() => Destination::Nowhere,
+            _ if self.verify || self.state_at.is_some() || self.html.is_some() => {
+                Destination::Nowhere
+            }
             _ => Destination::Stdout,
         };
         Ok(Plan {
@@ -293,6 +337,7 @@ impl ReplayArgs {
             state_at,
             format: self.format,
             destination,
+            html: self.html.clone(),
             stall: Duration::from_secs(self.stall_seconds),
         })
     }

@@ -17,6 +17,7 @@ mod decode;
 mod dedup;
 mod facts;
 mod filter;
+mod html;
 mod output;
 mod publish;
 mod read;
@@ -191,7 +192,10 @@ pub fn replay(plan: &Plan, out: &mut dyn Write) -> Result<Summary, ReplayError> 
     };
     let topic = read::Topic::open(plan)?;
     let bar = progress(topic.total());
-    let mut verifier = plan.verify.then(|| verify::Verifier::new(topic.from_start));
+    // The report's header and gap marks need the verifier too.
+    let mut verifier =
+        (plan.verify || plan.html.is_some()).then(|| verify::Verifier::new(topic.from_start));
+    let mut timeline = plan.html.as_ref().map(|_| html::Timeline::new());
     let mut state = plan
         .state_at
         .as_ref()
@@ -240,6 +244,9 @@ pub fn replay(plan: &Plan, out: &mut dyn Write) -> Result<Summary, ReplayError> 
             if !plan.filter.takes_event(&event) {
                 continue;
             }
+            if let Some(t) = timeline.as_mut() {
+                t.observe(&facts, &event);
+            }
             let written = match &mut sink {
                 Sink::Nowhere => Ok(()),
                 Sink::Lines(lines) => match lines.write(event) {
@@ -272,10 +279,27 @@ pub fn replay(plan: &Plan, out: &mut dyn Write) -> Result<Summary, ReplayError> 
         Sink::Publisher(p) => s.published = Some(p.finish()?),
         Sink::Nowhere => {}
     }
+    let mut checked = None;
     if let Some(v) = verifier {
+        if let Some(t) = timeline.as_mut() {
+            t.gaps(v.gaps());
+        }
         let (verdict, report) = v.finish();
-        reader_gone_is_fine(out.write_all(report.as_bytes())).map_err(write_error("the report"))?;
-        s.verdict = Some(verdict);
+        if plan.verify {
+            reader_gone_is_fine(out.write_all(report.as_bytes()))
+                .map_err(write_error("the report"))?;
+            s.verdict = Some(verdict);
+        }
+        let line = report.lines().last().unwrap_or_default().to_string();
+        checked = Some((verdict.passed(), line));
+    }
+    if let (Some(t), Some(path)) = (timeline, &plan.html) {
+        let header = html::Header {
+            topic: plan.topic.clone(),
+            range: plan.range.describe(),
+            verdict: checked,
+        };
+        html::write_file(t, path, &header).map_err(write_error(&path.display().to_string()))?;
     }
     if let (Some(st), Some((ms, text))) = (state, &plan.state_at) {
         let pods = st.pods(|p| plan.filter.takes_labels_of(&p.data));

@@ -190,6 +190,20 @@ impl Verifier {
         chain.last_rv = Some(rv.clone());
     }
 
+    /// The broken links so far, by the object's uid: the event that links to a missing
+    /// version, and that version (the report's `gap:` lines).
+    pub fn gaps(&self) -> Vec<(String, String, String)> {
+        let mut gaps = Vec::new();
+        for (key, chain) in &self.chains {
+            // An alert chain's key is `{uid}/alert/{rule}`.
+            let uid = key.split('/').next().unwrap_or(key);
+            for (id, _, rv) in &chain.missing {
+                gaps.push((uid.to_string(), id.clone(), rv.clone()));
+            }
+        }
+        gaps
+    }
+
     /// The verdict, and the report: one block per object with a problem, then a summary
     /// line.
     pub fn finish(self) -> (Verdict, String) {

@@ -45,6 +45,38 @@ impl Record {
     }
 }
 
+/// Copies `records` to partition 0 of `topic` (headers, key and value as they were), for
+/// topics written by hand (a record with a hole in it).
+pub fn copy_records(stack: &Stack, topic: &str, records: &[&Record]) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let p: ThreadedProducer<DefaultProducerContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &stack.kafka_bootstrap)
+        .create()
+        .expect("Kafka producer");
+    for r in records {
+        let mut headers = OwnedHeaders::new();
+        for (k, v) in &r.headers {
+            headers = headers.insert(Header {
+                key: k,
+                value: Some(v.as_bytes()),
+            });
+        }
+        let key = r.key.clone().unwrap_or_default();
+        p.send(
+            BaseRecord::to(topic)
+                .partition(0)
+                .key(&key)
+                .payload(&r.payload)
+                .headers(headers),
+        )
+        .map_err(|(e, _)| e)
+        .expect("queueing a record");
+    }
+    p.flush(std::time::Duration::from_secs(30))
+        .expect("flushing the copies");
+}
+
 /// Creates `topic` with `partitions` partitions on the stack's broker.
 pub async fn create_topic(stack: &Stack, topic: &str, partitions: i32) {
     let mut config = ClientConfig::new();

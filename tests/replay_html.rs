@@ -1,0 +1,477 @@
+//! `kubecast replay --html` opened in a real browser (Debian's chromium, headless): the report
+//! of a scripted history on the real stack holds a lane per object with a mark per change,
+//! the alert episode as a bar, the diff of a chosen change field by field, the objects at a
+//! chosen moment exactly as `--state-at` prints them, and for a copy of the topic with one
+//! change removed, one gap mark naming the missing resourceVersion. The page fetches nothing:
+//! its Content-Security-Policy forbids it and Chromium's console is checked (the check itself
+//! is shown to catch a request). Screenshots are kept in `target/test-artifacts/`.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::consume::{KafkaTopic, Record, copy_records, create_topic, wait_for};
+use support::kubecast::run_to_end;
+use support::scene::{InProcess, Scene};
+use support::unique_name;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// What headless Chromium printed for `url`: the DOM after the page's script ran, and its
+/// log (console messages included).
+struct Opened {
+    dom: String,
+    log: String,
+}
+
+/// Chromium's flags for a page that must stay on this machine: no background requests, no
+/// host resolves to anything (so nothing could leave even if the page asked).
+fn chromium(profile: &Path, extra: &[&str], url: &str) -> std::process::Output {
+    let mut args = vec![
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-extensions",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--virtual-time-budget=5000",
+        "--window-size=1400,900",
+    ];
+    let dir = format!("--user-data-dir={}", profile.display());
+    args.push(&dir);
+    args.extend_from_slice(extra);
+    args.push(url);
+    Command::new("chromium")
+        .args(&args)
+        .output()
+        .expect("running chromium (Debian's package; scripts/test installs it)")
+}
+
+fn open(dir: &Path, file: &Path, fragment: &str) -> Opened {
+    let url = format!("file://{}#{fragment}", file.display());
+    let out = chromium(&dir.join("chromium-profile"), &["--dump-dom"], &url);
+    let opened = Opened {
+        dom: String::from_utf8_lossy(&out.stdout).into_owned(),
+        log: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(
+        out.status.success() && opened.dom.contains("data-ready=\"true\""),
+        "the page did not finish drawing ({:?}):\n{}",
+        out.status,
+        opened.log
+    );
+    for bad in ["Content Security Policy", "Uncaught", "net::ERR_"] {
+        assert!(
+            !opened.log.contains(bad),
+            "the page logged `{bad}` (a request or a script error):\n{}",
+            opened.log
+        );
+    }
+    opened
+}
+
+/// A screenshot of `file#fragment` in `target/test-artifacts/NAME.png`.
+fn screenshot(dir: &Path, file: &Path, fragment: &str, name: &str) -> PathBuf {
+    let artifacts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-artifacts");
+    std::fs::create_dir_all(&artifacts).expect("the artifacts directory");
+    let png = artifacts.join(format!("{name}.png"));
+    let shot = format!("--screenshot={}", png.display());
+    let url = format!("file://{}#{fragment}", file.display());
+    let out = chromium(&dir.join("chromium-shots"), &[&shot], &url);
+    let bytes = std::fs::read(&png).unwrap_or_else(|e| {
+        panic!(
+            "no screenshot {} ({e}):\n{}",
+            png.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        bytes.starts_with(b"\x89PNG"),
+        "{} is not a PNG",
+        png.display()
+    );
+    png
+}
+
+/// The elements of `dom` that open with `<TAG` and carry `class="CLASS..."`: their attributes.
+fn elements(dom: &str, tag: &str, class: &str) -> Vec<BTreeMap<String, String>> {
+    let open = format!("<{tag} ");
+    let mut out = Vec::new();
+    for piece in dom.split(&open).skip(1) {
+        let head = &piece[..piece.find('>').unwrap_or(piece.len())];
+        let attrs = attributes(head);
+        if attrs
+            .get("class")
+            .is_some_and(|c| c.split(' ').next() == Some(class))
+        {
+            out.push(attrs);
+        }
+    }
+    out
+}
+
+fn attributes(head: &str) -> BTreeMap<String, String> {
+    let mut attrs = BTreeMap::new();
+    let mut rest = head;
+    while let Some(eq) = rest.find("=\"") {
+        let name = rest[..eq].trim().to_string();
+        let after = &rest[eq + 2..];
+        let end = after.find('"').unwrap_or(after.len());
+        attrs.insert(name, unescape(&after[..end]));
+        rest = &after[(end + 1).min(after.len())..];
+    }
+    attrs
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+/// The text of each cell of each `<tr class="CLASS">` of `dom`.
+fn rows(dom: &str, class: &str) -> Vec<Vec<String>> {
+    let marker = format!("<tr class=\"{class}\"");
+    dom.split(&marker)
+        .skip(1)
+        .map(|piece| {
+            let row = &piece[..piece.find("</tr>").unwrap_or(piece.len())];
+            row.split("<td>")
+                .skip(1)
+                .map(|c| unescape(&c[..c.find("</td>").unwrap_or(c.len())]))
+                .collect()
+        })
+        .collect()
+}
+
+/// Paths where two versions differ, as the page names them (`a.b[0].c`); a member that is
+/// `null` counts as absent (a merge patch cannot carry null).
+fn changed_paths(a: &Value, b: &Value, path: &str, out: &mut BTreeSet<String>) {
+    let join = |k: &str| {
+        if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let (u, v) = (
+                    x.get(k).unwrap_or(&Value::Null),
+                    y.get(k).unwrap_or(&Value::Null),
+                );
+                if u.is_null() && v.is_null() {
+                    continue;
+                }
+                if u.is_null() || v.is_null() {
+                    out.insert(join(k));
+                } else {
+                    changed_paths(u, v, &join(k), out);
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            for i in 0..x.len().max(y.len()) {
+                let p = format!("{path}[{i}]");
+                match (x.get(i), y.get(i)) {
+                    (Some(u), Some(v)) => changed_paths(u, v, &p, out),
+                    _ => {
+                        out.insert(p);
+                    }
+                }
+            }
+        }
+        (a, b) if a != b => {
+            out.insert(path.to_string());
+        }
+        _ => {}
+    }
+}
+
+fn replay(scene: &Scene, topic: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut argv = vec![
+        "replay",
+        "--brokers",
+        &scene.stack.kafka_bootstrap,
+        "--topic",
+        topic,
+    ];
+    argv.extend_from_slice(args);
+    run_to_end(&argv, &[])
+}
+
+fn report(scene: &Scene, topic: &str, name: &str) -> PathBuf {
+    let file = scene.dir.join(format!("{name}.html"));
+    let path = file.display().to_string();
+    let (code, out, err) = replay(scene, topic, &["--html", &path]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.is_empty(),
+        "--html writes the events nowhere else: {out}"
+    );
+    file
+}
+
+fn s(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn the_console_check_catches_a_page_that_makes_a_request() {
+    let dir = support::kubecast::scratch_dir("html-csp");
+    let page = dir.join("request.html");
+    std::fs::write(
+        &page,
+        "<!doctype html><meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'\"><img src=\"http://127.0.0.1:9/x.png\">",
+    )
+    .expect("a page");
+    let out = chromium(
+        &dir.join("profile"),
+        &["--dump-dom"],
+        &format!("file://{}", page.display()),
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains("violates the following Content Security Policy") && log.contains("blocked"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_shows_every_change_the_alert_the_diff_the_state_at_a_moment_and_a_gap() {
+    let scene = Scene::new("replay-html").await;
+    let topic = unique_name("kc-html");
+    let source = KafkaTopic::create(&scene.stack, &topic).await;
+    let rules = "alerts:\n  restarts: {enabled: false}\n  failed: {enabled: false}\n  not_ready: {enabled: false}\n  oom_killed: {enabled: false}\n  unscheduled: {enabled: false}\n  rules:\n    bad:\n      expr: 'metadata.labels.state == \"bad\"'\n";
+    let text = scene.config(rules, &[scene.kafka_sink("kafka", &topic, &[])]);
+    let kubecast = InProcess::start(&scene, &text);
+    let pods = &scene.pods;
+    let count = |n: usize| move |r: &[Record]| r.len() >= n;
+
+    // Kubecast lists before the history starts: every change below is an event.
+    pods.create("a").await;
+    source
+        .wait_until("a's first event", LIMIT, count(1))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    pods.create("b").await;
+    // Markup in an annotation must stay text in the page (the console check would see an
+    // image request).
+    pods.annotate("a", "note", "<img src=\"http://127.0.0.1:9/leak.png\">")
+        .await;
+    pods.label("a", "step", "1").await;
+    pods.create_with(
+        "c",
+        serde_json::json!({}),
+        serde_json::json!({"state": "bad"}),
+    )
+    .await;
+    source
+        .wait_until("a, b, c and the alert", LIMIT, count(6))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let at = jiff::Timestamp::now();
+    wait_for(LIMIT, "the clock to pass the moment", || {
+        (jiff::Timestamp::now() > at).then_some(())
+    })
+    .await
+    .expect("the clock moves");
+    pods.delete("b").await;
+    pods.running("a", 0).await;
+    pods.label("c", "state", "good").await;
+    pods.label("a", "step", "2").await;
+    // The history's last events: b's delete, the resolved alert, a's second label change.
+    let records = source
+        .wait_until("the rest of the history", LIMIT, |r| {
+            r.iter()
+                .any(|x| x.ce("k8sname") == "b" && x.ce("type").ends_with(".deleted"))
+                && r.iter()
+                    .any(|x| x.ce("type") == "io.kubecast.alert.resolved")
+                && r.iter().any(|x| {
+                    x.ce("k8sname") == "a" && x.json()["metadata"]["labels"]["step"] == "2"
+                })
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    kubecast.stop(LIMIT).await;
+
+    let file = report(&scene, &topic, "history");
+    let changes: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.ce("type").starts_with("io.k8s."))
+        .collect();
+    let a_step1 = changes
+        .iter()
+        .find(|r| {
+            r.ce("k8sname") == "a"
+                && r.json()["metadata"]["labels"]["step"] == "1"
+                && r.ce("type").ends_with(".modified")
+        })
+        .expect("a's label change");
+    let at_text = at.to_string();
+    let page = open(
+        &scene.dir,
+        &file,
+        &format!("select={}&at={at_text}", a_step1.ce("id")),
+    );
+
+    // A lane per object, a mark per change with its type and resourceVersion.
+    let lanes: BTreeSet<String> = elements(&page.dom, "div", "lane")
+        .into_iter()
+        .filter_map(|l| l.get("data-name").cloned())
+        .collect();
+    assert_eq!(lanes, BTreeSet::from(["a".into(), "b".into(), "c".into()]));
+    let marks: BTreeSet<(String, String, String)> = elements(&page.dom, "div", "mark")
+        .into_iter()
+        .filter(|m| m.contains_key("data-type"))
+        .map(|m| {
+            (
+                m["data-id"].clone(),
+                m["data-type"].clone(),
+                m["data-rv"].clone(),
+            )
+        })
+        .collect();
+    let want: BTreeSet<(String, String, String)> = changes
+        .iter()
+        .map(|r| {
+            let ty = match (
+                r.ce("type").rsplit('.').next().unwrap_or_default(),
+                r.ce("k8sinitial"),
+                r.ce("k8sinferred"),
+            ) {
+                ("added", "true", _) => "initial",
+                ("deleted", _, "true") => "inferred",
+                (ty, _, _) => ty,
+            };
+            (
+                r.ce("id").to_string(),
+                ty.to_string(),
+                r.ce("k8srv").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(marks, want, "one mark per change");
+    let bars = elements(&page.dom, "div", "alert-bar");
+    assert_eq!(bars.len(), 1, "{bars:?}");
+    assert_eq!(
+        bars[0]["class"], "alert-bar",
+        "a resolved episode: {bars:?}"
+    );
+    assert_eq!(bars[0]["data-rule"], "bad");
+    assert!(
+        !page.dom.contains("<img"),
+        "the annotation became markup:\n{}",
+        page.dom
+    );
+
+    // The selected change's diff: exactly the fields that changed.
+    let previous = changes
+        .iter()
+        .rev()
+        .find(|r| r.ce("k8srv") == a_step1.ce("k8sprevrv"))
+        .expect("the version before a's label change");
+    let mut want_paths = BTreeSet::new();
+    changed_paths(&previous.json(), &a_step1.json(), "", &mut want_paths);
+    assert!(
+        want_paths.contains("metadata.labels.step"),
+        "{want_paths:?}"
+    );
+    let diff: BTreeSet<String> = ["added", "removed", "changed"]
+        .iter()
+        .flat_map(|c| elements(&page.dom, "tr", c))
+        .filter_map(|r| r.get("data-path").cloned())
+        .collect();
+    assert_eq!(diff, want_paths, "the diff of {}", a_step1.ce("id"));
+    let added = elements(&page.dom, "tr", "added");
+    assert!(
+        added
+            .iter()
+            .any(|r| r["data-path"] == "metadata.labels.step"),
+        "{added:?}"
+    );
+
+    // The slider's table at the moment equals --state-at's.
+    let (code, out, err) = replay(&scene, &topic, &["--state-at", &at_text]);
+    assert_eq!(code, Some(0), "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let dash = |v: &Value| v.as_str().map_or("-".to_string(), str::to_string);
+    let state_at: Vec<Vec<String>> = doc["pods"]
+        .as_array()
+        .expect("pods")
+        .iter()
+        .map(|p| {
+            vec![
+                s(&p["kind"]),
+                s(&p["namespace"]),
+                s(&p["name"]),
+                dash(&p["phase"]),
+                dash(&p["node"]),
+                s(&p["resourceVersion"]),
+                s(&p["lastEvent"]["time"]),
+            ]
+        })
+        .collect();
+    assert_eq!(state_at.len(), 3, "a, b and c lived then: {out}");
+    assert_eq!(
+        rows(&page.dom, "state-row"),
+        state_at,
+        "the slider at {at_text}"
+    );
+    screenshot(
+        &scene.dir,
+        &file,
+        &format!("select={}&at={at_text}", a_step1.ce("id")),
+        "replay-html-history",
+    );
+
+    // A copy without a's change to Running (its label change links to it): one gap mark
+    // naming that resourceVersion.
+    let removed = changes
+        .iter()
+        .find(|r| r.ce("k8sname") == "a" && r.json()["status"]["phase"] == "Running")
+        .expect("a's change to Running");
+    assert!(
+        changes
+            .iter()
+            .any(|r| r.ce("k8suid") == removed.ce("k8suid")
+                && r.ce("k8sprevrv") == removed.ce("k8srv")),
+        "a change links to the one removed"
+    );
+    let gappy = unique_name("kc-html-gap");
+    create_topic(&scene.stack, &gappy, 1).await;
+    let mut kept: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.ce("id") != removed.ce("id"))
+        .collect();
+    kept.sort_by_key(|r| (r.ce("k8srv").parse::<u64>().unwrap_or(0), r.offset));
+    copy_records(&scene.stack, &gappy, &kept);
+    let file = report(&scene, &gappy, "gap");
+    let page = open(&scene.dir, &file, "");
+    let gaps = elements(&page.dom, "div", "mark");
+    let gaps: Vec<&BTreeMap<String, String>> = gaps
+        .iter()
+        .filter(|m| m.contains_key("data-missing-rv"))
+        .collect();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert_eq!(gaps[0]["data-missing-rv"], removed.ce("k8srv"));
+    assert!(
+        page.dom
+            .contains(&format!("missing {}</div>", removed.ce("k8srv"))),
+        "the mark names the version"
+    );
+    assert!(page.dom.contains("id=\"verdict\" class=\"failed\""));
+    screenshot(&scene.dir, &file, "", "replay-html-gap");
+}
