@@ -437,6 +437,39 @@ async fn a_report_shows_every_change_the_alert_the_diff_the_state_at_a_moment_an
         "replay-html-history",
     );
 
+    // Lanes filtered by name; a window in time shows only the marks inside it.
+    let page = open(&scene.dir, &file, "filter=b");
+    let shown: Vec<String> = elements(&page.dom, "div", "lane")
+        .into_iter()
+        .filter(|l| !l["class"].contains("hidden"))
+        .map(|l| l["data-name"].clone())
+        .collect();
+    assert_eq!(shown, ["b"], "filter=b");
+    let since_moment: BTreeSet<String> = changes
+        .iter()
+        .filter(|r| {
+            r.ce("time")
+                .parse::<jiff::Timestamp>()
+                .is_ok_and(|t| t > at)
+        })
+        .map(|r| r.ce("id").to_string())
+        .collect();
+    assert!(
+        !since_moment.is_empty() && since_moment.len() < changes.len(),
+        "some changes, not all, came after the moment: {since_moment:?}"
+    );
+    let end = jiff::Timestamp::now().to_string();
+    let page = open(&scene.dir, &file, &format!("from={at_text}&to={end}"));
+    let in_window: BTreeSet<String> = elements(&page.dom, "div", "mark")
+        .into_iter()
+        .filter(|m| m.contains_key("data-type"))
+        .map(|m| m["data-id"].clone())
+        .collect();
+    assert_eq!(
+        in_window, since_moment,
+        "the marks of the window after the moment"
+    );
+
     // A copy without a's change to Running (its label change links to it): one gap mark
     // naming that resourceVersion.
     let removed = changes

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use cloudevents::{AttributesReader, Event};
 use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::decode::{data_is_json, extension_text, json_of, time_text};
 use super::facts::{Facts, Kind};
@@ -34,9 +35,10 @@ struct Mark {
     ty: &'static str,
     rv: String,
     id: String,
-    /// The merge patch from the previous version (`None` for the first, or no change).
+    /// The merge patch from the previous version (`None` for the first, or no change), kept
+    /// as its JSON text: a parsed patch costs several times its size.
     #[serde(skip_serializing_if = "Option::is_none")]
-    p: Option<Value>,
+    p: Option<Box<RawValue>>,
 }
 
 /// An alert episode: from its `firing` to its `resolved` (still open at the range's end).
@@ -67,8 +69,8 @@ struct Lane {
     ns: String,
     name: String,
     uid: String,
-    /// Its first version in the range.
-    first: Value,
+    /// Its first version in the range, as JSON text (`null` for an object with alerts only).
+    first: Option<Box<RawValue>>,
     marks: Vec<Mark>,
     alerts: Vec<Episode>,
     gaps: Vec<Gap>,
@@ -117,7 +119,7 @@ impl Timeline {
             ns: facts.namespace.clone().unwrap_or_default(),
             name: facts.name.clone().unwrap_or_default(),
             uid: uid.clone(),
-            first: Value::Null,
+            first: None,
             marks: Vec::new(),
             alerts: Vec::new(),
             gaps: Vec::new(),
@@ -154,10 +156,10 @@ impl Timeline {
             .unwrap_or(Value::Null);
         let p = match &lane.last {
             None => {
-                lane.first = data.clone();
+                lane.first = raw(&data);
                 None
             }
-            Some(last) => patch::merge_patch(last, &data),
+            Some(last) => patch::merge_patch(last, &data).and_then(|p| raw(&p)),
         };
         lane.last = Some(data);
         lane.marks.push(Mark {
@@ -178,6 +180,12 @@ impl Timeline {
             }
         }
     }
+}
+
+/// `value` as JSON text. Serializing a `Value` cannot fail and gives valid JSON, so this is
+/// always `Some`.
+fn raw(value: &Value) -> Option<Box<RawValue>> {
+    RawValue::from_string(value.to_string()).ok()
 }
 
 /// The lanes in the page's order: by kind (Pods first), namespace and name.

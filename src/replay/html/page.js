@@ -6,7 +6,7 @@
 (function () {
   const doc = JSON.parse(document.getElementById("timeline-data").textContent);
   const lanes = doc.lanes;
-  const BUCKETS = 120; // marks per lane above which a zoomed-out lane shows buckets
+  const BUCKETS = 50; // marks per lane above which a zoomed-out lane shows buckets
 
   function el(tag, attrs, text) {
     const e = document.createElement(tag);
@@ -83,7 +83,7 @@
 
   // Controls.
   const controls = el("div", { id: "controls" });
-  const filter = el("input", { type: "search", id: "filter", placeholder: "filter lanes by name" });
+  const filter = el("input", { type: "search", id: "filter", placeholder: "filter lanes by name (or namespace/name)" });
   const kind = el("select", { id: "kind" });
   kind.append(el("option", { value: "" }, "every kind"));
   for (const k of [...new Set(lanes.map((l) => l.kind))]) kind.append(el("option", { value: k }, k));
@@ -205,7 +205,9 @@
     const shown = new Set();
     tracks.forEach(({ row, group }, li) => {
       const lane = lanes[li];
-      const show = (!k || lane.kind === k) && (!text || `${lane.ns}/${lane.name}`.toLowerCase().includes(text));
+      // By name; with a `/` in the text, by namespace/name.
+      const hay = text.includes("/") ? `${lane.ns}/${lane.name}` : lane.name;
+      const show = (!k || lane.kind === k) && (!text || hay.toLowerCase().includes(text));
       row.classList.toggle("hidden", !show);
       if (show) shown.add(group);
     });
