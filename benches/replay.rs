@@ -2,9 +2,11 @@
 //! `full` events of the fixture Pod (5 KB of data each; 1,000 pods with 100 linked changes
 //! each at the default N) are written through kubecast's own Kafka sink, once in binary
 //! and once in structured mode, then this build's binary replays them: JSON lines to
-//! /dev/null, `--verify`, `--state-at`, and with `--no-dedup`. Wall time, events/s and peak
-//! resident memory (VmHWM, sampled until exit) per run. Prints a Markdown table; nothing
-//! asserted.
+//! /dev/null, `--verify`, `--state-at`, `--html` (the report's size, and how long headless
+//! Chromium takes to open it when it is installed), and with `--no-dedup`. Wall time,
+//! events/s and peak resident memory (VmHWM, sampled until exit) per run. Each event's data
+//! carries its own name, uid and resourceVersion, so consecutive versions of a pod differ as
+//! status churn does in its resourceVersion. Prints a Markdown table; nothing asserted.
 //!
 //! Run through `bench/run replay [N]` (default 100000).
 
@@ -25,6 +27,15 @@ const PODS: usize = 1000;
 /// `modified` events whose previous version is the one before).
 fn events(n: usize) -> Vec<Arc<Event>> {
     let template = deliver::fixture_event();
+    let data = String::from_utf8_lossy(&template.data).into_owned();
+    let fixture: serde_json::Value = serde_json::from_str(&data).expect("the fixture is JSON");
+    let field = |name: &str| {
+        let value = fixture["metadata"][name]
+            .as_str()
+            .expect("the fixture's metadata");
+        format!("\"{name}\":\"{value}\"")
+    };
+    let (rv_field, name_field, uid_field) = (field("resourceVersion"), field("name"), field("uid"));
     (0..n)
         .map(|i| {
             let mut e = template.clone();
@@ -44,6 +55,11 @@ fn events(n: usize) -> Vec<Arc<Event>> {
                 ChangeKind::Modified
             };
             e.id = event_id(&e.uid, &e.rv, e.kind);
+            e.data = data
+                .replace(&rv_field, &format!("\"resourceVersion\":\"{}\"", e.rv))
+                .replace(&name_field, &format!("\"name\":\"{}\"", e.name))
+                .replace(&uid_field, &format!("\"uid\":\"{}\"", e.uid))
+                .into();
             Arc::new(e)
         })
         .collect()
@@ -115,6 +131,7 @@ fn main() {
     let stack = Stack::load();
     let binary = unique_name("replay-bench-bin");
     let structured = unique_name("replay-bench-str");
+    let report = support::kubecast::scratch_dir("replay-bench").join("report.html");
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(async {
         write(&stack, &binary, "binary", &events).await;
@@ -136,7 +153,15 @@ fn main() {
             &binary,
             &["--state-at", "0s"],
         ),
+        replay(
+            "binary mode, --html",
+            &stack,
+            &binary,
+            &["--html", &report.display().to_string()],
+        ),
     ];
+    let size = std::fs::metadata(&report).map_or(0, |m| m.len());
+    let opened = open_in_chromium(&report);
     println!(
         "{n} events of {} bytes of data each ({PODS} pods), 4 partitions, replayed by this build's binary.\n",
         events[0].data.len()
@@ -152,4 +177,42 @@ fn main() {
             r.peak_mib
         );
     }
+    println!(
+        "\nThe `--html` report: {:.1} MB ({:.0} bytes per event); {}.",
+        size as f64 / 1e6,
+        size as f64 / n as f64,
+        match opened {
+            Some(seconds) => format!("headless Chromium loads and draws it in {seconds:.1} s"),
+            None => "Chromium is not installed, not opened".to_string(),
+        }
+    );
+}
+
+/// Seconds headless Chromium takes to load `report` and run its script (`--dump-dom`
+/// returns once the page has loaded); `None` without Chromium.
+fn open_in_chromium(report: &std::path::Path) -> Option<f64> {
+    let profile = report.with_extension("profile");
+    let started = Instant::now();
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("file://{}", report.display()))
+        .output()
+        .ok()?;
+    let seconds = started.elapsed().as_secs_f64();
+    let drawn = String::from_utf8_lossy(&out.stdout).contains("data-ready=\"true\"");
+    assert!(
+        drawn,
+        "Chromium did not draw the report: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(seconds)
 }
