@@ -193,20 +193,8 @@ fn main() {
 fn open_in_chromium(report: &std::path::Path) -> Option<f64> {
     let profile = report.with_extension("profile");
     let started = Instant::now();
-    let out = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--host-resolver-rules=MAP * ~NOTFOUND",
-            "--dump-dom",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(format!("file://{}", report.display()))
-        .output()
-        .ok()?;
+    let url = format!("file://{}", report.display());
+    let out = support::browser::chromium(&profile, &["--dump-dom"], &url).ok()?;
     let seconds = started.elapsed().as_secs_f64();
     let drawn = String::from_utf8_lossy(&out.stdout).contains("data-ready=\"true\"");
     assert!(

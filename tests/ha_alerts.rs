@@ -172,28 +172,23 @@ async fn a_pending_for_and_a_firing_alert_survive_leader_kills_with_gapless_rout
     let deleted = format!("{uid}:deleted");
     let resolved = |r: &[Record]| !alerts(r, "resolved").is_empty();
     let gone = |r: &[Record]| r.iter().any(|x| x.ce("id") == deleted);
-    for (topic, what, done) in [
-        (
-            &page,
-            "the resolved alert",
-            &resolved as &dyn Fn(&[Record]) -> bool,
-        ),
-        (&changes, "the delete", &gone),
-    ] {
-        if let Err(e) = topic.wait_until(what, LIMIT, done).await {
-            panic!("{e}\n{}\nkilled:\n{first}\n----\n{second}", replicas.logs());
-        }
-    }
-    for (topic, what, done) in [
+    type Done<'a> = &'a dyn Fn(&[Record]) -> bool;
+    let replica_logs = || format!("{}\nkilled:\n{first}\n----\n{second}", replicas.logs());
+    let single_log = || single.log();
+    let waits: [(&KafkaTopic, &str, Done, &dyn Fn() -> String); 4] = [
+        (&page, "the resolved alert", &resolved, &replica_logs),
+        (&changes, "the delete", &gone, &replica_logs),
         (
             &single_page,
             "the single kubecast's resolved alert",
-            &resolved as &dyn Fn(&[Record]) -> bool,
+            &resolved,
+            &single_log,
         ),
-        (&single_read, "its delete", &gone),
-    ] {
+        (&single_read, "its delete", &gone, &single_log),
+    ];
+    for (topic, what, done, log) in waits {
         if let Err(e) = topic.wait_until(what, LIMIT, done).await {
-            panic!("{e}\n{}", single.log());
+            panic!("{e}\n{}", log());
         }
     }
 

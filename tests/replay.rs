@@ -19,19 +19,6 @@ use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// Runs `kubecast replay --brokers B --topic T ARGS`: exit code, stdout, stderr.
-fn replay(scene: &Scene, topic: &str, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut argv = vec![
-        "replay",
-        "--brokers",
-        &scene.stack.kafka_bootstrap,
-        "--topic",
-        topic,
-    ];
-    argv.extend_from_slice(args);
-    run_to_end(&argv, &[])
-}
-
 /// Runs `kubecast replay` through the stack's SASL listener (PLAIN) with `password` in the
 /// environment.
 fn replay_sasl(scene: &Scene, topic: &str, password: &str) -> (Option<i32>, String, String) {
@@ -192,7 +179,7 @@ async fn replays_a_recorded_lifecycle_with_identical_ids_in_per_pod_order_and_ve
 
     // Binary mode: the same events, in per-pod order, with identical ids, and each line the
     // structured JSON kubecast itself writes for that event.
-    let (code, out, err) = replay(&scene, &binary, &[]);
+    let (code, out, err) = scene.replay(&binary, &[]);
     assert_eq!(code, Some(0), "{err}");
     let replayed = lines(&out);
     assert_eq!(ids_of_lines(&replayed), ids_of_binary(&records), "{err}");
@@ -215,7 +202,7 @@ async fn replays_a_recorded_lifecycle_with_identical_ids_in_per_pod_order_and_ve
     assert!(err.contains("0 not CloudEvents"), "{err}");
 
     // Structured mode reads back to the same lines.
-    let (code, out, err) = replay(&scene, &structured, &[]);
+    let (code, out, err) = scene.replay(&structured, &[]);
     assert_eq!(code, Some(0), "{err}");
     let mut from_structured = lines(&out);
     let mut from_binary = replayed.clone();
@@ -225,18 +212,18 @@ async fn replays_a_recorded_lifecycle_with_identical_ids_in_per_pod_order_and_ve
     assert_eq!(from_structured, from_binary);
 
     // Filters: one pod by name, one type, a label selector.
-    let (_, out, _) = replay(&scene, &binary, &["--name", "a"]);
+    let (_, out, _) = scene.replay(&binary, &["--name", "a"]);
     assert!(lines(&out).iter().all(|e| e["k8sname"] == "a") && !out.is_empty());
-    let (_, out, _) = replay(&scene, &binary, &["--type", "deleted"]);
+    let (_, out, _) = scene.replay(&binary, &["--type", "deleted"]);
     let deleted: Vec<String> = lines(&out).iter().map(|e| s(&e["k8sname"])).collect();
     assert_eq!(deleted, ["c"]);
-    let (_, out, _) = replay(&scene, &binary, &["--label", "step=2"]);
+    let (_, out, _) = scene.replay(&binary, &["--label", "step=2"]);
     let labelled = lines(&out);
     assert_eq!(labelled.len(), 1, "{out}");
     assert_eq!(labelled[0]["data"]["metadata"]["labels"]["step"], "2");
 
     // A complete topic verifies.
-    let (code, out, err) = replay(&scene, &binary, &["--verify"]);
+    let (code, out, err) = scene.replay(&binary, &["--verify"]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.trim_end().ends_with("PASSED"), "{out}");
     assert!(
@@ -264,7 +251,7 @@ async fn replays_a_recorded_lifecycle_with_identical_ids_in_per_pod_order_and_ve
         ),
     );
     let config = config.display().to_string();
-    let (code, _, err) = replay(&scene, &binary, &["--config", &config, "--sink", "copy"]);
+    let (code, _, err) = scene.replay(&binary, &["--config", &config, "--sink", "copy"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(
         err.contains(&format!("re-published: {} delivered", records.len())),
@@ -277,14 +264,14 @@ async fn replays_a_recorded_lifecycle_with_identical_ids_in_per_pod_order_and_ve
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(ids_of_binary(&again), ids_of_binary(&records));
-    let (code, _, err) = replay(&scene, &binary, &["--config", &config, "--sink", "file"]);
+    let (code, _, err) = scene.replay(&binary, &["--config", &config, "--sink", "file"]);
     assert_eq!(code, Some(0), "{err}");
     let in_file: Vec<Value> = support::scene::file_events(&file);
     assert_eq!(ids_of_lines(&in_file), ids_of_binary(&records));
-    let (code, _, err) = replay(&scene, &binary, &["--config", &config, "--sink", "eos"]);
+    let (code, _, err) = scene.replay(&binary, &["--config", &config, "--sink", "eos"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("sinks.eos: an exactly_once sink"), "{err}");
-    let (code, _, err) = replay(&scene, &binary, &["--config", &config, "--sink", "nope"]);
+    let (code, _, err) = scene.replay(&binary, &["--config", &config, "--sink", "nope"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("has no sink `nope` (its sinks: copy, eos, file)"),
@@ -340,7 +327,7 @@ async fn verify_names_exactly_the_object_whose_record_was_removed_and_counts_res
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     kubecast.stop(LIMIT).await;
-    let (code, out, err) = replay(&scene, &topic, &["--verify"]);
+    let (code, out, err) = scene.replay(&topic, &["--verify"]);
     assert_eq!(code, Some(0), "duplicates are not gaps:\n{out}{err}");
     assert!(
         out.contains("0 incomplete, 0 out of order, 3 duplicate(s)"),
@@ -353,7 +340,7 @@ async fn verify_names_exactly_the_object_whose_record_was_removed_and_counts_res
         );
     }
     // With dedup, z's second `added` (same id) is left out.
-    let (_, out, err) = replay(&scene, &topic, &[]);
+    let (_, out, err) = scene.replay(&topic, &[]);
     assert_eq!(lines(&out).len(), with_restart.len() - 1, "{err}");
     assert!(err.contains("1 duplicate(s) left out"), "{err}");
 
@@ -383,7 +370,7 @@ async fn verify_names_exactly_the_object_whose_record_was_removed_and_counts_res
     .map_err(|(e, _)| e)
     .expect("queueing a record");
     p.flush(Duration::from_secs(30)).expect("flushing");
-    let (code, out, err) = replay(&scene, &gappy, &["--verify"]);
+    let (code, out, err) = scene.replay(&gappy, &["--verify"]);
     assert_eq!(code, Some(3), "{out}{err}");
     let incomplete: Vec<&str> = out
         .lines()
@@ -459,7 +446,7 @@ async fn state_at_three_moments_equals_what_the_apiserver_listed_then() {
     kubecast.stop(LIMIT).await;
 
     for (at, listed) in &moments {
-        let (code, out, err) = replay(&scene, &topic, &["--state-at", at]);
+        let (code, out, err) = scene.replay(&topic, &["--state-at", at]);
         assert_eq!(code, Some(0), "{err}");
         let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
         let state: BTreeSet<(String, String)> = doc["pods"]
@@ -469,7 +456,7 @@ async fn state_at_three_moments_equals_what_the_apiserver_listed_then() {
             .map(|p| (s(&p["name"]), s(&p["resourceVersion"])))
             .collect();
         assert_eq!(&state, listed, "--state-at {at}");
-        let (code, table, err) = replay(&scene, &topic, &["--state-at", at, "--format", "table"]);
+        let (code, table, err) = scene.replay(&topic, &["--state-at", at, "--format", "table"]);
         assert_eq!(code, Some(0), "{err}");
         assert_eq!(table.lines().count(), listed.len() + 2, "{table}");
     }
@@ -479,19 +466,19 @@ async fn state_at_three_moments_equals_what_the_apiserver_listed_then() {
 async fn bad_input_gets_clear_messages_and_transactional_topics_give_only_committed_records() {
     let scene = Scene::new("replay-bad").await;
     let missing = unique_name("kc-replay-missing");
-    let (code, _, err) = replay(&scene, &missing, &[]);
+    let (code, _, err) = scene.replay(&missing, &[]);
     assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains(&format!("topic `{missing}` does not exist")),
         "{err}"
     );
-    let (code, _, err) = replay(&scene, &missing, &["--since", "14:05"]);
+    let (code, _, err) = scene.replay(&missing, &["--since", "14:05"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("--since: `14:05` is neither an RFC 3339 time"),
         "{err}"
     );
-    let (code, _, err) = replay(&scene, &missing, &["--from-offset", "x:1"]);
+    let (code, _, err) = scene.replay(&missing, &["--from-offset", "x:1"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--from-offset: `x:1` is not"), "{err}");
 
@@ -523,7 +510,7 @@ async fn bad_input_gets_clear_messages_and_transactional_topics_give_only_commit
             p.abort_transaction(Duration::from_secs(30)).expect("abort");
         }
     }
-    let (code, out, err) = replay(&scene, &topic, &[]);
+    let (code, out, err) = scene.replay(&topic, &[]);
     assert_eq!(code, Some(0), "{err}");
     let ids: Vec<String> = lines(&out).iter().map(|e| s(&e["id"])).collect();
     assert_eq!(ids, ["kept"], "{err}");
@@ -532,7 +519,7 @@ async fn bad_input_gets_clear_messages_and_transactional_topics_give_only_commit
         "{err}"
     );
     // Another producer's event has no chain: verify passes and says so.
-    let (code, out, _) = replay(&scene, &topic, &["--verify"]);
+    let (code, out, _) = scene.replay(&topic, &["--verify"]);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("1 event(s) without a chain"), "{out}");
 }
@@ -569,7 +556,7 @@ async fn replay_filters_by_resource_verifies_and_shows_the_state_of_every_kind()
     );
     kubecast.stop(LIMIT).await;
 
-    let (code, out, err) = replay(&scene, &topic, &["--resource", "cm"]);
+    let (code, out, err) = scene.replay(&topic, &["--resource", "cm"]);
     assert_eq!(code, Some(0), "{err}");
     let kinds: Vec<String> = out
         .lines()
@@ -583,11 +570,11 @@ async fn replay_filters_by_resource_verifies_and_shows_the_state_of_every_kind()
             "io.k8s.core.v1.configmap.modified"
         ]
     );
-    let (code, out, _) = replay(&scene, &topic, &["--resource", "pods", "--type", "added"]);
+    let (code, out, _) = scene.replay(&topic, &["--resource", "pods", "--type", "added"]);
     assert_eq!((code, out.lines().count()), (Some(0), 1), "{out}");
-    let (code, out, err) = replay(&scene, &topic, &["--verify"]);
+    let (code, out, err) = scene.replay(&topic, &["--verify"]);
     assert_eq!(code, Some(0), "{out}{err}");
-    let (code, table, err) = replay(&scene, &topic, &["--state-at", "0s", "--format", "table"]);
+    let (code, table, err) = scene.replay(&topic, &["--state-at", "0s", "--format", "table"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(table.starts_with("# 2 object(s) at"), "{table}");
     assert!(
@@ -646,7 +633,7 @@ async fn verify_follows_each_objects_alert_chain_and_names_a_removed_alert() {
             "each alert links to the one before: {links:?}"
         );
     }
-    let (code, out, err) = replay(&scene, &topic, &["--verify"]);
+    let (code, out, err) = scene.replay(&topic, &["--verify"]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("0 incomplete"), "{out}");
 
@@ -665,7 +652,7 @@ async fn verify_follows_each_objects_alert_chain_and_names_a_removed_alert() {
         .collect();
     kept.sort_by_key(|r| (r.partition, r.offset));
     copy_records(&scene.stack, &gappy, &kept);
-    let (code, out, err) = replay(&scene, &gappy, &["--verify"]);
+    let (code, out, err) = scene.replay(&gappy, &["--verify"]);
     assert_eq!(code, Some(3), "{out}{err}");
     assert!(
         out.contains(&format!("INCOMPLETE {}/p (alert restarts)", scene.ns))

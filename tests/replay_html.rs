@@ -10,12 +10,10 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 use support::consume::{KafkaTopic, Record, copy_records, create_topic, wait_for};
-use support::kubecast::run_to_end;
 use support::scene::{InProcess, Scene};
 use support::unique_name;
 
@@ -28,31 +26,17 @@ struct Opened {
     log: String,
 }
 
-/// Chromium's flags for a page that must stay on this machine: no background requests, no
-/// host resolves to anything (so nothing could leave even if the page asked).
+/// Headless Chromium with the page's console on stderr, virtual time to let its script
+/// finish, and a fixed window.
 fn chromium(profile: &Path, extra: &[&str], url: &str) -> std::process::Output {
-    let mut args = vec![
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-extensions",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
+    let mut flags = vec![
         "--enable-logging=stderr",
         "--v=0",
         "--virtual-time-budget=5000",
         "--window-size=1400,900",
     ];
-    let dir = format!("--user-data-dir={}", profile.display());
-    args.push(&dir);
-    args.extend_from_slice(extra);
-    args.push(url);
-    Command::new("chromium")
-        .args(&args)
-        .output()
+    flags.extend_from_slice(extra);
+    support::browser::chromium(profile, &flags, url)
         .expect("running chromium (Debian's package; scripts/test installs it)")
 }
 
@@ -200,22 +184,10 @@ fn changed_paths(a: &Value, b: &Value, path: &str, out: &mut BTreeSet<String>) {
     }
 }
 
-fn replay(scene: &Scene, topic: &str, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut argv = vec![
-        "replay",
-        "--brokers",
-        &scene.stack.kafka_bootstrap,
-        "--topic",
-        topic,
-    ];
-    argv.extend_from_slice(args);
-    run_to_end(&argv, &[])
-}
-
 fn report(scene: &Scene, topic: &str, name: &str) -> PathBuf {
     let file = scene.dir.join(format!("{name}.html"));
     let path = file.display().to_string();
-    let (code, out, err) = replay(scene, topic, &["--html", &path]);
+    let (code, out, err) = scene.replay(topic, &["--html", &path]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(
         out.is_empty(),
@@ -404,7 +376,7 @@ async fn a_report_shows_every_change_the_alert_the_diff_the_state_at_a_moment_an
     );
 
     // The slider's table at the moment equals --state-at's.
-    let (code, out, err) = replay(&scene, &topic, &["--state-at", &at_text]);
+    let (code, out, err) = scene.replay(&topic, &["--state-at", &at_text]);
     assert_eq!(code, Some(0), "{err}");
     let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     let dash = |v: &Value| v.as_str().map_or("-".to_string(), str::to_string);

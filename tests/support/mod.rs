@@ -7,6 +7,7 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
+pub mod browser;
 pub mod churn;
 pub mod consume;
 pub mod deliver;

@@ -43,6 +43,20 @@ impl Scene {
         )
     }
 
+    /// Runs `kubecast replay --brokers B --topic T ARGS` (the binary): exit code, stdout,
+    /// stderr.
+    pub fn replay(&self, topic: &str, args: &[&str]) -> (Option<i32>, String, String) {
+        let mut argv = vec![
+            "replay",
+            "--brokers",
+            &self.stack.kafka_bootstrap,
+            "--topic",
+            topic,
+        ];
+        argv.extend_from_slice(args);
+        super::kubecast::run_to_end(&argv, &[])
+    }
+
     /// A Kafka sink `name` writing to `topic`; `extra` holds more of its fields (`"mode: structured"`).
     pub fn kafka_sink(&self, name: &str, topic: &str, extra: &[&str]) -> String {
         sink(
