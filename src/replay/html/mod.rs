@@ -52,12 +52,12 @@ struct Episode {
 }
 
 /// A link `--verify` found broken: the event that links to a version not in the topic.
-#[derive(Debug, Clone, Serialize)]
-pub struct Gap {
+#[derive(Debug, Serialize)]
+struct Gap {
     /// The event whose `k8sprevrv` names the missing version.
-    pub id: String,
+    id: String,
     /// The missing resourceVersion.
-    pub rv: String,
+    rv: String,
 }
 
 /// One object's lane.

@@ -35,7 +35,8 @@
     if (!c || c.i > i) c = { i: 0, obj: clone(lane.first) };
     let obj = clone(c.obj);
     for (let k = c.i + 1; k <= i; k++) if ("p" in lane.marks[k]) obj = apply(obj, lane.marks[k].p);
-    cache.set(li, { i, obj: clone(obj) });
+    // Callers only read it; the next call clones it before patching.
+    cache.set(li, { i, obj });
     return obj;
   }
 
