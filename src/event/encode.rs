@@ -69,7 +69,11 @@ impl Encoder {
                 ),
             },
             (Some(obj), DataMode::Summary) => match kinds::of(r).summary_from_slice(obj, r) {
-                Some(summary) => (Bytes::from(summary), "summary", None),
+                Some(summary) => (
+                    Bytes::from(self.summary_redacted(r, summary)),
+                    "summary",
+                    None,
+                ),
                 None => self.summary_of_value(change, obj),
             },
             _ => (reference(change), "reference", None),
@@ -121,7 +125,9 @@ impl Encoder {
         let r = &*change.resource;
         match serde_json::from_slice::<Value>(obj) {
             Ok(v) if v.is_object() => (
-                Bytes::from(kinds::of(r).summary(&v, r).to_string()),
+                Bytes::from(
+                    self.summary_redacted(r, kinds::of(r).summary(&v, r).to_string().into_bytes()),
+                ),
                 "summary",
                 None,
             ),
@@ -139,13 +145,32 @@ impl Encoder {
     }
 
     fn full(&self, r: &Resource, obj: &[u8]) -> Result<Bytes, String> {
-        let kind = kinds::of(r);
-        let shape = Shape {
-            pod_spec: kind.pod_spec(),
-            secret: kind.secret_data(),
-        };
-        super::redact::full_data(obj, &self.redact, shape, r.api_version(), &r.kind)
+        super::redact::full_data(obj, &self.redact, shape_of(r), r.api_version(), &r.kind)
             .map(Bytes::from)
+    }
+
+    /// A summary with the configured labels redacted (a summary carries the object's labels,
+    /// and nothing else that is redacted).
+    fn summary_redacted(&self, r: &Resource, summary: Vec<u8>) -> Vec<u8> {
+        if self.redact.labels.is_empty() {
+            return summary;
+        }
+        // A summary is always an object; were it not, nothing of it is sent.
+        super::redact::full_data(
+            &summary,
+            &self.redact,
+            Shape::default(),
+            r.api_version(),
+            &r.kind,
+        )
+        .unwrap_or_else(|_| super::redact::REDACTED_JSON.to_vec())
+    }
+}
+
+/// What `r`'s objects hold that is redacted beyond what their shape shows.
+pub fn shape_of(r: &Resource) -> Shape {
+    Shape {
+        secret: kinds::of(r).secret_data(),
     }
 }
 

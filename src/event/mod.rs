@@ -8,14 +8,16 @@
 mod alert;
 mod compat;
 mod encode;
-mod redact;
+pub mod redact;
 #[cfg(test)]
 mod redact_proptests;
+#[cfg(test)]
+mod redact_tests;
 
 pub use alert::alert_event;
 pub use compat::Compat;
 pub use encode::{
-    EncodeError, Encoder, SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY,
+    EncodeError, Encoder, SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY, shape_of,
 };
 
 use std::sync::Arc;

@@ -1,15 +1,28 @@
-//! `full` data in one pass over the apiserver's bytes: the object as sent, without
-//! `metadata.managedFields`, with the configured redactions (env values in every pod spec:
-//! a Pod's, a workload's template, a CronJob's job template; every value of a Secret's
-//! `data` and `stringData`), and with `apiVersion` and `kind` added when the object lacks them
-//! (list items do). Entry point: [`full_data`].
+//! The one redaction pass every output goes through: `full` data, summaries with configured
+//! labels, alert evidence and messages. Entry point: [`full_data`] (an object as the
+//! apiserver sent it); [`redacted_value`] gives the same for an object already parsed.
+//!
+//! What is redacted, by shape rather than by kind:
+//! - the `value` of every env var of every container in a `containers`, `initContainers` or
+//!   `ephemeralContainers` list, wherever such a list sits in an object of any kind (a Pod's
+//!   spec, a workload's or a custom resource's pod template, a PodTemplate, a CronJob's job
+//!   template), when `encoding.redact.env_values` is on;
+//! - every value of a Secret's `data` and `stringData`, whatever the config says;
+//! - `kubectl.kubernetes.io/last-applied-configuration`: parsed as the object it is, redacted
+//!   by these same rules and written back (an annotation that does not parse is redacted
+//!   whole), so a Secret's or a workload's copy of itself carries nothing the object does not;
+//! - the annotations and labels the config names, whole.
+//!
+//! `metadata.managedFields` is dropped, and `apiVersion` and `kind` are added when the object
+//! lacks them (list items do).
 //!
 //! The object is read once, as a stream: a [`Place`] says where in it the reader is, and
 //! each member is either copied through as the bytes it is (a borrowed
 //! `serde_json::value::RawValue`), skipped, replaced, or descended into with the place it
-//! leads to. Each byte is scanned once; the object's own bytes and key order are kept.
-//! Building a `serde_json::Value` of the whole Pod (and, after that, parsing each level again
-//! from its raw slice) cost most of the per-event time.
+//! leads to. A member that may hold a container list somewhere below it (its bytes name one,
+//! or hold a `\u` escape that could spell one) is descended into; any other is copied as it
+//! is, so status, data and the like cost one scan. The object's own bytes and key order are
+//! kept.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -19,13 +32,22 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde_json::value::RawValue;
 
 use crate::config::RedactConfig;
-use crate::kinds::PodSpecAt;
 
 /// What replaces a redacted value, as JSON: the string `<redacted>`.
-const REDACTED_JSON: &[u8] = b"\"<redacted>\"";
+pub(crate) const REDACTED_JSON: &[u8] = b"\"<redacted>\"";
+
+/// The annotation where `kubectl apply` keeps a copy of the object as applied.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// The container lists whose env values are redacted.
 const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
+
+/// What the object's kind holds that is redacted beyond what its shape shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Shape {
+    /// Whether `data` and `stringData` are secrets (a Secret).
+    pub secret: bool,
+}
 
 /// A member name: borrowed from the input when it has no escapes, decoded when it has.
 struct Key<'a>(Cow<'a, str>);
@@ -63,45 +85,29 @@ fn write_key(out: &mut Vec<u8>, key: &Key<'_>) {
     out.push(b':');
 }
 
-/// What the object's kind holds that is redacted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shape {
-    /// Where its pod spec is.
-    pub pod_spec: PodSpecAt,
-    /// Whether `data` and `stringData` are secrets (a Secret).
-    pub secret: bool,
-}
-
-#[cfg(test)]
-impl Shape {
-    /// A Pod's shape.
-    pub const POD: Shape = Shape {
-        pod_spec: PodSpecAt::Spec,
-        secret: false,
-    };
+/// What one pass redacts: the config, the kind's shape, and whether this is the copy inside
+/// a last-applied annotation (whose own last-applied annotation is redacted whole).
+struct Ctx<'r> {
+    redact: &'r RedactConfig,
+    shape: Shape,
+    nested: bool,
 }
 
 /// Where in the object a value is: what happens to its members or elements.
-#[derive(Clone, Copy)]
-enum Place<'r> {
-    /// The object itself: `metadata`, the way to its pod spec (with env redaction) and a
-    /// Secret's data are descended into.
-    Root(Shape),
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// The object itself: `metadata` and a Secret's data are its own; the rest is searched.
+    Root,
     Metadata,
-    /// `labels` or `annotations`: the members named are redacted.
-    Redact(&'r [String]),
+    /// `metadata.annotations`: the configured ones and the last-applied copy.
+    Annotations,
+    /// `metadata.labels`: the configured ones.
+    Labels,
     /// Every member's value is redacted (a Secret's `data` and `stringData`).
     RedactAll,
-    /// A workload's `spec`, whose `template` holds the pod template.
-    WorkloadSpec,
-    /// A pod template, whose `spec` is a pod spec.
-    Template,
-    /// A CronJob's `spec`, whose `jobTemplate` holds a Job template.
-    CronSpec,
-    /// A Job template, whose `spec` is a Job's spec.
-    JobTemplate,
-    /// A pod spec.
-    Spec,
+    /// Anywhere else: members that name a container list are container lists, the others
+    /// are searched.
+    Any,
     /// `containers`, `initContainers`, `ephemeralContainers`: each element is a container.
     Containers,
     Container,
@@ -111,64 +117,83 @@ enum Place<'r> {
     EnvVar,
 }
 
-/// What happens to one member.
-enum Action<'r> {
+/// What happens to one member or element.
+enum Action {
     Copy,
     Drop,
     Redact,
-    Into(Place<'r>),
+    Into(Place),
+    /// Descended into as [`Place::Any`] when its bytes may hold a container list, else copied.
+    Search,
+    /// The last-applied annotation: parsed, redacted as the object, written back.
+    LastApplied,
 }
 
-impl<'r> Place<'r> {
-    fn member(self, key: &str, redact: &'r RedactConfig) -> Action<'r> {
+impl Place {
+    fn member(self, key: &str, ctx: &Ctx<'_>) -> Action {
+        let listed = |keys: &[String]| keys.iter().any(|r| r == key);
         match (self, key) {
-            (Place::Root(_), "metadata") => Action::Into(Place::Metadata),
-            (Place::Root(shape), "spec") if redact.env_values => match shape.pod_spec {
-                PodSpecAt::None => Action::Copy,
-                PodSpecAt::Spec => Action::Into(Place::Spec),
-                PodSpecAt::Template => Action::Into(Place::WorkloadSpec),
-                PodSpecAt::JobTemplate => Action::Into(Place::CronSpec),
-            },
-            (Place::Root(shape), "data" | "stringData") if shape.secret => {
+            (Place::Root, "metadata") => Action::Into(Place::Metadata),
+            (Place::Root, "data" | "stringData") if ctx.shape.secret => {
                 Action::Into(Place::RedactAll)
             }
+            (Place::Root | Place::Any, k) if ctx.redact.env_values => {
+                if CONTAINER_LISTS.contains(&k) {
+                    Action::Into(Place::Containers)
+                } else {
+                    Action::Search
+                }
+            }
             (Place::RedactAll, _) => Action::Redact,
-            (Place::WorkloadSpec, "template") => Action::Into(Place::Template),
-            (Place::Template, "spec") => Action::Into(Place::Spec),
-            (Place::CronSpec, "jobTemplate") => Action::Into(Place::JobTemplate),
-            (Place::JobTemplate, "spec") => Action::Into(Place::WorkloadSpec),
             (Place::Metadata, "managedFields") => Action::Drop,
-            // Nothing to redact (labels, by default): copied, not even descended into.
-            (Place::Metadata, "annotations") if !redact.annotations.is_empty() => {
-                Action::Into(Place::Redact(&redact.annotations))
+            (Place::Metadata, "annotations") => Action::Into(Place::Annotations),
+            (Place::Metadata, "labels") if !ctx.redact.labels.is_empty() => {
+                Action::Into(Place::Labels)
             }
-            (Place::Metadata, "labels") if !redact.labels.is_empty() => {
-                Action::Into(Place::Redact(&redact.labels))
-            }
-            (Place::Redact(keys), k) if keys.iter().any(|r| r == k) => Action::Redact,
-            (Place::Spec, k) if CONTAINER_LISTS.contains(&k) => Action::Into(Place::Containers),
+            (Place::Annotations, _) if listed(&ctx.redact.annotations) => Action::Redact,
+            (Place::Annotations, LAST_APPLIED) if ctx.nested => Action::Redact,
+            (Place::Annotations, LAST_APPLIED) => Action::LastApplied,
+            (Place::Labels, _) if listed(&ctx.redact.labels) => Action::Redact,
             (Place::Container, "env") => Action::Into(Place::Env),
             (Place::EnvVar, "value") => Action::Redact,
             _ => Action::Copy,
         }
     }
 
-    /// The place of each element, where this place is an array.
-    fn element(self) -> Option<Place<'r>> {
+    /// What happens to each element, where this place is an array.
+    fn element(self) -> Action {
         match self {
-            Place::Containers => Some(Place::Container),
-            Place::Env => Some(Place::EnvVar),
-            _ => None,
+            Place::Containers => Action::Into(Place::Container),
+            Place::Env => Action::Into(Place::EnvVar),
+            Place::Any => Action::Search,
+            Place::RedactAll => Action::Redact,
+            _ => Action::Copy,
+        }
+    }
+
+    /// The place of this value's members, where it is an object: a container list or an env
+    /// list that is an object instead is searched like any other.
+    fn as_object(self) -> Place {
+        match self {
+            Place::Containers | Place::Env => Place::Any,
+            p => p,
         }
     }
 }
 
-/// Writes the value at `place` to `out` as it is read. Which members the Pod itself had of
-/// `apiVersion` and `kind` goes to `seen`.
+/// Whether `raw` may hold a container list: its bytes name one, or hold a `\u` escape (which
+/// could spell a member name).
+fn may_hold_containers(raw: &[u8]) -> bool {
+    memchr::memmem::find(raw, b"ontainers\"").is_some()
+        || memchr::memmem::find(raw, b"\\u").is_some()
+}
+
+/// Writes the value at `place` to `out` as it is read. Which members the object itself had
+/// of `apiVersion` and `kind` goes to `seen`.
 struct Rewrite<'o, 'r> {
     out: &'o mut Vec<u8>,
-    place: Place<'r>,
-    redact: &'r RedactConfig,
+    place: Place,
+    ctx: &'r Ctx<'r>,
     seen: Option<&'o mut (bool, bool)>,
 }
 
@@ -178,6 +203,69 @@ impl<'de> DeserializeSeed<'de> for Rewrite<'_, '_> {
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_any(self)
     }
+}
+
+/// Does `action` for one value (a member's or an element), read as its raw bytes.
+fn act<E: de::Error>(
+    out: &mut Vec<u8>,
+    ctx: &Ctx<'_>,
+    action: Action,
+    raw: &RawValue,
+) -> Result<(), E> {
+    match action {
+        Action::Copy | Action::Drop => out.extend_from_slice(raw.get().as_bytes()),
+        Action::Redact => out.extend_from_slice(REDACTED_JSON),
+        Action::Search if !may_hold_containers(raw.get().as_bytes()) => {
+            out.extend_from_slice(raw.get().as_bytes())
+        }
+        Action::Search => rewrite_str(out, raw.get(), Place::Any, ctx).map_err(E::custom)?,
+        Action::Into(place) => rewrite_str(out, raw.get(), place, ctx).map_err(E::custom)?,
+        Action::LastApplied => last_applied(out, raw, ctx),
+    }
+    Ok(())
+}
+
+/// Rewrites `text` (one JSON value, already known to be well-formed) at `place`.
+fn rewrite_str(out: &mut Vec<u8>, text: &str, place: Place, ctx: &Ctx<'_>) -> Result<(), String> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    Rewrite {
+        out,
+        place,
+        ctx,
+        seen: None,
+    }
+    .deserialize(&mut de)
+    .map_err(|e| e.to_string())
+}
+
+/// The last-applied annotation's value: the object it holds, redacted by the same rules and
+/// written back as a string; `"<redacted>"` when it is not a string holding an object.
+fn last_applied(out: &mut Vec<u8>, raw: &RawValue, ctx: &Ctx<'_>) {
+    let rewritten = serde_json::from_str::<String>(raw.get())
+        .ok()
+        .and_then(|copy| {
+            let inner = Ctx {
+                redact: ctx.redact,
+                shape: ctx.shape,
+                nested: true,
+            };
+            let mut obj = Vec::with_capacity(copy.len());
+            let mut de = serde_json::Deserializer::from_str(&copy);
+            Rewrite {
+                out: &mut obj,
+                place: Place::Root,
+                ctx: &inner,
+                seen: None,
+            }
+            .deserialize(&mut de)
+            .and_then(|()| de.end())
+            .ok()?;
+            // Slices of a `str` and ASCII punctuation: UTF-8; a string always serializes.
+            String::from_utf8(obj)
+                .ok()
+                .and_then(|s| serde_json::to_vec(&s).ok())
+        });
+    out.extend_from_slice(rewritten.as_deref().unwrap_or(REDACTED_JSON));
 }
 
 impl<'de> Visitor<'de> for Rewrite<'_, '_> {
@@ -191,22 +279,17 @@ impl<'de> Visitor<'de> for Rewrite<'_, '_> {
         let Rewrite {
             out,
             place,
-            redact,
+            ctx,
             mut seen,
         } = self;
-        // An array place holding an object: copied member by member.
-        let place = if place.element().is_some() {
-            None
-        } else {
-            Some(place)
-        };
+        let place = place.as_object();
         out.push(b'{');
         while let Some(key) = map.next_key::<Key<'de>>()? {
             if let Some(seen) = seen.as_deref_mut() {
                 seen.0 |= key.0 == "apiVersion";
                 seen.1 |= key.0 == "kind";
             }
-            let action = place.map_or(Action::Copy, |p| p.member(&key.0, redact));
+            let action = place.member(&key.0, ctx);
             if matches!(action, Action::Drop) {
                 map.next_value::<IgnoredAny>()?;
                 continue;
@@ -216,20 +299,13 @@ impl<'de> Visitor<'de> for Rewrite<'_, '_> {
             }
             write_key(out, &key);
             match action {
-                Action::Copy | Action::Drop => {
-                    let raw = map.next_value::<&'de RawValue>()?;
-                    out.extend_from_slice(raw.get().as_bytes());
-                }
-                Action::Redact => {
-                    map.next_value::<IgnoredAny>()?;
-                    out.extend_from_slice(REDACTED_JSON);
-                }
                 Action::Into(child) => map.next_value_seed(Rewrite {
                     out: &mut *out,
                     place: child,
-                    redact,
+                    ctx,
                     seen: None,
                 })?,
+                other => act(out, ctx, other, map.next_value::<&'de RawValue>()?)?,
             }
         }
         out.push(b'}');
@@ -237,11 +313,11 @@ impl<'de> Visitor<'de> for Rewrite<'_, '_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        if matches!(self.place, Place::Root(_)) {
+        if self.place == Place::Root {
             return Err(de::Error::invalid_type(de::Unexpected::Seq, &self));
         }
         let Rewrite {
-            out, place, redact, ..
+            out, place, ctx, ..
         } = self;
         out.push(b'[');
         let mut first = true;
@@ -250,18 +326,17 @@ impl<'de> Visitor<'de> for Rewrite<'_, '_> {
                 out.push(b',');
             }
             let more = match place.element() {
-                Some(child) => seq
+                Action::Into(child) => seq
                     .next_element_seed(Rewrite {
                         out: &mut *out,
                         place: child,
-                        redact,
+                        ctx,
                         seen: None,
                     })?
                     .is_some(),
-                // An object place holding an array: copied element by element.
-                None => match seq.next_element::<&'de RawValue>()? {
+                other => match seq.next_element::<&'de RawValue>()? {
                     Some(raw) => {
-                        out.extend_from_slice(raw.get().as_bytes());
+                        act(out, ctx, other, raw)?;
                         true
                     }
                     None => false,
@@ -279,8 +354,9 @@ impl<'de> Visitor<'de> for Rewrite<'_, '_> {
         Ok(())
     }
 
-    // A scalar where an object or array was expected is kept (as serde_json writes it); the
-    // object itself must be an object.
+    // A scalar where an object or array was expected is kept (as serde_json writes it), but
+    // for a Secret's data, which is redacted whatever it is; the object itself must be an
+    // object.
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
         self.scalar(&v, de::Unexpected::Bool(v))
     }
@@ -307,13 +383,19 @@ impl Rewrite<'_, '_> {
         v: &impl serde::Serialize,
         what: de::Unexpected<'_>,
     ) -> Result<(), E> {
-        if matches!(self.place, Place::Root(_)) {
-            return Err(E::invalid_type(what, &self));
+        match self.place {
+            Place::Root => Err(E::invalid_type(what, &self)),
+            Place::RedactAll => {
+                self.out.extend_from_slice(REDACTED_JSON);
+                Ok(())
+            }
+            _ => {
+                // Booleans, numbers, strings and null always serialize.
+                self.out
+                    .extend_from_slice(&serde_json::to_vec(v).unwrap_or_else(|_| b"null".to_vec()));
+                Ok(())
+            }
         }
-        // Booleans, numbers, strings and null always serialize.
-        self.out
-            .extend_from_slice(&serde_json::to_vec(v).unwrap_or_else(|_| b"null".to_vec()));
-        Ok(())
     }
 }
 
@@ -330,32 +412,35 @@ pub fn full_data(
     let text = std::str::from_utf8(obj).map_err(|e| e.to_string())?;
     let mut out = Vec::with_capacity(obj.len() + 64);
     let mut seen = (false, false);
+    let ctx = Ctx {
+        redact,
+        shape,
+        nested: false,
+    };
     let mut de = serde_json::Deserializer::from_str(text);
     Rewrite {
         out: &mut out,
-        place: Place::Root(shape),
-        redact,
+        place: Place::Root,
+        ctx: &ctx,
         seen: Some(&mut seen),
     }
     .deserialize(&mut de)
     .and_then(|()| de.end())
     .map_err(|e| e.to_string())?;
     // List items come without apiVersion and kind; watch events carry them.
-    let (api_version_of, kind_of) = (api_version, kind);
-    let (api_version, kind) = seen;
-    if !(api_version && kind) {
-        let (has_api_version, has_kind) = (api_version, kind);
+    let (has_api_version, has_kind) = seen;
+    if !(has_api_version && has_kind) {
         let mut head = Vec::with_capacity(64);
         // A string always serializes.
         let quoted = |s: &str| serde_json::to_vec(s).unwrap_or_default();
         if !has_api_version {
             head.extend_from_slice(br#""apiVersion":"#);
-            head.extend_from_slice(&quoted(api_version_of));
+            head.extend_from_slice(&quoted(api_version));
             head.push(b',');
         }
         if !has_kind {
             head.extend_from_slice(br#""kind":"#);
-            head.extend_from_slice(&quoted(kind_of));
+            head.extend_from_slice(&quoted(kind));
             head.push(b',');
         }
         if out.len() == 2 {
@@ -367,100 +452,18 @@ pub fn full_data(
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_redacted_marker_is_the_same_text_as_json() {
-        assert_eq!(
-            serde_json::to_vec("<redacted>").expect("a string serializes"),
-            REDACTED_JSON
-        );
-    }
-
-    #[test]
-    fn keeps_the_objects_own_bytes_and_order_and_adds_what_list_items_lack() {
-        let pod = br#"{"metadata":{"name":"p","managedFields":[{"m":1}],"labels":{"z":"1","a":"2"}},"spec":{"containers":[{"env":[{"name":"A","value":"s3cr3t"},{"name":"B","valueFrom":{"x":1}}],"name":"c"}]},"status":{"phase":"Running","n":1.50}}"#;
-        let out =
-            full_data(pod, &RedactConfig::default(), Shape::POD, "v1", "Pod").expect("an object");
-        assert_eq!(
-            String::from_utf8(out).expect("UTF-8"),
-            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","labels":{"z":"1","a":"2"}},"spec":{"containers":[{"env":[{"name":"A","value":"<redacted>"},{"name":"B","valueFrom":{"x":1}}],"name":"c"}]},"status":{"phase":"Running","n":1.50}}"#
-        );
-    }
-}
-
-#[cfg(test)]
-mod kind_tests {
-    use super::*;
-
-    fn full(obj: serde_json::Value, pod_spec: PodSpecAt, secret: bool) -> serde_json::Value {
-        let out = full_data(
-            obj.to_string().as_bytes(),
-            &RedactConfig::default(),
-            Shape { pod_spec, secret },
-            "x/v1",
-            "X",
-        )
-        .expect("an object");
-        serde_json::from_slice(&out).expect("JSON")
-    }
-
-    fn containers() -> serde_json::Value {
-        serde_json::json!({"containers": [{"name": "c", "env": [{"name": "T", "value": "s3cr3t"}]}]})
-    }
-
-    #[test]
-    fn env_values_are_redacted_in_workload_and_cron_job_templates() {
-        let d = full(
-            serde_json::json!({"spec": {"replicas": 2, "template": {"spec": containers()}}}),
-            PodSpecAt::Template,
-            false,
-        );
-        assert_eq!(
-            d["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"],
-            "<redacted>"
-        );
-        assert_eq!(d["spec"]["replicas"], 2);
-        assert_eq!(
-            (d["apiVersion"].as_str(), d["kind"].as_str()),
-            (Some("x/v1"), Some("X"))
-        );
-        let c = full(
-            serde_json::json!({"spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": containers()}}}}}),
-            PodSpecAt::JobTemplate,
-            false,
-        );
-        assert_eq!(
-            c["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"],
-            "<redacted>"
-        );
-        // A kind without a pod spec keeps a `spec.containers` of its own as it is.
-        let w = full(
-            serde_json::json!({"spec": containers()}),
-            PodSpecAt::None,
-            false,
-        );
-        assert_eq!(w["spec"]["containers"][0]["env"][0]["value"], "s3cr3t");
-    }
-
-    #[test]
-    fn every_value_of_a_secret_is_redacted_and_its_keys_kept() {
-        let s = full(
-            serde_json::json!({"type": "Opaque", "data": {"password": "aHVudGVyMg=="}, "stringData": {"token": "t"}}),
-            PodSpecAt::None,
-            true,
-        );
-        assert_eq!(s["data"]["password"], "<redacted>");
-        assert_eq!(s["stringData"]["token"], "<redacted>");
-        assert_eq!(s["type"], "Opaque");
-        // Only a Secret's data: a ConfigMap's stays.
-        let c = full(
-            serde_json::json!({"data": {"k": "v"}}),
-            PodSpecAt::None,
-            false,
-        );
-        assert_eq!(c["data"]["k"], "v");
-    }
+/// `obj` (an object already parsed) as [`full_data`] writes it, parsed again: what alert
+/// evidence and messages read their values from. `Null` when `obj` is not an object.
+pub fn redacted_value(
+    obj: &serde_json::Value,
+    redact: &RedactConfig,
+    shape: Shape,
+) -> serde_json::Value {
+    let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    serde_json::to_vec(obj)
+        .ok()
+        .and_then(|bytes| full_data(&bytes, redact, shape, api_version, kind).ok())
+        .and_then(|out| serde_json::from_slice(&out).ok())
+        .unwrap_or(serde_json::Value::Null)
 }

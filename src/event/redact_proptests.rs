@@ -1,63 +1,143 @@
-//! Property tests of `full_data` against the reference model it replaced: the whole Pod as a
+//! Property tests of `full_data` against a reference model: the whole object as a
 //! `serde_json::Value`, changed in place. For pod-shaped objects with arbitrary members, keys
-//! and strings (escapes, unicode), both give the same JSON; for anything else, both refuse.
+//! and strings (escapes, unicode), container lists at any depth and last-applied copies, both
+//! give the same JSON; for anything else, both refuse.
 
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
-use super::redact::full_data;
+use super::redact::{Shape, full_data};
 use crate::config::RedactConfig;
 
-/// The reference model of `full` data: the whole Pod as a `serde_json::Value`, changed
-/// in place (what kubecast did before `redact::full_data`).
-fn full_by_value(obj: &[u8], redact: &RedactConfig) -> Result<Value, String> {
+/// The reference model of `full` data: the whole object as a `serde_json::Value`, changed
+/// in place, the rules written as plainly as they read in the module docs.
+fn full_by_value(obj: &[u8], redact: &RedactConfig, secret: bool) -> Result<Value, String> {
+    let mut v = model(obj, redact, secret, false)?;
+    if let Value::Object(o) = &mut v {
+        o.entry("apiVersion").or_insert_with(|| json!("v1"));
+        o.entry("kind").or_insert_with(|| json!("Pod"));
+    }
+    Ok(v)
+}
+
+fn model(obj: &[u8], redact: &RedactConfig, secret: bool, nested: bool) -> Result<Value, String> {
     let mut v: Value = serde_json::from_slice(obj).map_err(|e| e.to_string())?;
-    let Value::Object(pod) = &mut v else {
+    let Value::Object(o) = &mut v else {
         return Err("not an object".to_string());
     };
-    pod.entry("apiVersion").or_insert_with(|| json!("v1"));
-    pod.entry("kind").or_insert_with(|| json!("Pod"));
-    if let Some(Value::Object(meta)) = pod.get_mut("metadata") {
-        meta.remove("managedFields");
-        redact_keys(meta.get_mut("annotations"), &redact.annotations);
-        redact_keys(meta.get_mut("labels"), &redact.labels);
-    }
-    if redact.env_values
-        && let Some(Value::Object(spec)) = pod.get_mut("spec")
-    {
-        for list in ["containers", "initContainers", "ephemeralContainers"] {
-            redact_env(spec.get_mut(list));
+    for (k, member) in o.iter_mut() {
+        match k.as_str() {
+            "metadata" => {
+                if let Value::Object(meta) = member {
+                    model_metadata(meta, redact, secret, nested);
+                }
+            }
+            "data" | "stringData" if secret => redact_all(member),
+            _ if redact.env_values && CONTAINER_LISTS.contains(&k.as_str()) => {
+                model_containers(member)
+            }
+            _ if redact.env_values => model_any(member),
+            _ => {}
         }
     }
     Ok(v)
 }
 
-fn redact_keys(map: Option<&mut Value>, keys: &[String]) {
-    if let Some(Value::Object(map)) = map {
-        for key in keys {
-            if let Some(v) = map.get_mut(key.as_str()) {
-                *v = json!("<redacted>");
+const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+fn redacted() -> Value {
+    json!("<redacted>")
+}
+
+fn model_metadata(
+    meta: &mut Map<String, Value>,
+    redact: &RedactConfig,
+    secret: bool,
+    nested: bool,
+) {
+    meta.remove("managedFields");
+    if let Some(Value::Object(a)) = meta.get_mut("annotations") {
+        if !redact.annotations.iter().any(|k| k == LAST_APPLIED)
+            && let Some(copy) = a.get_mut(LAST_APPLIED)
+        {
+            *copy = match copy {
+                Value::String(s) if !nested => model(s.as_bytes(), redact, secret, true)
+                    .map(|c| Value::String(c.to_string()))
+                    .unwrap_or_else(|_| redacted()),
+                _ => redacted(),
+            };
+        }
+        redact_keys(a, &redact.annotations);
+    }
+    if let Some(Value::Object(l)) = meta.get_mut("labels") {
+        redact_keys(l, &redact.labels);
+    }
+}
+
+fn redact_keys(map: &mut Map<String, Value>, keys: &[String]) {
+    for key in keys {
+        if let Some(v) = map.get_mut(key.as_str()) {
+            *v = redacted();
+        }
+    }
+}
+
+fn redact_all(v: &mut Value) {
+    match v {
+        Value::Object(m) => m.values_mut().for_each(|v| *v = redacted()),
+        Value::Array(a) => a.iter_mut().for_each(|v| *v = redacted()),
+        other => *other = redacted(),
+    }
+}
+
+fn model_any(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m.iter_mut() {
+                if CONTAINER_LISTS.contains(&k.as_str()) {
+                    model_containers(v)
+                } else {
+                    model_any(v)
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(model_any),
+        _ => {}
+    }
+}
+
+fn model_containers(v: &mut Value) {
+    let Value::Array(list) = v else {
+        return model_any(v);
+    };
+    for c in list {
+        let Some(env) = c.as_object_mut().and_then(|c| c.get_mut("env")) else {
+            continue;
+        };
+        let Value::Array(vars) = env else {
+            model_any(env);
+            continue;
+        };
+        for var in vars {
+            if let Some(value) = var.as_object_mut().and_then(|v| v.get_mut("value")) {
+                *value = redacted();
             }
         }
     }
 }
 
-fn redact_env(containers: Option<&mut Value>) {
-    let Some(Value::Array(containers)) = containers else {
-        return;
-    };
-    for c in containers {
-        let Some(Value::Array(env)) = c.get_mut("env") else {
-            continue;
-        };
-        for var in env {
-            if let Value::Object(var) = var
-                && let Some(value) = var.get_mut("value")
-            {
-                *value = json!("<redacted>");
-            }
-        }
+/// The last-applied copy as the object it holds, so that key order inside it does not count.
+fn normalized(mut v: Value) -> Value {
+    if let Some(copy) =
+        v.pointer_mut("/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration")
+        && let Some(parsed) = copy
+            .as_str()
+            .and_then(|s| serde_json::from_str::<Value>(s).ok())
+    {
+        *copy = parsed;
     }
+    v
 }
 
 /// Any JSON value, a few levels deep, with strings that need escaping.
@@ -90,6 +170,7 @@ fn key() -> impl Strategy<Value = String> {
         Just("secret".to_string()),
         Just("value".to_string()),
         Just("env".to_string()),
+        Just("containers".to_string()),
         Just("k\"ey\\/\u{7}".to_string()),
         "[a-z.]{1,8}",
     ]
@@ -147,16 +228,34 @@ fn pod() -> impl Strategy<Value = Value> {
         ],
         any_json(),
     );
+    // A pod spec deeper down, as a template or a custom resource holds one.
+    let spec = prop_oneof![
+        spec.clone(),
+        spec.prop_map(
+            |s| json!({"template": {"spec": s}, "tasks": [{"podTemplate": {"spec": {}}}]})
+        ),
+    ]
+    .boxed();
     let map_of_strings = prop_oneof![
         prop::collection::vec((key(), any_json()), 0..4)
             .prop_map(|kv| Value::Object(kv.into_iter().collect())),
         any_json()
     ]
     .boxed();
+    // A last-applied copy of an object like this one, with or without a Secret's data.
+    let copy = object_of(
+        vec![("spec", spec.clone()), ("data", any_json().boxed())],
+        any_json(),
+    )
+    .prop_map(|c| json!({LAST_APPLIED: c.to_string()}))
+    .boxed();
     let metadata = object_of(
         vec![
             ("managedFields", any_json().boxed()),
-            ("annotations", map_of_strings.clone()),
+            (
+                "annotations",
+                prop_oneof![map_of_strings.clone(), copy].boxed(),
+            ),
             ("labels", map_of_strings),
         ],
         any_json(),
@@ -167,6 +266,7 @@ fn pod() -> impl Strategy<Value = Value> {
             ("kind", Just(json!("Pod")).boxed()),
             ("metadata", prop_oneof![metadata, any_json()].boxed()),
             ("spec", prop_oneof![spec, any_json()].boxed()),
+            ("data", any_json().boxed()),
         ],
         any_json(),
     )
@@ -192,12 +292,15 @@ proptest! {
     fn full_data_equals_the_value_model_for_pod_shaped_objects(
         pod in pod(),
         redact in redact_config(),
+        secret in any::<bool>(),
     ) {
         let bytes = serde_json::to_vec(&pod).expect("a Value serializes");
-        let out = full_data(&bytes, &redact, super::redact::Shape::POD, "v1", "Pod").expect("an object is accepted");
+        let shape = Shape { secret };
+        let out = full_data(&bytes, &redact, shape, "v1", "Pod").expect("an object is accepted");
         let got: Value = serde_json::from_slice(&out)
             .unwrap_or_else(|e| panic!("full_data wrote invalid JSON ({e}): {}", String::from_utf8_lossy(&out)));
-        prop_assert_eq!(got, full_by_value(&bytes, &redact).expect("the model accepts it"));
+        let want = full_by_value(&bytes, &redact, secret).expect("the model accepts it");
+        prop_assert_eq!(normalized(got), normalized(want));
     }
 
     #[test]
@@ -205,10 +308,10 @@ proptest! {
         let redact = RedactConfig::default();
         if !v.is_object() {
             let bytes = serde_json::to_vec(&v).expect("a Value serializes");
-            prop_assert!(full_data(&bytes, &redact, super::redact::Shape::POD, "v1", "Pod").is_err());
+            prop_assert!(full_data(&bytes, &redact, Shape::default(), "v1", "Pod").is_err());
         }
         // Damaged input never panics and is refused exactly when the model refuses it.
-        let model = full_by_value(junk.as_bytes(), &redact);
-        prop_assert_eq!(full_data(junk.as_bytes(), &redact, super::redact::Shape::POD, "v1", "Pod").is_ok(), model.is_ok(), "{}", junk);
+        let model = full_by_value(junk.as_bytes(), &redact, false);
+        prop_assert_eq!(full_data(junk.as_bytes(), &redact, Shape::default(), "v1", "Pod").is_ok(), model.is_ok(), "{}", junk);
     }
 }

@@ -1,5 +1,6 @@
 //! What kubecast knows of particular kinds, kept out of the pipeline: each kind's `summary`
-//! data and where its objects hold pod specs (for redaction). The watch, classifier, store,
+//! data and whether its `data` is secret. Pod specs are found by their shape wherever they sit
+//! (`event::redact`), so no kind needs to say where its pod templates are. The watch, classifier, store,
 //! sinks and replay know no kind; they carry a [`Resource`].
 //!
 //! Entry points: [`Resource`] (a served resource and the contract derived from it),
@@ -22,19 +23,6 @@ pub use resource::{Resource, names_answer};
 
 use serde_json::{Value, json};
 
-/// Where a kind's objects hold a pod spec, whose env values are redacted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodSpecAt {
-    /// No pod spec.
-    None,
-    /// `spec` (a Pod).
-    Spec,
-    /// `spec.template.spec` (Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs).
-    Template,
-    /// `spec.jobTemplate.spec.template.spec` (CronJobs).
-    JobTemplate,
-}
-
 /// The extras of one kind.
 pub trait Kind: Sync {
     /// The `summary` data of an object of this kind.
@@ -46,11 +34,6 @@ pub trait Kind: Sync {
     /// (and refused there if it is not one).
     fn summary_from_slice(&self, _obj: &[u8], _r: &Resource) -> Option<Vec<u8>> {
         None
-    }
-
-    /// Where its objects hold a pod spec.
-    fn pod_spec(&self) -> PodSpecAt {
-        PodSpecAt::None
     }
 
     /// Whether `data` and `stringData` hold secrets (every value is redacted).
@@ -137,16 +120,9 @@ mod tests {
     #[test]
     fn built_in_kinds_have_their_own_extras_and_the_rest_the_generic_ones() {
         let r = |g: &str, k: &str| Resource::new(g, "v1", k, "x", true);
-        assert_eq!(of(&r("", "Pod")).pod_spec(), PodSpecAt::Spec);
-        assert_eq!(of(&r("apps", "Deployment")).pod_spec(), PodSpecAt::Template);
-        assert_eq!(of(&r("batch", "Job")).pod_spec(), PodSpecAt::Template);
-        assert_eq!(
-            of(&r("batch", "CronJob")).pod_spec(),
-            PodSpecAt::JobTemplate
-        );
         assert!(of(&r("", "Secret")).secret_data());
-        assert_eq!(of(&r("example.com", "Widget")).pod_spec(), PodSpecAt::None);
+        assert!(!of(&r("", "ConfigMap")).secret_data());
         // A kind named like a built-in in another group is not that built-in.
-        assert_eq!(of(&r("example.com", "Pod")).pod_spec(), PodSpecAt::None);
+        assert!(!of(&r("example.com", "Secret")).secret_data());
     }
 }

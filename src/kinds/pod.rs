@@ -1,11 +1,11 @@
 //! Pods: the summary (phase, conditions, container states, node, IPs, labels, owner; schema
-//! `schemas/pod-summary.v1.json`) and the pod spec at `spec` for redaction.
+//! `schemas/pod-summary.v1.json`). Its env values are redacted by shape (`event::redact`).
 //! A Pod's summary is written straight from its JSON where it can, else from the parsed
 //! object, through the same shell (`pod_shell.rs`).
 
 use serde_json::Value;
 
-use super::{Kind, PodSpecAt, Resource};
+use super::{Kind, Resource};
 
 /// core/v1 Pod.
 pub struct Pod;
@@ -17,10 +17,6 @@ impl Kind for Pod {
 
     fn summary_from_slice(&self, obj: &[u8], _: &Resource) -> Option<Vec<u8>> {
         super::pod_shell::summary(obj)
-    }
-
-    fn pod_spec(&self) -> PodSpecAt {
-        PodSpecAt::Spec
     }
 }
 

@@ -1,9 +1,9 @@
 //! Workloads (Deployments, ReplicaSets, StatefulSets, DaemonSets) and Jobs and CronJobs:
-//! summaries of their rollout or run state, and the pod template each holds.
+//! summaries of their rollout or run state and their templates' images.
 
 use serde_json::{Value, json};
 
-use super::{Kind, PodSpecAt, Resource};
+use super::{Kind, Resource};
 
 /// Deployment, ReplicaSet, StatefulSet, DaemonSet.
 pub struct Workload;
@@ -44,10 +44,6 @@ impl Kind for Workload {
         m.insert("images".into(), images(&spec["template"]["spec"]));
         Value::Object(m)
     }
-
-    fn pod_spec(&self) -> PodSpecAt {
-        PodSpecAt::Template
-    }
 }
 
 impl Kind for Job {
@@ -61,10 +57,6 @@ impl Kind for Job {
         m.insert("completionTime".into(), status["completionTime"].clone());
         m.insert("conditions".into(), super::conditions(status));
         Value::Object(m)
-    }
-
-    fn pod_spec(&self) -> PodSpecAt {
-        PodSpecAt::Template
     }
 }
 
@@ -90,10 +82,6 @@ impl Kind for CronJob {
             status["lastSuccessfulTime"].clone(),
         );
         Value::Object(m)
-    }
-
-    fn pod_spec(&self) -> PodSpecAt {
-        PodSpecAt::JobTemplate
     }
 }
 
