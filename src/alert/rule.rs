@@ -1,6 +1,7 @@
 //! A validated alert rule: its condition (built-in or a user expression), `for`, severity,
 //! labels and message template. Entry points: [`Rule::evaluate`] (does the condition hold for
-//! this Pod, with what evidence) and [`Message::render`].
+//! this Pod, with what evidence), [`Rule::published`] (the evidence and message as they go
+//! out, redacted) and [`Message::render`].
 
 use std::collections::BTreeMap;
 
@@ -46,18 +47,36 @@ impl Rule {
     pub fn evaluate(&self, pod: &Value) -> Option<Evidence> {
         match &self.when {
             When::Builtin(c) => builtin::holds(c, pod),
-            When::Expr(e) => e.eval(pod).then(|| {
-                let mut facts = Map::new();
-                for p in e.paths() {
-                    facts.insert(p.as_str().to_string(), one_or_many(p.select(pod)));
-                }
-                Evidence {
-                    container: None,
-                    facts,
-                }
+            When::Expr(e) => e.eval(pod).then(|| Evidence {
+                container: None,
+                facts: facts_of(e, pod),
             }),
         }
     }
+
+    /// The evidence and message as they are published, for a rule that holds: a user rule's
+    /// facts and every `{{ path }}` of the message are read from `shown`, the object as
+    /// redaction leaves it, so a value at a redacted path reads `"<redacted>"` though the
+    /// rule judged the real one.
+    pub fn published(&self, evidence: Evidence, shown: &Value) -> (Evidence, String) {
+        let evidence = match &self.when {
+            When::Expr(e) => Evidence {
+                container: evidence.container,
+                facts: facts_of(e, shown),
+            },
+            When::Builtin(_) => evidence,
+        };
+        let message = self.message.render(shown, &evidence);
+        (evidence, message)
+    }
+}
+
+/// The value of every field `e` reads, in `obj`.
+fn facts_of(e: &Expr, obj: &Value) -> Map<String, Value> {
+    e.paths()
+        .into_iter()
+        .map(|p| (p.as_str().to_string(), one_or_many(p.select(obj))))
+        .collect()
 }
 
 impl Rule {

@@ -192,7 +192,9 @@ async fn bridge(
         Some(r) => {
             let mut rules = r.rules.clone();
             resources::bind_rules(&client, &mut rules, &planned).await?;
-            Some(Router::new(r.routes.clone(), rules))
+            Some(
+                Router::new(r.routes.clone(), rules).with_redaction(config.encoding.redact.clone()),
+            )
         }
         None => None,
     };

@@ -19,7 +19,9 @@ use super::config::Route;
 use crate::alert::episode::{Episode, Episodes, Seen, Transition};
 use crate::alert::rule::Rule;
 use crate::classify::Change;
-use crate::event::ChangeKind;
+use crate::config::RedactConfig;
+use crate::event::redact::redacted_value;
+use crate::event::{ChangeKind, shape_of};
 
 /// What a route keeps of one pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,6 +94,8 @@ pub struct Router {
     episodes: Episodes,
     /// Whether a change's object must be parsed (a selector, a predicate or a rule reads it).
     parse: bool,
+    /// What alert evidence and messages redact (`encoding.redact`).
+    redact: RedactConfig,
 }
 
 impl PodState {
@@ -117,7 +121,14 @@ impl Router {
             marks: HashMap::new(),
             episodes: Episodes::default(),
             parse,
+            redact: RedactConfig::default(),
         }
+    }
+
+    /// Alert evidence and messages redact what `redact` says (the defaults until then).
+    pub fn with_redaction(mut self, redact: RedactConfig) -> Router {
+        self.redact = redact;
+        self
     }
 
     pub fn routes(&self) -> &[Route] {
@@ -224,14 +235,19 @@ impl Router {
                 transitions.push(t);
             }
         } else if let Some(pod) = pod.as_ref() {
+            // The object as every output shows it, made when a rule first holds: rules judge
+            // the real values, evidence and messages show what redaction leaves.
+            let mut shown: Option<Value> = None;
             // Each rule judges the objects of its own resource.
             for rule in &self.rules {
                 if rule.resource.key() != change.resource.key() {
                     continue;
                 }
                 let holds = rule.evaluate(pod).map(|e| {
-                    let message = rule.message.render(pod, &e);
-                    (e, message)
+                    let shown = shown.get_or_insert_with(|| {
+                        redacted_value(pod, &self.redact, shape_of(&change.resource))
+                    });
+                    rule.published(e, shown)
                 });
                 if rule.quiet_ms > 0 {
                     // Per involved object and reason, whichever Event shows it.

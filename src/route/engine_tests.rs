@@ -280,3 +280,46 @@ fn a_restored_router_continues_timers_predicates_and_chains_where_it_left_off() 
         "the chain came back"
     );
 }
+
+#[test]
+fn alert_rules_judge_real_values_but_evidence_and_messages_show_them_redacted() {
+    let mut r = Router::new(
+        Vec::new(),
+        rules(concat!(
+            "rules:\n",
+            "  leaked: {expr: 'spec.containers[*].env[*].value == \"hunter2\"', ",
+            "message: 'token {{ spec.containers[*].env[*].value }} on {{ metadata.name }} ",
+            "by {{ metadata.labels.owner }}'}\n",
+        )),
+    )
+    .with_redaction(RedactConfig {
+        labels: vec!["owner".into()],
+        ..RedactConfig::default()
+    });
+    let mut p = pod("Running", "True", "web");
+    p["metadata"]["labels"]["owner"] = json!("alice");
+    p["spec"]["containers"] =
+        json!([{"name": "c", "env": [{"name": "TOKEN", "value": "hunter2"}]}]);
+    let out = r.on_change(&change(ChangeKind::Added, "1", "", Some(p)), 1_000);
+    let fired = out
+        .outs
+        .iter()
+        .find_map(|o| match o {
+            Out::Alert { transition, .. } => match &**transition {
+                Transition::Firing(e) => Some(e.clone()),
+                Transition::Resolved(_) => None,
+            },
+            Out::Change { .. } => None,
+        })
+        .expect("the rule judged the real value and fired");
+    assert_eq!(fired.message, "token <redacted> on web by <redacted>");
+    assert_eq!(
+        fired.facts["spec.containers[*].env[*].value"],
+        json!("<redacted>")
+    );
+    let logged = serde_json::to_string(&out.states).expect("states serialize");
+    assert!(
+        !logged.contains("hunter2") && !logged.contains("alice"),
+        "{logged}"
+    );
+}
