@@ -15,6 +15,7 @@ mod dead_letter;
 pub mod queue;
 mod runner;
 pub mod tls;
+pub mod url;
 
 pub use config::{
     Common, DeadLetterConfig, Placeholder, Secret, SinkConfig, Template, TlsConfig, TooLarge,

@@ -114,8 +114,9 @@ pub fn client_config(tls: &TlsConfig) -> Result<rustls::ClientConfig, TlsError> 
     Ok(config)
 }
 
-/// If `error` (or anything in its chain) is a refused TLS handshake, what was refused: the
-/// server's certificate, or kubecast's client certificate.
+/// If `error` (or anything in its chain) is a refused TLS handshake, what failed: the
+/// verification of the server's certificate, kubecast's client certificate, or the protocol
+/// versions and cipher suites the two sides speak.
 pub fn refusal(error: &(dyn StdError + 'static)) -> Option<String> {
     let mut next: Option<&(dyn StdError + 'static)> = Some(error);
     while let Some(e) = next {
@@ -143,49 +144,52 @@ pub fn refusal(error: &(dyn StdError + 'static)) -> Option<String> {
 fn refused_text(text: &str) -> Option<String> {
     if let Some(at) = text.find("invalid peer certificate: ") {
         let what = &text[at + "invalid peer certificate: ".len()..];
-        return Some(format!(
-            "the server's certificate is not trusted ({what}); check tls.ca_file"
-        ));
+        return Some(untrusted(what));
+    }
+    if let Some(at) = text.find("peer is incompatible: ") {
+        return Some(mismatch(&text[at + "peer is incompatible: ".len()..]));
     }
     let at = text.find("received fatal alert: ")?;
     let alert = text[at + "received fatal alert: ".len()..]
         .split_whitespace()
         .next()?;
-    REFUSING_ALERTS
-        .contains(&alert)
-        .then(|| client_refused(alert))
+    by_alert(alert)
 }
 
-/// The alerts a server sends when it refuses the client's certificate (or its absence).
-const REFUSING_ALERTS: [&str; 9] = [
-    "BadCertificate",
-    "CertificateRequired",
-    "UnknownCA",
-    "CertificateUnknown",
-    "UnsupportedCertificate",
-    "CertificateRevoked",
-    "CertificateExpired",
-    "AccessDenied",
-    "HandshakeFailure",
-];
+/// What a fatal alert from the server says failed, for the alerts that refuse a handshake.
+fn by_alert(alert: &str) -> Option<String> {
+    match alert {
+        "BadCertificate" | "CertificateRequired" | "UnknownCA" | "CertificateUnknown"
+        | "UnsupportedCertificate" | "CertificateRevoked" | "CertificateExpired"
+        | "AccessDenied" => Some(format!(
+            "the server refused the TLS handshake: it refused kubecast's client certificate ({alert}) and wants one it trusts; check tls.cert_file and tls.key_file"
+        )),
+        "ProtocolVersion" | "InsufficientSecurity" => Some(mismatch(alert)),
+        // Servers send it for either cause.
+        "HandshakeFailure" => Some(
+            "the server refused the TLS handshake (HandshakeFailure): no TLS version or cipher suite in common (kubecast speaks TLS 1.2 and 1.3), or it refused kubecast's client certificate (or its absence); check the server's TLS settings, tls.cert_file and tls.key_file".to_string(),
+        ),
+        _ => None,
+    }
+}
 
-fn client_refused(alert: &str) -> String {
+fn untrusted(what: &str) -> String {
     format!(
-        "the server refused the TLS handshake ({alert}): it wants a client certificate it trusts; check tls.cert_file and tls.key_file"
+        "certificate verification failed: the server's certificate is not trusted ({what}); check tls.ca_file and the server's name"
+    )
+}
+
+fn mismatch(what: &str) -> String {
+    format!(
+        "protocol or cipher mismatch: the server and kubecast have no TLS version or cipher suite in common ({what}); kubecast speaks TLS 1.2 and 1.3"
     )
 }
 
 fn refused(e: &rustls::Error) -> Option<String> {
     match e {
-        rustls::Error::InvalidCertificate(c) => Some(format!(
-            "the server's certificate is not trusted ({c:?}); check tls.ca_file"
-        )),
-        rustls::Error::AlertReceived(a) => {
-            let alert = format!("{a:?}");
-            REFUSING_ALERTS
-                .contains(&alert.as_str())
-                .then(|| client_refused(&alert))
-        }
+        rustls::Error::InvalidCertificate(c) => Some(untrusted(&format!("{c:?}"))),
+        rustls::Error::PeerIncompatible(p) => Some(mismatch(&format!("{p:?}"))),
+        rustls::Error::AlertReceived(a) => by_alert(&format!("{a:?}")),
         _ => None,
     }
 }
@@ -211,5 +215,48 @@ pub async fn handshake(
     match tokio::time::timeout(wait, tls.read(&mut byte)).await {
         Ok(Err(e)) => Err(e),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_what_failed() {
+        let cases = [
+            (
+                rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+                "certificate verification failed",
+            ),
+            (
+                rustls::Error::AlertReceived(rustls::AlertDescription::UnknownCA),
+                "refused kubecast's client certificate",
+            ),
+            (
+                rustls::Error::AlertReceived(rustls::AlertDescription::ProtocolVersion),
+                "protocol or cipher mismatch",
+            ),
+            (
+                rustls::Error::PeerIncompatible(rustls::PeerIncompatible::NoCipherSuitesInCommon),
+                "protocol or cipher mismatch",
+            ),
+            (
+                rustls::Error::AlertReceived(rustls::AlertDescription::HandshakeFailure),
+                "no TLS version or cipher suite in common",
+            ),
+        ];
+        for (e, want) in cases {
+            let io = std::io::Error::other(e.clone());
+            let why = refusal(&io).unwrap_or_default();
+            assert!(why.contains(want), "{e:?}: {why}");
+        }
+        assert_eq!(refusal(&std::io::Error::other("connection reset")), None);
+        let text = std::io::Error::other("TLS error: received fatal alert: HandshakeFailure");
+        assert!(
+            refusal(&text)
+                .unwrap_or_default()
+                .contains("HandshakeFailure")
+        );
     }
 }

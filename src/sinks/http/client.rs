@@ -26,8 +26,15 @@ pub enum Answer {
         retry_after: Option<Duration>,
         /// The start of the response body, for dead letters and logs.
         body: String,
+        /// `Location`, on a redirect.
+        location: Option<String>,
+        /// Where the request was answered, when 307 or 308 redirects were followed there.
+        moved_to: Option<http::Uri>,
     },
 }
+
+/// Redirects followed for one request at most.
+const MAX_HOPS: usize = 3;
 
 /// Why a request got no answer.
 #[derive(Debug, thiserror::Error)]
@@ -162,9 +169,30 @@ impl Client {
         }
     }
 
-    /// POSTs `body` with `headers` and reads the answer.
+    /// POSTs `body` with `headers` and reads the answer. A 307 or 308 is followed with the
+    /// same method and body, up to [`MAX_HOPS`] times and never from https to http; its
+    /// `Authorization` goes only to the configured URL's own scheme, host and port.
     pub async fn send(&self, headers: HeaderMap, body: Bytes, gzip: bool) -> Result<Answer, SendError> {
-        self.exchange(http::Method::POST, headers, body, gzip).await
+        let mut url = self.url.clone();
+        let mut hops = 0;
+        loop {
+            let mut answer = self
+                .exchange(http::Method::POST, url.clone(), headers.clone(), body.clone(), gzip)
+                .await?;
+            let Answer::Status { code, location, moved_to, .. } = &mut answer;
+            *moved_to = (hops > 0).then(|| url.clone());
+            let next = match (code.as_u16(), location.as_deref()) {
+                (307 | 308, Some(l)) if hops < MAX_HOPS => follow(&url, l),
+                _ => None,
+            };
+            match next {
+                Some(next) => {
+                    url = next;
+                    hops += 1;
+                }
+                None => return Ok(answer),
+            }
+        }
     }
 
     /// Asks the receiver `OPTIONS` (what the CloudEvents webhook spec asks a receiver first):
@@ -179,15 +207,24 @@ impl Client {
                 .unwrap_or(Err(std::io::ErrorKind::TimedOut.into()))
                 .map_err(SendError::Handshake)?;
         }
-        self.exchange(http::Method::OPTIONS, HeaderMap::new(), Bytes::new(), false).await
+        self.exchange(http::Method::OPTIONS, self.url.clone(), HeaderMap::new(), Bytes::new(), false).await
     }
 
-    async fn exchange(&self, method: http::Method, mut headers: HeaderMap, body: Bytes, gzip: bool) -> Result<Answer, SendError> {
-        let mut req = Request::builder().method(method).uri(self.url.clone());
+    async fn exchange(
+        &self,
+        method: http::Method,
+        url: http::Uri,
+        mut headers: HeaderMap,
+        body: Bytes,
+        gzip: bool,
+    ) -> Result<Answer, SendError> {
+        // Credentials go only where they were configured for, as curl and browsers do.
+        let own = (url.scheme(), url.authority()) == (self.url.scheme(), self.url.authority());
+        let mut req = Request::builder().method(method).uri(url);
         for (k, v) in &self.headers {
             headers.insert(k.clone(), v.clone());
         }
-        if let Some(a) = self.authorization() {
+        if own && let Some(a) = self.authorization() {
             headers.insert(header::AUTHORIZATION, a);
         }
         let body = if gzip && !body.is_empty() {
@@ -204,12 +241,13 @@ impl Client {
             let resp = self.pool.request(req).await.map_err(SendError::Request)?;
             let code = resp.status();
             let retry_after = resp.headers().get(header::RETRY_AFTER).and_then(retry_after);
+            let location = resp.headers().get(header::LOCATION).and_then(|l| l.to_str().ok()).map(str::to_string);
             // Read (a bounded part of) the body, so that the connection can be used again.
             let body = match Limited::new(resp.into_body(), 64 * 1024).collect().await {
                 Ok(b) => String::from_utf8_lossy(&b.to_bytes()[..]).chars().take(200).collect(),
                 Err(_) => String::new(),
             };
-            Ok(Answer::Status { code, retry_after, body })
+            Ok(Answer::Status { code, retry_after, body, location, moved_to: None })
         };
         tokio::time::timeout(self.timeout, exchange)
             .await
@@ -229,6 +267,37 @@ fn read_token(path: &std::path::Path) -> Result<(Option<(SystemTime, u64)>, Head
         .map_err(|_| ClientError::TokenValue { path: path.to_path_buf() })?;
     v.set_sensitive(true);
     Ok((stamp, v))
+}
+
+/// Where a redirect from `from` to `location` leads: an absolute URL, a scheme-relative one
+/// or a path, resolved against `from`. `None` for what cannot be followed: another scheme
+/// than http and https, or https to http.
+pub fn follow(from: &http::Uri, location: &str) -> Option<http::Uri> {
+    let scheme = from.scheme_str()?;
+    // `scheme:` before any `/`, `?` or `#`: an absolute URL.
+    let absolute = location
+        .split_once(':')
+        .is_some_and(|(s, _)| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"+.-".contains(&b)));
+    let text = if absolute {
+        location.to_string()
+    } else if let Some(rest) = location.strip_prefix("//") {
+        format!("{scheme}://{rest}")
+    } else {
+        let authority = from.authority()?.as_str();
+        let path = if location.starts_with('/') {
+            location.to_string()
+        } else {
+            // Relative to the directory of the current path.
+            let dir = from.path().rsplit_once('/').map_or("", |(d, _)| d);
+            format!("{dir}/{location}")
+        };
+        format!("{scheme}://{authority}{path}")
+    };
+    let to: http::Uri = text.parse().ok()?;
+    match (scheme, to.scheme_str()) {
+        ("https", Some("https")) | ("http", Some("http" | "https")) if to.host().is_some() => Some(to),
+        _ => None,
+    }
 }
 
 /// `Retry-After` as seconds or as an HTTP date, capped at 10 minutes.
@@ -275,6 +344,20 @@ mod tests {
         let d = retry_after(&HeaderValue::from_str(&date).unwrap()).unwrap();
         assert!(d > Duration::from_secs(25) && d <= Duration::from_secs(30), "{date}: {d:?}");
         assert_eq!(retry_after(&HeaderValue::from_static("soon")), None);
+    }
+
+    #[test]
+    fn redirects_resolve_against_the_url_and_never_downgrade_https() {
+        let from: http::Uri = "https://a.example:8443/in/events?x=1".parse().unwrap();
+        let to = |l: &str| follow(&from, l).map(|u| u.to_string());
+        assert_eq!(to("https://b.example/new").as_deref(), Some("https://b.example/new"));
+        assert_eq!(to("//c.example/p").as_deref(), Some("https://c.example/p"));
+        assert_eq!(to("/moved?y=2").as_deref(), Some("https://a.example:8443/moved?y=2"));
+        assert_eq!(to("other").as_deref(), Some("https://a.example:8443/in/other"));
+        assert_eq!(to("http://a.example/in"), None, "https is never downgraded");
+        assert_eq!(to("ftp://a.example/in"), None);
+        let plain: http::Uri = "http://a.example/".parse().unwrap();
+        assert!(follow(&plain, "https://a.example/").is_some(), "http may go to https");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::sinks::{Common, Secret, Sink, SinkSpec, TlsConfig};
+use crate::sinks::{Common, Secret, Sink, SinkSpec, TlsConfig, url};
 use crate::vocab::Issue;
 
 /// `type: http`.
@@ -134,7 +134,10 @@ impl Default for BatchConfig {
 /// The validated HTTP sink.
 #[derive(Debug, Clone)]
 pub struct HttpSettings {
+    /// Where requests go, without the userinfo the config's URL may have held.
     pub url: http::Uri,
+    /// The URL as logs and errors show it ([`url::shown`]).
+    pub shown_url: String,
     pub mode: Mode,
     /// Events and bytes per request, and the linger (batch mode; 1 event otherwise).
     pub max_events: usize,
@@ -201,11 +204,17 @@ impl HttpConfig {
                     let from = if self.url.is_some() { "" } else { " (from K_SINK)" };
                     issues.push(Issue::new(
                         format!("{at}.url"),
-                        format!("`{text}`{from} is not an http:// or https:// URL"),
+                        format!("`{}`{from} is not an http:// or https:// URL", url::shown(&text)),
                     ));
                     None
                 }
             },
+        };
+        // A user and password in the URL are basic authentication, as with curl; the URL
+        // requests go to, and every log line, has none.
+        let (url, userinfo) = match url.map(|u| url::userinfo(&u)) {
+            Some((u, info)) => (Some(u), info),
+            None => (None, None),
         };
         let https = url.as_ref().is_some_and(|u| u.scheme_str() == Some("https"));
         if self.tls.is_some() && url.is_some() && !https {
@@ -234,7 +243,14 @@ impl HttpConfig {
                 )),
             }
         }
+        if userinfo.is_some() && (self.username.is_some() || self.bearer_token_file.is_some()) {
+            issues.push(Issue::new(
+                format!("{at}.url"),
+                "holds a user and password (basic authentication) and username or bearer_token_file is set too: use one",
+            ));
+        }
         let auth = match (&self.bearer_token_file, &self.username, &self.password) {
+            (None, None, None) if let Some((user, password)) = userinfo => Auth::Basic(user, Secret(password)),
             (Some(_), Some(_), _) => {
                 issues.push(Issue::new(
                     format!("{at}.bearer_token_file"),
@@ -269,6 +285,7 @@ impl HttpConfig {
         let batch = self.mode == Mode::Batch;
         match url {
             Some(url) if issues.is_empty() => Ok(HttpSettings {
+                shown_url: url::shown(&url.to_string()),
                 url,
                 mode: self.mode,
                 max_events: if batch { self.batch.max_events } else { 1 },
@@ -298,7 +315,9 @@ fn is_managed(n: &http::HeaderName) -> bool {
 /// The extensions of `K_CE_OVERRIDES` (`{"extensions": {"name": "value"}}`), as Knative's
 /// sources read it: names are CloudEvents extension names, values strings.
 fn overrides(text: &str) -> Result<Vec<(String, String)>, String> {
+    // A misspelled member is an error, not an override silently ignored.
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     struct Overrides {
         #[serde(default)]
         extensions: BTreeMap<String, String>,
@@ -348,7 +367,12 @@ mod tests {
     fn k_ce_overrides_add_extensions_and_may_not_replace_kubecasts_attributes() {
         let s = settings("url: http://x/\n", &[("K_CE_OVERRIDES", r#"{"extensions":{"team":"shop","tier":"1"}}"#)]).unwrap();
         assert_eq!(s.overrides, [("team".to_string(), "shop".to_string()), ("tier".into(), "1".into())]);
-        for bad in [r#"{"extensions":{"id":"x"}}"#, r#"{"extensions":{"Bad-Name":"x"}}"#, "not json"] {
+        for bad in [
+            r#"{"extensions":{"id":"x"}}"#,
+            r#"{"extensions":{"Bad-Name":"x"}}"#,
+            "not json",
+            r#"{"extension":{"team":"shop"}}"#,
+        ] {
             let issues = settings("url: http://x/\n", &[("K_CE_OVERRIDES", bad)]).unwrap_err();
             assert_eq!(fields(issues), ["K_CE_OVERRIDES"], "{bad}");
         }
@@ -372,6 +396,19 @@ mod tests {
             ]
         );
         assert_eq!(fields(settings("url: http://x/\ntls: {}\n", &[]).unwrap_err()), ["sinks.h.tls"]);
+    }
+
+    #[test]
+    fn a_urls_user_and_password_are_basic_auth_and_never_shown() {
+        let s = settings("url: 'https://alice:p%40ss@events.example/ingest?code=t0k3n'\n", &[]).unwrap();
+        assert!(matches!(s.auth, Auth::Basic(ref u, ref p) if u == "alice" && p.0 == "p@ss"));
+        assert_eq!(s.url.to_string(), "https://events.example/ingest?code=t0k3n");
+        assert_eq!(s.shown_url, "https://events.example/ingest?…");
+        let both = settings("url: 'https://alice:pw@events.example/'\nusername: bob\n", &[]).unwrap_err();
+        assert_eq!(fields(both), ["sinks.h.url"]);
+        let bad = settings("url: 'ftp://alice:pw@x/?token=t0k3n'\n", &[]).unwrap_err();
+        let text = format!("{bad:?}");
+        assert!(!text.contains("pw") && !text.contains("t0k3n"), "{text}");
     }
 
     #[test]

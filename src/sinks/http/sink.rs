@@ -2,10 +2,11 @@
 //! [`run`], the [`Sink`] of a validated [`HttpSettings`].
 //!
 //! Up to `in_flight` requests run at once ([`Window`] keeps each object's events in order).
-//! An event is delivered only on a 2xx answer. 5xx, 408, 429, timeouts and connection errors
-//! put the request's events back in line and pause sending for a backoff with jitter, or for
-//! the receiver's `Retry-After`; any other status sends them to the dead letter with the
-//! status and the start of the answer. Nothing is dropped while the receiver is away: the
+//! An event is delivered only on a 2xx answer. 5xx, 408, 429, redirects the client does not
+//! follow (it follows 307 and 308), timeouts and connection errors put the request's events
+//! back in line and pause sending for a backoff with jitter, or for the receiver's
+//! `Retry-After` when that is longer; any other status sends them to the dead letter with the
+//! status and the start of the answer. URLs are logged as [`url::shown`] writes them. Nothing is dropped while the receiver is away: the
 //! window stops taking events, the queue fills, and `when_full` decides.
 
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use super::HttpSettings;
 use crate::backoff::Backoff;
 use crate::event::Event;
 use crate::sinks::queue::QueueRx;
-use crate::sinks::{Acks, Sink, SinkError};
+use crate::sinks::{Acks, Sink, SinkError, url};
 
 /// Why the HTTP sink stopped.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,8 @@ struct Link {
     accepted: bool,
     backoff: Backoff,
     paused_until: Option<Instant>,
+    /// Where 307/308 redirects last led, as shown in logs (a new place is logged once).
+    moved_to: Option<String>,
     /// `kubecast_http_responses_total` by status code.
     responses: std::collections::HashMap<u16, prometheus_client::metrics::counter::Counter>,
 }
@@ -69,6 +72,7 @@ pub async fn run(s: HttpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
         accepted: false,
         backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(30)),
         paused_until: None,
+        moved_to: None,
         responses: Default::default(),
     };
     // While the receiver has not answered and nothing is being sent, an OPTIONS request
@@ -119,14 +123,14 @@ pub async fn run(s: HttpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                 probe = None;
                 match result {
                     Ok(Answer::Status { code, .. }) => {
-                        tracing::info!(sink = %acks.sink(), url = %s.url, status = code.as_u16(), "HTTP receiver answered");
+                        tracing::info!(sink = %acks.sink(), url = %s.shown_url, status = code.as_u16(), "HTTP receiver answered");
                         up(&acks, &mut link, true);
                     }
                     Err(e) => {
                         refused_tls(&acks, &link, &e)?;
                         up(&acks, &mut link, false);
                         let wait = link.backoff.next_delay().max(Duration::from_secs(1));
-                        tracing::warn!(sink = %acks.sink(), url = %s.url, error = %crate::error_chain(&e), retry_in_ms = wait.as_millis() as u64, "HTTP receiver unreachable");
+                        tracing::warn!(sink = %acks.sink(), url = %s.shown_url, error = %crate::error_chain(&e), retry_in_ms = wait.as_millis() as u64, "HTTP receiver unreachable");
                         probe_at = Some(Instant::now() + wait);
                     }
                 }
@@ -189,23 +193,32 @@ fn answered(
         {
             return t - now;
         }
-        let wait = wait.unwrap_or_else(|| link.backoff.next_delay());
+        // The larger of the backoff and what the receiver asks (`Retry-After: 0` or a date
+        // gone by must not make a tight loop).
+        let backoff = link.backoff.next_delay();
+        let wait = wait.map_or(backoff, |w| w.max(backoff));
         let until = now + wait;
         link.paused_until = Some(link.paused_until.map_or(until, |t| t.max(until)));
         wait
     };
     match result {
-        Ok(Answer::Status { code, retry_after, body }) => {
+        Ok(Answer::Status { code, retry_after, body, location, moved_to }) => {
             let c = code.as_u16();
             link.responses.entry(c).or_insert_with(|| acks.responses(c)).inc();
             up(acks, link, true);
+            let moved_to = moved_to.map(|u| url::shown(&u.to_string()));
+            if moved_to.is_some() && moved_to != link.moved_to {
+                tracing::warn!(sink = %sink, url = %s.shown_url, location = moved_to.as_deref().unwrap_or_default(),
+                    "HTTP receiver redirects (307/308); following it there");
+            }
+            link.moved_to = moved_to;
             if code.is_success() {
                 link.accepted = true;
                 link.backoff.reset();
                 window.finish(positions, None);
             } else if matches!(code.as_u16(), 500..=599 | 408 | 429) {
                 let wait = retry(link, window, retry_after);
-                tracing::warn!(sink = %sink, url = %s.url, status = code.as_u16(), body = %body, events = n,
+                tracing::warn!(sink = %sink, url = %s.shown_url, status = code.as_u16(), body = %body, events = n,
                     retry_in_ms = wait.as_millis() as u64, "HTTP receiver not ready; will send again");
             } else if matches!(code, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
                 if !link.accepted {
@@ -213,8 +226,16 @@ fn answered(
                 }
                 // It accepted kubecast before: a token being rotated. Nothing is given up.
                 let wait = retry(link, window, retry_after);
-                tracing::error!(sink = %sink, url = %s.url, status = code.as_u16(), body = %body, events = n,
+                tracing::error!(sink = %sink, url = %s.shown_url, status = code.as_u16(), body = %body, events = n,
                     retry_in_ms = wait.as_millis() as u64, "HTTP receiver refused kubecast's credentials; will send again");
+            } else if code.is_redirection() {
+                // Another redirect than 307/308 (whose POST would become a GET), one that
+                // goes from https to http, or too many hops: nothing is given up.
+                let wait = retry(link, window, retry_after);
+                let location = location.as_deref().map(url::shown).unwrap_or_default();
+                tracing::error!(sink = %sink, url = %s.shown_url, status = c, location = %location, events = n,
+                    retry_in_ms = wait.as_millis() as u64,
+                    "HTTP receiver redirects where kubecast does not follow (only 307 and 308, at most 3 hops, never https to http); will send again");
             } else {
                 let reason = format!("HTTP {code}: {body}");
                 window.finish(positions, Some(&reason));
@@ -226,10 +247,10 @@ fn answered(
             let wait = retry(link, window, None);
             let error = crate::error_chain(&e);
             if e.tls_refusal().is_some() {
-                tracing::error!(sink = %sink, url = %s.url, error = %error, events = n, retry_in_ms = wait.as_millis() as u64,
+                tracing::error!(sink = %sink, url = %s.shown_url, error = %error, events = n, retry_in_ms = wait.as_millis() as u64,
                     "HTTP receiver's TLS handshake refused; will send again");
             } else {
-                tracing::warn!(sink = %sink, url = %s.url, error = %error, events = n, retry_in_ms = wait.as_millis() as u64,
+                tracing::warn!(sink = %sink, url = %s.shown_url, error = %error, events = n, retry_in_ms = wait.as_millis() as u64,
                     "HTTP request failed; will send again");
             }
         }

@@ -112,22 +112,26 @@ impl ClientContext for Context {
     }
 }
 
-/// What a librdkafka error text says was refused in a TLS handshake (OpenSSL's words): the
-/// broker's certificate, or kubecast's client certificate.
+/// What a librdkafka error text says failed in a TLS handshake (OpenSSL's words): the
+/// verification of the broker's certificate, kubecast's client certificate, or the protocol
+/// versions and cipher suites.
 fn tls_refusal(reason: &str) -> Option<&'static str> {
-    if reason.contains("certificate verify failed") {
-        Some("the broker's certificate is not trusted; check tls.ca_file")
-    } else if [
+    let has = |words: &[&str]| words.iter().any(|w| reason.contains(w));
+    if has(&["certificate verify failed"]) {
+        Some("certificate verification failed: the broker's certificate is not trusted; check tls.ca_file and the broker's name")
+    } else if has(&[
         "alert bad certificate",
         "alert certificate required",
         "alert unknown ca",
         "alert certificate unknown",
-        "alert handshake failure",
-    ]
-    .iter()
-    .any(|a| reason.contains(a))
-    {
+        "alert certificate expired",
+        "alert certificate revoked",
+    ]) {
         Some("the broker refused kubecast's client certificate; check tls.cert_file and tls.key_file")
+    } else if has(&["alert protocol version", "no protocols available", "wrong version number", "no shared cipher", "alert insufficient security"]) {
+        Some("protocol or cipher mismatch: the broker and kubecast have no TLS version or cipher suite in common")
+    } else if has(&["alert handshake failure"]) {
+        Some("the broker refused the TLS handshake (handshake failure): no TLS version or cipher suite in common, or it refused kubecast's client certificate (or its absence); check the broker's TLS settings, tls.cert_file and tls.key_file")
     } else {
         None
     }

@@ -116,7 +116,7 @@ impl MqttConfig {
         } else {
             issues.push(Issue::new(
                 format!("{at}.url"),
-                format!("`{}` must start with mqtt:// or mqtts://", self.url),
+                format!("`{}` must start with mqtt:// or mqtts://", crate::sinks::url::shown(&self.url)),
             ));
             (false, "")
         };
@@ -125,10 +125,10 @@ impl MqttConfig {
             Some((h, p)) => (h.to_string(), p.parse::<u16>().ok()),
             None => (rest.to_string(), Some(if tls { 8883 } else { 1883 })),
         };
-        if !rest.is_empty() && (host.is_empty() || port.is_none()) {
+        if !rest.is_empty() && (host.is_empty() || port.is_none() || host.contains('@')) {
             issues.push(Issue::new(
                 format!("{at}.url"),
-                format!("`{}` is not mqtt[s]://HOST[:PORT]", self.url),
+                format!("`{}` is not mqtt[s]://HOST[:PORT] (a user and password go in username and password)", crate::sinks::url::shown(&self.url)),
             ));
         }
         if self.tls.is_some() && !tls {
