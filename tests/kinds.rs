@@ -2,8 +2,9 @@
 //! Deployment scaled by the real deployment and replicaset controllers arrives with its
 //! ReplicaSets, Pods and the controllers' Events; a Node (cluster-scoped) is created, turns
 //! not Ready and is deleted; a custom resource is waited for until its CRD exists and its
-//! objects are deleted when the CRD goes. Each with the event contract of its kind and gapless
-//! chains per object.
+//! objects are deleted when the CRD goes; a custom resource whose watched version stops being
+//! served is followed to the version still served, with no delete. Each with the event
+//! contract of its kind and gapless chains per object.
 
 mod support;
 
@@ -588,4 +589,130 @@ async fn routes_take_the_resources_they_name_each_with_its_own_chain() {
         "the label change is filtered out by the phase predicate"
     );
     assert_gapless(&pod_events);
+}
+
+#[tokio::test]
+async fn a_custom_resource_version_no_longer_served_is_followed_to_the_served_one_without_a_delete()
+{
+    let scene = Scene::new("kinds-versions").await;
+    let ns = scene.ns.clone();
+    let path = scene.dir.join("events.jsonl");
+    let group = format!("{}.example.com", unique_name("v"));
+    let port = free_port();
+    let config = scene
+        .config(
+            &format!("metrics: {{address: '127.0.0.1:{port}'}}\n"),
+            &[file_sink("file", &path)],
+        )
+        .replace(
+            "watch:\n",
+            &format!("watch:\n  resources: [widgets.{group}]\n"),
+        );
+    let objects = Objects::new(&scene.client);
+    let schema = json!({"openAPIV3Schema": {"type": "object",
+        "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}});
+    let version = |name: &str, served: bool, storage: bool| json!({"name": name, "served": served, "storage": storage, "schema": schema});
+    let names = json!({"plural": "widgets", "singular": "widget", "kind": "Widget"});
+    // v1 and v2 both served; discovery prefers v2.
+    let crd_path = objects
+        .create_crd_versions(
+            &group,
+            names,
+            json!([version("v1", true, true), version("v2", true, false)]),
+            LIMIT,
+        )
+        .await;
+    let widgets = format!("/apis/{group}/v1/namespaces/{ns}/widgets");
+    for name in ["a", "b", "c"] {
+        objects
+            .create(
+                &widgets,
+                &json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+                    "metadata": {"name": name}, "spec": {"size": 1}}),
+            )
+            .await;
+    }
+    let kubecast = InProcess::start(&scene, &config);
+    ready(port).await;
+    let listed = events_until(&path, "the three widgets listed at v2", |ev| ev.len() >= 3).await;
+    assert!(
+        listed
+            .iter()
+            .all(|e| s(e, "k8sapiversion") == format!("{group}/v2")),
+        "watched at the preferred version: {listed:?}"
+    );
+
+    // v2 stops being served while it is watched.
+    objects
+        .patch(
+            &crd_path,
+            &json!({"spec": {"versions": [version("v1", true, true), version("v2", false, false)]}}),
+        )
+        .await;
+    // A change made after that arrives through v1: kubecast followed the served version.
+    let a = format!("{widgets}/a");
+    let followed = tokio::time::Instant::now() + LIMIT;
+    let mut size = 2;
+    let events = loop {
+        objects.patch(&a, &json!({"spec": {"size": size}})).await;
+        let moved = |ev: &[Value]| {
+            ev.iter().any(|e| {
+                s(e, "type") == format!("io.k8s.{group}.v1.widget.modified")
+                    && e["data"]["spec"]["size"] == size
+            })
+        };
+        let seen = wait_until_or(&path, Duration::from_secs(5), moved).await;
+        if let Some(events) = seen {
+            break events;
+        }
+        assert!(
+            tokio::time::Instant::now() < followed,
+            "no change of `a` arrived through v1 within {LIMIT:?}: {:?}",
+            file_events(&path)
+                .iter()
+                .map(|e| format!("{} {}", e["type"], e["subject"]))
+                .collect::<Vec<_>>()
+        );
+        size += 1;
+    };
+    assert!(
+        !events.iter().any(|e| s(e, "type").ends_with(".deleted")),
+        "a version no longer served deletes nothing: {events:?}"
+    );
+    let after: Vec<&Value> = events[3..].iter().collect();
+    assert!(
+        after
+            .iter()
+            .all(|e| s(e, "k8sname") == "a" && s(e, "type").ends_with(".widget.modified")),
+        "the re-list at v1 emitted nothing for the unchanged objects: {after:?}"
+    );
+
+    // Then the CRD goes: now discovery confirms it, and each remaining widget's delete comes out.
+    objects.delete(&crd_path).await;
+    let events = events_until(&path, "the three deletes after the CRD went", |ev| {
+        ev.iter()
+            .filter(|e| s(e, "type").ends_with(".widget.deleted"))
+            .count()
+            == 3
+    })
+    .await;
+    kubecast.stop(Duration::from_secs(20)).await;
+    assert_gapless(&events);
+}
+
+/// The events in the file sink at `path` once `done` accepts them, or `None` after `limit`.
+async fn wait_until_or(
+    path: &std::path::Path,
+    limit: Duration,
+    done: impl Fn(&[Value]) -> bool,
+) -> Option<Vec<Value>> {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        let events = file_events(path);
+        if done(&events) {
+            return Some(events);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
 }

@@ -5,7 +5,9 @@
 //! (a streaming list where the apiserver offers it, else paginated pages); with one it
 //! watches. A watch that ends normally is reopened from the last resourceVersion seen (a
 //! bookmark or an object); `410 Gone` drops it and lists again, and the classifier turns the
-//! new list into the real differences.
+//! new list into the real differences. A `404` on a custom resource asks discovery: served at
+//! another version, the scope follows the preferred one and lists again; gone, its objects'
+//! deletes are inferred; anything else infers nothing and retries.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +23,7 @@ use super::{Observed, WatchError};
 use crate::backoff::Backoff;
 use crate::classify::Scope;
 use crate::config::StreamingList;
+use crate::kinds::{discovery, resolve};
 use crate::ops::Ops;
 
 /// How the watches of one resource run; shared by its scopes.
@@ -52,6 +55,16 @@ enum Next {
     Resync,
     /// The resource is no longer served (404 on a custom resource): its CRD was deleted.
     Unserved,
+}
+
+/// What discovery says of a resource whose watch or list answered 404.
+enum Found {
+    /// Not served at any version: its objects are gone.
+    Gone,
+    /// Served, at this resource's preferred version.
+    At(Arc<crate::kinds::Resource>),
+    /// Discovery could not be asked.
+    Unknown(String),
 }
 
 /// Why an attempt failed.
@@ -121,8 +134,7 @@ impl Watch {
     async fn run(&mut self) -> Result<Ended, WatchError> {
         let mut streaming = self.settings.streaming == StreamingList::Auto;
         let mut backoff = Backoff::new(Duration::from_millis(250), self.settings.max_backoff);
-        let scope = self.scope.clone();
-        let ns = scope.label().to_string();
+        let ns = self.scope.label().to_string();
         // Consecutive attempts to resume that the apiserver answered with an error.
         let mut refused = 0u32;
         self.next_resync = self
@@ -140,16 +152,39 @@ impl Watch {
             }
             match attempt {
                 Ok(Next::Closed) => return Ok(Ended::Closed),
-                Ok(Next::Unserved) => {
-                    tracing::warn!(scope = %ns, "the resource is no longer served (its CRD was deleted?): its objects are gone");
-                    self.position = None;
-                    let sent = self
-                        .send(Observed::Unserved {
-                            scope: scope.clone(),
-                        })
-                        .await;
-                    return Ok(if sent { Ended::Unserved } else { Ended::Closed });
-                }
+                // A 404 is no evidence that anything was deleted (a version no longer served,
+                // an apiserver lagging behind its peers): discovery decides.
+                Ok(Next::Unserved) => match self.discovered().await {
+                    Found::Gone => {
+                        tracing::warn!(scope = %ns, "the resource is no longer served, and discovery confirms it (its CRD was deleted): its objects are gone");
+                        self.position = None;
+                        let sent = self
+                            .send(Observed::Unserved {
+                                scope: self.scope.clone(),
+                            })
+                            .await;
+                        return Ok(if sent { Ended::Unserved } else { Ended::Closed });
+                    }
+                    Found::At(r) if r.api_version() != self.scope.resource.api_version() => {
+                        tracing::warn!(scope = %ns, from = %self.scope.resource.api_version(), to = %r.api_version(),
+                            "the resource is no longer served at its version; following its preferred served version and listing again (unchanged objects emit nothing)");
+                        self.scope = Scope::new(r, self.scope.namespace.as_deref());
+                        self.position = None;
+                        backoff.reset();
+                    }
+                    Found::At(_) => {
+                        let wait = backoff.next_delay();
+                        tracing::warn!(scope = %ns, retry_in_ms = wait.as_millis() as u64,
+                            "the apiserver answered 404, but discovery still serves the resource at this version (an apiserver behind its peers?); nothing inferred, retrying");
+                        tokio::time::sleep(wait).await;
+                    }
+                    Found::Unknown(reason) => {
+                        let wait = backoff.next_delay();
+                        tracing::warn!(scope = %ns, %reason, retry_in_ms = wait.as_millis() as u64,
+                            "the apiserver answered 404 and discovery could not be asked; nothing inferred, retrying");
+                        tokio::time::sleep(wait).await;
+                    }
+                },
                 Ok(Next::Resume) => backoff.reset(),
                 Ok(Next::Resync) => {
                     tracing::info!(scope = %ns, "resync: listing again to compare with the known state");
@@ -167,7 +202,7 @@ impl Watch {
                 Err(Failure::Fatal { what, source }) => {
                     tracing::error!(scope = %ns, reason = %what, error = %source, "watch stopped: the apiserver refuses kubecast");
                     return Err(WatchError::Rejected {
-                        scope: scope.describe(),
+                        scope: self.scope.describe(),
                         what,
                         source,
                     });
@@ -203,6 +238,18 @@ impl Watch {
                     tokio::time::sleep(wait).await;
                 }
             }
+        }
+    }
+
+    /// What discovery says of the scope's resource now: gone, or served at a version.
+    async fn discovered(&self) -> Found {
+        let r = &self.scope.resource;
+        match discovery::served_group(&self.client, &r.group).await {
+            Err(e) => Found::Unknown(crate::error_chain(&e)),
+            Ok(served) => match resolve::resolve(r.key(), &served) {
+                Ok(found) => Found::At(found),
+                Err(_) => Found::Gone,
+            },
         }
     }
 

@@ -109,14 +109,27 @@ impl Objects {
         schema: Value,
         limit: Duration,
     ) -> String {
+        let versions = serde_json::json!([{"name": "v1", "served": true, "storage": true,
+            "schema": {"openAPIV3Schema": schema}}]);
+        self.create_crd_versions(group, names, versions, limit)
+            .await
+    }
+
+    /// A namespaced CRD with `versions` as given (each with its own `served`, `storage` and
+    /// schema), waited for until established; returns its path.
+    pub async fn create_crd_versions(
+        &self,
+        group: &str,
+        names: Value,
+        versions: Value,
+        limit: Duration,
+    ) -> String {
         let name = format!("{}.{group}", names["plural"].as_str().unwrap_or("things"));
         self.create(
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
             &serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
                 "metadata": {"name": name},
-                "spec": {"group": group, "scope": "Namespaced", "names": names,
-                    "versions": [{"name": "v1", "served": true, "storage": true,
-                        "schema": {"openAPIV3Schema": schema}}]}}),
+                "spec": {"group": group, "scope": "Namespaced", "names": names, "versions": versions}}),
         )
         .await;
         let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}");
