@@ -4,7 +4,9 @@
 //! chosen moment exactly as `--state-at` prints them, and for a copy of the topic with one
 //! change removed, one gap mark naming the missing resourceVersion. The page fetches nothing:
 //! its Content-Security-Policy forbids it and Chromium's console is checked (the check itself
-//! is shown to catch a request). Screenshots are kept in `target/test-artifacts/`.
+//! is shown to catch a request). A custom resource whose change adds members named
+//! `__proto__`, `constructor` and `prototype` keeps them as data: no prototype is touched,
+//! the state table and the diff stay right. Screenshots are kept in `target/test-artifacts/`.
 
 mod support;
 
@@ -479,4 +481,112 @@ async fn a_report_shows_every_change_the_alert_the_diff_the_state_at_a_moment_an
     );
     assert!(page.dom.contains("id=\"verdict\" class=\"failed\""));
     screenshot(&scene.dir, &file, "", "replay-html-gap");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_named_proto_constructor_or_prototype_stay_data_in_the_lanes_the_diff_and_the_state_table()
+ {
+    use support::objects::Objects;
+    let scene = Scene::new("replay-keys").await;
+    let ns = scene.ns.clone();
+    let topic = unique_name("kc-keys");
+    let source = KafkaTopic::create(&scene.stack, &topic).await;
+    let group = format!("{}.example.com", unique_name("k"));
+    let objects = Objects::new(&scene.client);
+    objects
+        .create_crd(
+            &group,
+            serde_json::json!({"plural": "widgets", "singular": "widget", "kind": "Widget"}),
+            serde_json::json!({"type": "object",
+                "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}),
+            LIMIT,
+        )
+        .await;
+    let text = scene
+        .config("", &[scene.kafka_sink("kafka", &topic, &[])])
+        .replace(
+            "watch:\n",
+            &format!("watch:\n  resources: [widgets.{group}]\n"),
+        );
+    let kubecast = InProcess::start(&scene, &text);
+    let widgets = format!("/apis/{group}/v1/namespaces/{ns}/widgets");
+    for name in ["forger", "plain"] {
+        objects
+            .create(
+                &widgets,
+                &serde_json::json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+                    "metadata": {"name": name}, "spec": {"size": 1}}),
+            )
+            .await;
+    }
+    // A change that adds the keys: its merge patch carries them.
+    let forged = serde_json::json!({"status": {"phase": "Forged"}, "polluted": "yes"});
+    objects
+        .patch(
+            &format!("{widgets}/forger"),
+            &serde_json::json!({"spec": {"__proto__": forged, "constructor": forged, "prototype": forged}}),
+        )
+        .await;
+    let records = source
+        .wait_until("both widgets and the forging change", LIMIT, |r| {
+            r.len() >= 3
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    kubecast.stop(LIMIT).await;
+    let change = records
+        .iter()
+        .find(|r| r.ce("type").ends_with(".modified"))
+        .expect("the forging change");
+    assert_eq!(
+        change.json()["spec"]["__proto__"]["status"]["phase"],
+        "Forged"
+    );
+
+    let file = report(&scene, &topic, "keys");
+    let at = jiff::Timestamp::now().to_string();
+    let page = open(
+        &scene.dir,
+        &file,
+        &format!("select={}&at={at}", change.ce("id")),
+    );
+    let lanes: Vec<String> = elements(&page.dom, "div", "lane")
+        .into_iter()
+        .filter_map(|l| l.get("data-name").cloned())
+        .collect();
+    assert_eq!(lanes.len(), 2, "one lane per object: {lanes:?}");
+    // Neither object has a status: a polluted prototype would give both the forged phase.
+    let state = rows(&page.dom, "state-row");
+    assert_eq!(state.len(), 2, "{state:?}");
+    for row in &state {
+        assert_eq!(
+            row[3], "-",
+            "the PHASE of {} is the object's own: {state:?}",
+            row[2]
+        );
+    }
+    // The change adds three members, each named as it is; the rest of its diff is metadata's.
+    let paths = |kind: &str| -> BTreeSet<String> {
+        elements(&page.dom, "tr", kind)
+            .into_iter()
+            .filter_map(|r| r.get("data-path").cloned())
+            .collect()
+    };
+    let keys: BTreeSet<String> = BTreeSet::from([
+        "spec.__proto__".into(),
+        "spec.constructor".into(),
+        "spec.prototype".into(),
+    ]);
+    assert_eq!(paths("added"), keys, "the diff of {}", change.ce("id"));
+    let before = records
+        .iter()
+        .find(|r| r.ce("k8srv") == change.ce("k8sprevrv"))
+        .expect("the version before the change");
+    let mut want = BTreeSet::new();
+    changed_paths(&before.json(), &change.json(), "", &mut want);
+    let shown: BTreeSet<String> = ["added", "removed", "changed"]
+        .iter()
+        .flat_map(|k| paths(k))
+        .collect();
+    assert_eq!(shown, want, "the diff of {}", change.ce("id"));
 }

@@ -18,12 +18,21 @@
   }
   const iso = (ms) => new Date(ms).toISOString();
 
+  // The keys of the data are data: they are read and written as own properties only, so
+  // that `__proto__`, `constructor` or `prototype` in an object never reach a prototype (an
+  // assignment to `o.__proto__` would change o's, and reading it would give Object.prototype).
+  const own = (o, k) => o !== null && typeof o === "object" && Object.prototype.hasOwnProperty.call(o, k);
+  const get = (o, k) => (own(o, k) ? o[k] : undefined);
+  function put(o, k, v) {
+    Object.defineProperty(o, k, { value: v, writable: true, enumerable: true, configurable: true });
+  }
+
   // Versions: the first one, then each change's merge patch (RFC 7386) in order.
   function apply(target, patch) {
     if (patch === null || typeof patch !== "object" || Array.isArray(patch)) return clone(patch);
     const out = target !== null && typeof target === "object" && !Array.isArray(target) ? target : {};
     for (const [k, v] of Object.entries(patch)) {
-      if (v === null) delete out[k]; else out[k] = apply(out[k], v);
+      if (v === null) delete out[k]; else put(out, k, apply(get(out, k), v));
     }
     return out;
   }
@@ -47,9 +56,9 @@
       const keys = new Set([...Object.keys(a), ...Object.keys(b)]);
       for (const k of keys) {
         const p = Array.isArray(a) ? `${path}[${k}]` : path ? `${path}.${k}` : k;
-        if (!(k in a)) out.push({ kind: "added", path: p, new: b[k] });
-        else if (!(k in b)) out.push({ kind: "removed", path: p, old: a[k] });
-        else diff(a[k], b[k], p, out);
+        if (!own(a, k)) out.push({ kind: "added", path: p, new: get(b, k) });
+        else if (!own(b, k)) out.push({ kind: "removed", path: p, old: get(a, k) });
+        else diff(get(a, k), get(b, k), p, out);
       }
     } else if (JSON.stringify(a) !== JSON.stringify(b)) {
       out.push({ kind: "changed", path: path || "(the whole object)", old: a, new: b });
@@ -302,8 +311,8 @@
       const m = lane.marks[live];
       const obj = version(li, live) || {};
       const text = (v) => (typeof v === "string" ? v : null);
-      const phase = text(obj.status && obj.status.phase) || text(obj.phase) || "-";
-      const node = text(obj.spec && obj.spec.nodeName) || text(obj.nodeName) || "-";
+      const phase = text(get(get(obj, "status"), "phase")) || text(get(obj, "phase")) || "-";
+      const node = text(get(get(obj, "spec"), "nodeName")) || text(get(obj, "nodeName")) || "-";
       const tr = el("tr", { class: "state-row", "data-uid": lane.uid });
       for (const c of [lane.kind, lane.ns, lane.name, phase, node, m.rv, m.tt]) tr.append(el("td", {}, c));
       stateTable.append(tr);
