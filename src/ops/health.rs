@@ -23,6 +23,8 @@ pub struct Health {
     waiting: Mutex<std::collections::BTreeSet<String>>,
     /// Per sink: connected now.
     sinks: Mutex<BTreeMap<String, bool>>,
+    /// Why a sink that is not connected is not, where it knows more than that.
+    sink_why: Mutex<BTreeMap<String, String>>,
 }
 
 impl Health {
@@ -38,6 +40,7 @@ impl Health {
             described: Mutex::new(Default::default()),
             waiting: Mutex::new(Default::default()),
             sinks: Mutex::new(sinks.into_iter().map(|s| (s, false)).collect()),
+            sink_why: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -82,6 +85,15 @@ impl Health {
     /// `sink` connected to (or lost) its destination.
     pub fn sink_connected(&self, sink: &str, up: bool) {
         lock(&self.sinks).insert(sink.to_string(), up);
+        if up {
+            lock(&self.sink_why).remove(sink);
+        }
+    }
+
+    /// `sink` lost its destination, for the reason `why` (readiness names it).
+    pub fn sink_down(&self, sink: &str, why: String) {
+        lock(&self.sinks).insert(sink.to_string(), false);
+        lock(&self.sink_why).insert(sink.to_string(), why);
     }
 
     /// `Ok` when ready; otherwise every reason it is not.
@@ -108,9 +120,14 @@ impl Health {
                 why.push(format!("the initial list of {what} is not done"));
             }
         }
+        let sink_why = lock(&self.sink_why);
         for (sink, up) in lock(&self.sinks).iter() {
-            if !up {
-                why.push(format!("sink `{sink}` is not connected"));
+            match (up, sink_why.get(sink)) {
+                (true, _) => {}
+                (false, Some(reason)) => {
+                    why.push(format!("sink `{sink}` is not connected: {reason}"))
+                }
+                (false, None) => why.push(format!("sink `{sink}` is not connected")),
             }
         }
         if why.is_empty() { Ok(()) } else { Err(why) }

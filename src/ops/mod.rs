@@ -25,4 +25,10 @@ impl Ops {
         self.metrics.connected(sink, up);
         self.health.sink_connected(sink, up);
     }
+
+    /// `sink` lost its destination for the reason `why`, which readiness names.
+    pub fn sink_down(&self, sink: &str, why: String) {
+        self.metrics.connected(sink, false);
+        self.health.sink_down(sink, why);
+    }
 }

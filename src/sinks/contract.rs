@@ -259,6 +259,11 @@ impl Acks {
         self.ops.sink_connected(&self.sink, up);
     }
 
+    /// The sink lost its destination for a reason readiness should name (never a secret).
+    pub fn down_because(&self, why: String) {
+        self.ops.sink_down(&self.sink, why);
+    }
+
     /// The counter of the destination's answers with status `code` (HTTP sinks); the sink
     /// keeps it and counts each answer.
     pub fn responses(&self, code: u16) -> prometheus_client::metrics::counter::Counter {

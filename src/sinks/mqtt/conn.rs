@@ -53,6 +53,10 @@ pub enum ConnError {
     /// The first connection's TLS handshake was refused (either side's certificate).
     #[error("{0}")]
     TlsRefused(String),
+    /// The broker handed the session to another client with the same client id (MQTT 5
+    /// DISCONNECT with reason 0x8E, Session taken over).
+    #[error("the broker gave this connection's session to another client with the same client id (DISCONNECT 0x8E, Session taken over)")]
+    TakenOver,
     /// A TLS file could not be read.
     #[error("reading {}", path.display())]
     TlsFile {
@@ -68,7 +72,7 @@ impl ConnError {
         match self {
             ConnError::Refused { fatal, .. } => *fatal,
             ConnError::TlsFile { .. } | ConnError::TlsRefused(_) => true,
-            ConnError::V5(_) | ConnError::V311(_) => false,
+            ConnError::V5(_) | ConnError::V311(_) | ConnError::TakenOver => false,
         }
     }
 }
@@ -205,6 +209,10 @@ impl Loop {
                         ),
                         code: format!("{code:?}"),
                     }),
+                    Err(E::MqttState(rumqttc::v5::StateError::ServerDisconnect {
+                        reason_code: rumqttc::v5::mqttbytes::v5::DisconnectReasonCode::SessionTakenOver,
+                        ..
+                    })) => Err(ConnError::TakenOver),
                     Err(e) => Err(ConnError::V5(e)),
                 }
             }

@@ -5,6 +5,11 @@
 //! arrives. After a connection error nothing unacknowledged is trusted: a new connection is
 //! made (clean start) and the whole window is published again, in order. Receivers may see a
 //! message twice, with the same event id; they never miss one.
+//!
+//! The reconnect backoff starts again only after a connection that lasted ([`STABLE`]). A
+//! session taken over by another client with the same client id (MQTT 5 DISCONNECT 0x8E, or
+//! connections dropped again and again right after they were accepted, which is all MQTT 3.1.1
+//! and Mosquitto show of it) is an ERROR naming the client id, and readiness says so.
 
 use std::time::Duration;
 
@@ -96,7 +101,31 @@ fn packet_size(m: &Message) -> usize {
 struct Link {
     client: Client,
     epoch: u64,
-    connected: bool,
+    /// When the broker accepted it (CONNACK); `None` until then.
+    since: Option<Instant>,
+}
+
+/// A connection that lived this long before it was lost resets the backoff: shorter ones
+/// (a broker that drops kubecast right after accepting it) make it grow instead.
+const STABLE: Duration = Duration::from_secs(60);
+
+/// Connections lost one after another, each soon after the broker accepted it, without a
+/// reason (MQTT 3.1.1 has none to give, and Mosquitto closes an MQTT 5 connection it hands
+/// over without one): this many say another client takes the session.
+const SUSPECT_AFTER: u32 = 3;
+
+/// Why the broker keeps dropping kubecast, when another client takes its session over
+/// (`confirmed`: the broker said so).
+fn taken_over(s: &MqttSettings, confirmed: bool) -> String {
+    let how = if confirmed {
+        "the broker said so (DISCONNECT 0x8E)"
+    } else {
+        "the broker drops each connection right after accepting it"
+    };
+    format!(
+        "the MQTT session of client_id `{}` was taken over by another client connecting with the same client_id ({how}): another kubecast with this cluster name or client_id? (under leader election only the leader connects)",
+        s.client_id
+    )
 }
 
 /// Runs the sink until its queue closes and every queued event was acknowledged.
@@ -114,6 +143,8 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
     // The broker accepted a connection once: a refused TLS handshake is retried from then on
     // (a certificate being rotated) instead of stopping the sink.
     let mut ever_connected = false;
+    // Connections the broker dropped one after another, each within STABLE of its CONNACK.
+    let mut drops = 0u32;
     loop {
         if !open && window.is_empty() {
             if let Some(l) = &link {
@@ -128,16 +159,15 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                 epoch += 1;
                 let (client, lp) = conn::connect(&s).await.map_err(|e| acks.failed(e))?;
                 tokio::spawn(drive(lp, epoch, notes_tx.clone()));
-                link = Some(Link { client, epoch, connected: false });
+                link = Some(Link { client, epoch, since: None });
             }
             Some((from, note)) = notes.recv() => {
                 let Some(l) = link.as_mut().filter(|l| l.epoch == from) else { continue };
                 match note {
                     Ok(Note::Connected) => {
                         tracing::info!(sink = %acks.sink(), host = %s.host, port = s.port, unacked = window.len(), "MQTT connected");
-                        backoff.reset();
                         ever_connected = true;
-                        l.connected = true;
+                        l.since = Some(Instant::now());
                         acks.connected(true);
                         if std::mem::take(&mut lost) && !window.is_empty() {
                             acks.retried(window.len() as u64);
@@ -148,7 +178,7 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                     Ok(Note::Acked(pkid, refused)) => {
                         window.acked(pkid, refused);
                         acks.settle(window.settle()).await?;
-                        if l.connected {
+                        if l.since.is_some() {
                             window.queue_with(|m| l.client.try_publish(m));
                         }
                     }
@@ -161,12 +191,37 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                             }
                             tracing::error!(sink = %acks.sink(), host = %s.host, port = s.port, error = %crate::error_chain(&e), "MQTT broker's TLS handshake refused; retrying");
                         }
+                        // The backoff starts again only after a connection that lasted; one
+                        // dropped soon after it was accepted (its session taken by another
+                        // client, say) makes it grow, not a reconnect every few milliseconds.
+                        let lived = l.since.map(|t| t.elapsed());
+                        let taken = matches!(e, ConnError::TakenOver);
+                        match lived {
+                            Some(d) if d >= STABLE => {
+                                drops = 0;
+                                if !taken {
+                                    backoff.reset();
+                                }
+                            }
+                            Some(_) => drops += 1,
+                            // Not even accepted: the broker is away, not taken over.
+                            None => drops = 0,
+                        }
                         let wait = backoff.next_delay();
-                        tracing::warn!(sink = %acks.sink(), host = %s.host, port = s.port, error = %crate::error_chain(&e),
-                            retry_in_ms = wait.as_millis() as u64, unacked = window.len(), "MQTT connection failed; will publish the unacknowledged again");
+                        let suspected = taken || drops >= SUSPECT_AFTER;
+                        if suspected {
+                            let why = taken_over(&s, taken);
+                            tracing::error!(sink = %acks.sink(), host = %s.host, port = s.port, client_id = %s.client_id,
+                                error = %crate::error_chain(&e), retry_in_ms = wait.as_millis() as u64, unacked = window.len(),
+                                "{why}; reconnecting with a growing backoff");
+                            acks.down_because(why);
+                        } else {
+                            tracing::warn!(sink = %acks.sink(), host = %s.host, port = s.port, error = %crate::error_chain(&e),
+                                retry_in_ms = wait.as_millis() as u64, unacked = window.len(), "MQTT connection failed; will publish the unacknowledged again");
+                            acks.connected(false);
+                        }
                         link = None;
                         lost = true;
-                        acks.connected(false);
                         window.reset();
                         reconnect_at = Some(Instant::now() + wait);
                     }
@@ -191,7 +246,7 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                         continue;
                     }
                     window.push(event, msgs);
-                    if let Some(l) = link.as_mut().filter(|l| l.connected) {
+                    if let Some(l) = link.as_mut().filter(|l| l.since.is_some()) {
                         window.queue_with(|m| l.client.try_publish(m));
                     }
                 }
