@@ -2,7 +2,9 @@
 //! prints exactly `list` and `watch` on the configured resources; applied for a
 //! ServiceAccount of the test's own, that identity runs kubecast on several kinds until it is
 //! ready; with one verb taken away, kubecast exits 1 naming the verb and the resource. The
-//! Helm chart renders the same rules from its values.
+//! Helm chart derives from its config the rules `kubecast rbac` prints for that config. A
+//! custom resource not installed yet, or any resource without the apiserver, is granted only
+//! as the entry declares it (`PLURAL.GROUP` and `scope`), else exit 2 naming the entry.
 
 mod support;
 
@@ -139,23 +141,143 @@ async fn the_printed_role_suffices_and_without_a_verb_kubecast_names_what_it_lac
     );
 }
 
-#[test]
-fn the_helm_chart_renders_the_rules_kubecast_rbac_prints() {
-    let stack = support::Stack::load();
+#[tokio::test]
+async fn the_helm_chart_derives_from_its_config_the_rules_kubecast_rbac_prints_for_it() {
+    let scene = Scene::new("rbac-chart").await;
+    let resources =
+        json!(["pods", "nodes", {"resource": "events"}, "deployments.apps", "replicasets.apps"]);
+    let path = scene.dir.join("chart.yaml");
+    let text = format!(
+        "cluster: test\nwatch:\n  resources: {resources}\nsinks:\n{}",
+        file_sink("out", &scene.dir.join("out.jsonl"))
+    );
+    std::fs::write(&path, text).expect("the config");
+    let printed = rbac(&scene, &path, &["--service-account", "kubecast/kubecast"]);
     let objects = deploy::helm_template(
-        &stack,
+        &scene.stack,
         "kinds",
         "kubecast",
-        &[
-            "--set-json",
-            r#"rbac.resources=[{"apiGroup":"","resources":["events","nodes","pods"]},{"apiGroup":"apps","resources":["deployments"]}]"#,
-        ],
+        &["--set-json", &format!("config.watch.resources={resources}")],
     );
     assert_eq!(
         rules_of(&objects, "ClusterRole"),
-        json!([
-            {"apiGroups": [""], "resources": ["events", "nodes", "pods"], "verbs": ["list", "watch"]},
-            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]}
-        ])
+        rules_of(&printed, "ClusterRole"),
+        "the chart's rules for config.watch.resources"
+    );
+    // The chart's own default config watches Pods, and its rules say so.
+    let default = deploy::helm_template(&scene.stack, "default", "kubecast", &[]);
+    assert_eq!(
+        rules_of(&default, "ClusterRole"),
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}])
+    );
+}
+
+/// `kubecast rbac` on `resources` (a YAML flow list) with `kubeconfig`: exit code, stdout,
+/// stderr.
+fn rbac_of(
+    scene: &Scene,
+    resources: &str,
+    kubeconfig: &std::path::Path,
+) -> (Option<i32>, String, String) {
+    let path = scene.dir.join(format!("rbac-{}.yaml", unique_name("c")));
+    let text = format!(
+        "cluster: test\nwatch:\n  namespaces: [{}]\n  resources: {resources}\nsinks:\n{}",
+        scene.ns,
+        file_sink("out", &scene.dir.join("out.jsonl"))
+    );
+    std::fs::write(&path, text).expect("the config");
+    let out = Command::new(env!("CARGO_BIN_EXE_kubecast"))
+        .args(["rbac", "--config"])
+        .arg(&path)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("running kubecast rbac");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_crd_not_installed_yet_or_an_unreachable_apiserver_needs_plural_group_and_scope() {
+    let scene = Scene::new("rbac-pending").await;
+    let group = format!("{}.example.com", unique_name("p"));
+    let kubeconfig = scene.stack.kubeconfig.clone();
+    // Named by its singular, or without a scope: no guess, exit 2 naming the entry.
+    for entry in [format!("widget.{group}"), format!("widgets.{group}")] {
+        let (code, out, err) = rbac_of(&scene, &format!("[pods, {entry}]"), &kubeconfig);
+        assert_eq!(code, Some(2), "{entry}: {out}{err}");
+        assert!(
+            err.contains("watch.resources[1]") && err.contains("scope"),
+            "{err}"
+        );
+    }
+    // Declared: a cluster-scoped custom resource gets the ClusterRole, never a Role that
+    // could not grant it; a namespaced one a Role in the watched namespace.
+    let docs_of = |resources: String| {
+        let (code, out, err) = rbac_of(&scene, &resources, &kubeconfig);
+        assert_eq!(code, Some(0), "{resources}: {err}");
+        out.split("---\n")
+            .map(|d| serde_saphyr::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+            .collect::<Vec<Value>>()
+    };
+    let cluster = docs_of(format!("[{{resource: gadgets.{group}, scope: Cluster}}]"));
+    assert_eq!(
+        rules_of(&cluster, "ClusterRole"),
+        json!([{"apiGroups": [group], "resources": ["gadgets"], "verbs": ["list", "watch"]}])
+    );
+    assert!(!cluster.iter().any(|d| d["kind"] == "Role"), "{cluster:?}");
+    let namespaced = docs_of(format!(
+        "[{{resource: widgets.{group}, scope: Namespaced}}]"
+    ));
+    assert_eq!(
+        rules_of(&namespaced, "Role"),
+        json!([{"apiGroups": [group], "resources": ["widgets"], "verbs": ["list", "watch"]}])
+    );
+    assert!(
+        namespaced
+            .iter()
+            .any(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == scene.ns.as_str()),
+        "{namespaced:?}"
+    );
+    // A scope that contradicts discovery is an error.
+    let (code, _, err) = rbac_of(
+        &scene,
+        "[{resource: nodes, scope: Namespaced}]",
+        &kubeconfig,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("watch.resources[0].scope"), "{err}");
+    // Without the apiserver (a kubeconfig pointing at a closed port), only declared entries.
+    let closed = scene.dir.join("closed-kubeconfig");
+    let text = std::fs::read_to_string(&kubeconfig).expect("the stack's kubeconfig");
+    let pointed: Vec<String> = text
+        .lines()
+        .map(|l| match l.split_once("server:") {
+            Some((indent, _)) => format!("{indent}server: https://127.0.0.1:1"),
+            None => l.to_string(),
+        })
+        .collect();
+    std::fs::write(&closed, pointed.join("\n")).expect("a kubeconfig");
+    let (code, out, err) = rbac_of(
+        &scene,
+        "[{resource: pods, scope: Namespaced}, {resource: deployments.apps, scope: Namespaced}]",
+        &closed,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("could not be asked"),
+        "it says the rules come from the config: {err}"
+    );
+    assert!(
+        out.contains("deployments") && out.contains("\"apps\""),
+        "{out}"
+    );
+    let (code, _, err) = rbac_of(&scene, "[pods, deploy]", &closed);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("watch.resources[0]") && err.contains("PLURAL.GROUP"),
+        "{err}"
     );
 }

@@ -15,7 +15,7 @@ mod proptests;
 
 pub use crate::vocab::{DataMode, Issue};
 pub use load::{ConfigError, load, load_str};
-pub use resources::{ResourceConfig, default_resources};
+pub use resources::{ResourceConfig, ResourceScope, default_resources};
 pub use routing::{MAX_ROUTES, Routing, union_selector};
 pub use validate::{Validated, ValidationError};
 

@@ -35,6 +35,19 @@ pub struct ResourceConfig {
     /// `stringData` is redacted. Default: false.
     #[serde(default)]
     pub allow_secrets: bool,
+    /// `Namespaced` or `Cluster`: the resource's scope as its CRD declares it. Only needed
+    /// where discovery cannot say: `kubecast rbac` for a custom resource not installed yet, or
+    /// without the apiserver, takes the entry's `resource` as `PLURAL.GROUP` with this scope.
+    /// When discovery can say, a scope that differs from it is an error. Default: none.
+    #[serde(default)]
+    pub scope: Option<ResourceScope>,
+}
+
+/// A resource's scope, as a CRD's `spec.scope` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ResourceScope {
+    Namespaced,
+    Cluster,
 }
 
 impl ResourceConfig {
@@ -46,6 +59,7 @@ impl ResourceConfig {
             label_selector: None,
             field_selector: None,
             allow_secrets: false,
+            scope: None,
         }
     }
 }

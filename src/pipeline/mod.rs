@@ -33,7 +33,7 @@ use crate::sinks::{self, SinkError};
 use crate::store::StoreError;
 use crate::watch::{self, Observed, Target, WatchError, WatchSettings};
 
-pub use resources::{Planned, ResourceError, plan as plan_resources};
+pub use resources::{Planned, ResourceError, grants_offline, plan as plan_resources, plan_served};
 
 use bridge::{Bridge, Parts};
 use durable::{Durable, DurableSettings};

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backoff::Backoff;
-use crate::config::{ResourceConfig, WatchConfig};
+use crate::config::{ResourceConfig, ResourceScope, WatchConfig};
 use crate::kinds::Resource;
 use crate::kinds::discovery::{self, DiscoveryError};
+use crate::kinds::resolve::Served;
 use crate::kinds::resolve::{self, ResolveError};
 use crate::watch::Target;
 
@@ -31,6 +32,10 @@ pub enum ResourceError {
 #[derive(Debug, Clone)]
 pub struct Planned {
     pub target: Target,
+    /// The entry's field path (`watch.resources[2]`), for errors.
+    pub field: String,
+    /// The scope the entry declares, if it does.
+    pub scope: Option<ResourceScope>,
     /// Namespaces (empty: all; ignored for cluster-scoped resources).
     pub namespaces: Vec<String>,
     pub label_selector: Option<String>,
@@ -38,18 +43,23 @@ pub struct Planned {
 }
 
 impl Planned {
-    /// What RBAC must grant for it: a custom resource not served yet is named by its
-    /// `plural.group` as configured.
-    pub fn grant(&self) -> crate::rbac::Grant {
+    /// What RBAC must grant for it. A custom resource not served yet is granted only as its
+    /// entry declares it: `resource: PLURAL.GROUP` with a `scope` (no guess at a plural or a
+    /// scope); `Err` names the entry otherwise.
+    pub fn grant(&self) -> Result<crate::rbac::Grant, ResourceError> {
         let (group, plural, namespaced) = match &self.target {
             Target::Resolved(r) => (r.group.clone(), r.plural.clone(), r.namespaced),
-            Target::Pending { name, group } => (
-                group.clone(),
-                name.split('.').next().unwrap_or_default().to_string(),
-                true,
-            ),
+            Target::Pending { name, .. } => {
+                let (plural, group) = declared(name, self.scope).ok_or_else(|| ResourceError::Invalid {
+                    field: self.field.clone(),
+                    message: format!(
+                        "`{name}` is not served yet, so its plural and scope are unknown: name it as PLURAL.GROUP with its scope, e.g. {{resource: widgets.example.com, scope: Namespaced}}"
+                    ),
+                })?;
+                (group, plural, self.scope == Some(ResourceScope::Namespaced))
+            }
         };
-        crate::rbac::Grant {
+        Ok(crate::rbac::Grant {
             group,
             plural,
             namespaced,
@@ -58,7 +68,7 @@ impl Planned {
             } else {
                 Vec::new()
             },
-        }
+        })
     }
 
     /// Whether this is core/v1 Pods (known now or not).
@@ -83,6 +93,7 @@ pub async fn plan(
         return Ok(vec![planned(
             watch,
             &watch.resources[0],
+            "watch.resources[0]",
             Target::Resolved(Resource::pods()),
         )]);
     }
@@ -99,12 +110,18 @@ pub async fn plan(
             Err(e) => return Err(e.into()),
         }
     };
+    plan_served(watch, &served)
+}
+
+/// Resolves every entry of `watch.resources` against what discovery found served.
+pub fn plan_served(watch: &WatchConfig, served: &[Served]) -> Result<Vec<Planned>, ResourceError> {
     let mut out = Vec::new();
     for (i, entry) in watch.resources.iter().enumerate() {
         let field = format!("watch.resources[{i}]");
-        let target = match resolve::resolve(&entry.resource, &served) {
+        let target = match resolve::resolve(&entry.resource, served) {
             Ok(r) => {
                 check_allowed(&r, entry, &field)?;
+                check_scope(&r, entry, &field)?;
                 tracing::info!(resource = %entry.resource, resolved = %r, api_version = %r.api_version(),
                     namespaced = r.namespaced, "watching");
                 Target::Resolved(r)
@@ -120,7 +137,7 @@ pub async fn plan(
                 });
             }
         };
-        let p = planned(watch, entry, target);
+        let p = planned(watch, entry, &field, target);
         if let Target::Resolved(r) = &p.target
             && out
                 .iter()
@@ -139,6 +156,69 @@ pub async fn plan(
     Ok(out)
 }
 
+/// The grants of `watch.resources` without the apiserver: every entry must declare itself
+/// as `PLURAL[.GROUP]` with a `scope`; `Err` names the first that does not.
+pub fn grants_offline(
+    watch: &WatchConfig,
+    why: &str,
+) -> Result<Vec<crate::rbac::Grant>, ResourceError> {
+    watch
+        .resources
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let field = format!("watch.resources[{i}]");
+            let name = entry.resource.trim();
+            let group = name.split_once('.').map_or("", |(_, g)| g).to_string();
+            let p = planned(watch, entry, &field, Target::Pending { name: name.to_string(), group });
+            p.grant().map_err(|_| ResourceError::Invalid {
+                field,
+                message: format!(
+                    "the apiserver could not be asked ({why}), so `{name}` cannot be resolved: name it as PLURAL.GROUP (PLURAL for the core group) with its scope, e.g. {{resource: deployments.apps, scope: Namespaced}}"
+                ),
+            })
+        })
+        .collect()
+}
+
+/// `name` as `PLURAL.GROUP` (or a core `PLURAL`) when the entry declares a scope.
+fn declared(name: &str, scope: Option<ResourceScope>) -> Option<(String, String)> {
+    scope?;
+    let (plural, group) = name.split_once('.').unwrap_or((name, ""));
+    let lower = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    let version = group.split('.').next().is_some_and(resolve::is_version);
+    (lower(plural) && !version && group.split('.').all(|g| group.is_empty() || lower(g)))
+        .then(|| (plural.to_string(), group.to_string()))
+}
+
+/// A declared scope must be the one discovery knows.
+fn check_scope(
+    r: &Arc<Resource>,
+    entry: &ResourceConfig,
+    field: &str,
+) -> Result<(), ResourceError> {
+    match entry.scope {
+        Some(declared) if (declared == ResourceScope::Namespaced) != r.namespaced => {
+            Err(ResourceError::Invalid {
+                field: format!("{field}.scope"),
+                message: format!(
+                    "is {declared:?}, but the apiserver serves {r} as {}",
+                    if r.namespaced {
+                        "Namespaced"
+                    } else {
+                        "Cluster"
+                    }
+                ),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Secrets only with `allow_secrets`.
 fn check_allowed(
     r: &Arc<Resource>,
@@ -154,9 +234,11 @@ fn check_allowed(
     Ok(())
 }
 
-fn planned(watch: &WatchConfig, entry: &ResourceConfig, target: Target) -> Planned {
+fn planned(watch: &WatchConfig, entry: &ResourceConfig, field: &str, target: Target) -> Planned {
     Planned {
         target,
+        field: field.to_string(),
+        scope: entry.scope,
         namespaces: entry
             .namespaces
             .clone()
@@ -265,7 +347,12 @@ mod tests {
             namespaces: Some(vec![]),
             ..ResourceConfig::named("events")
         };
-        let p = planned(&w, &e, Target::Resolved(Resource::pods()));
+        let p = planned(
+            &w,
+            &e,
+            "watch.resources[0]",
+            Target::Resolved(Resource::pods()),
+        );
         assert!(p.namespaces.is_empty());
         assert_eq!(p.label_selector.as_deref(), Some("app=web"));
         assert_eq!(p.field_selector.as_deref(), Some("type=Warning"));
