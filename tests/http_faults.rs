@@ -413,8 +413,15 @@ async fn kill_9_during_delivery_then_a_restart_delivers_everything_unacknowledge
     fake.wait_until("a few accepted", LIMIT, |p| p.len() >= 4)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let before = fake.posts().len();
+    // The kill comes while requests wait for their answers: sent, never acknowledged.
+    support::consume::wait_for(LIMIT, "a request in flight", || {
+        (fake.in_flight() > 0).then_some(())
+    })
+    .await
+    .expect("a request in flight before the kill");
+    let in_flight = fake.in_flight();
     kubecast.kill().await;
+    let before = fake.posts().len();
     let kubecast = Kubecast::start(&scene.stack, &scene.dir, &text);
     let m = marker(&scene).await;
     let n = everything_arrives(
@@ -424,7 +431,17 @@ async fn kill_9_during_delivery_then_a_restart_delivers_everything_unacknowledge
         "after kill -9",
     )
     .await;
-    println!("{n} events; {before} requests answered before the kill");
+    println!("{n} events; {before} requests answered before the kill, {in_flight} in flight at it");
+    // What was in flight at the kill was never acknowledged: the restart sent it again, with
+    // the same ids.
+    let mut times: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, id) in fake.posts().iter().flat_map(ids) {
+        *times.entry(id).or_default() += 1;
+    }
+    assert!(
+        times.values().any(|n| *n > 1),
+        "no event was sent again after the kill, though {in_flight} request(s) were in flight at it"
+    );
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
 }

@@ -218,6 +218,8 @@ impl GoReceiver {
 #[derive(Debug, Clone)]
 pub struct Seen {
     pub method: String,
+    /// The request's path and query.
+    pub path: String,
     pub headers: Vec<(String, String)>,
     pub body: Bytes,
     pub at: Instant,
@@ -246,6 +248,8 @@ pub type Script = dyn Fn(usize, &Seen) -> (u16, Vec<(&'static str, String)>, Str
 pub struct FakeReceiver {
     pub url: String,
     pub seen: Arc<Mutex<Vec<Seen>>>,
+    /// Requests taken and not answered yet.
+    active: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -265,6 +269,7 @@ impl FakeReceiver {
         let posts = Arc::new(AtomicUsize::new(0));
         let active = Arc::new(AtomicUsize::new(0));
         let record = seen.clone();
+        let in_flight = active.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -287,6 +292,11 @@ impl FakeReceiver {
                         async move {
                             let concurrent = active.fetch_add(1, Ordering::SeqCst) + 1;
                             let method = req.method().to_string();
+                            let path = req
+                                .uri()
+                                .path_and_query()
+                                .map(|p| p.to_string())
+                                .unwrap_or_default();
                             let headers = req
                                 .headers()
                                 .iter()
@@ -305,6 +315,7 @@ impl FakeReceiver {
                                 .unwrap_or_default();
                             let mut seen = Seen {
                                 method,
+                                path,
                                 headers,
                                 body,
                                 at: Instant::now(),
@@ -337,7 +348,17 @@ impl FakeReceiver {
                 });
             }
         });
-        FakeReceiver { url, seen, task }
+        FakeReceiver {
+            url,
+            seen,
+            active: in_flight,
+            task,
+        }
+    }
+
+    /// Requests taken and not answered yet.
+    pub fn in_flight(&self) -> usize {
+        self.active.load(Ordering::SeqCst)
     }
 
     /// The POSTs so far, in the order they were answered.
