@@ -1,8 +1,10 @@
 //! The HTTP sink when its receiver fails, against a test server named as the fake it is
-//! ([`FakeReceiver`]: no real receiver answers 503, 429 or 400 on demand) and the Go SDK's
+//! ([`FakeReceiver`]: no real receiver answers 503, 429, 400 or redirects on demand) and the Go SDK's
 //! real receiver (stopped for a minute, and over mutual TLS). A Kafka sink in the same
 //! kubecast is the reference: everything Kafka got, the receiver accepts, with the same
-//! ids, each object's events in Kafka's order.
+//! ids, each object's events in Kafka's order. A 308 is followed (logged once, the URL's
+//! userinfo sent as basic auth and no token of any URL logged), a 301 holds the queue, and
+//! `Retry-After: 0` still waits the backoff.
 
 mod support;
 
@@ -499,4 +501,104 @@ async fn mutual_tls_with_the_stacks_ca_and_a_bearer_token_replaced_during_the_ru
         "the next request carries the new token"
     );
     kubecast.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn redirects_307_and_308_are_followed_others_hold_the_queue_and_retry_after_zero_still_backs_off()
+ {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let scene = Scene::new("http-redirect").await;
+    let topic = unique_name("http-redirect");
+    let kafka = KafkaTopic::create(&scene.stack, &topic).await;
+    // `/hook` moved for good to `/moved`; there, two 503s with `Retry-After: 0`, then a 301
+    // (which a POST must not follow), then 200s.
+    let moved = Arc::new(AtomicUsize::new(0));
+    let script: Arc<Script> = Arc::new(move |_, s| {
+        if !s.path.starts_with("/moved") {
+            return (
+                308,
+                vec![("location", "/moved?token=t0k3n-moved".to_string())],
+                String::new(),
+            );
+        }
+        match moved.fetch_add(1, Ordering::SeqCst) {
+            0 | 1 => (503, vec![("retry-after", "0".to_string())], String::new()),
+            2 => (
+                301,
+                vec![("location", "/elsewhere?token=t0k3n-301".to_string())],
+                String::new(),
+            ),
+            _ => (200, vec![], String::new()),
+        }
+    });
+    let fake = FakeReceiver::start(Duration::ZERO, script).await;
+    let dead = scene.dir.join("dead.jsonl");
+    let url = fake.url.replace("http://", "http://user:pa55w0rd@");
+    let http = format!(
+        "    url: '{url}hook?token=t0k3n-url'\n    dead_letter: {{file: {}}}\n",
+        dead.display()
+    );
+    let kubecast = Kubecast::start(&scene.stack, &scene.dir, &config(&scene, &topic, &http));
+    started(&scene, &kafka).await;
+    scene.pods.create_each("r", 5).await;
+    let m = marker(&scene).await;
+    let n = everything_arrives(
+        &kafka,
+        || {
+            fake.accepted()
+                .iter()
+                .filter(|s| s.path.starts_with("/moved"))
+                .flat_map(ids)
+                .collect()
+        },
+        &m,
+        "through the redirect",
+    )
+    .await;
+    let log = kubecast.log();
+    let (code, _) = kubecast.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log}");
+    println!("{n} events through a 308");
+    assert!(
+        std::fs::read_to_string(&dead)
+            .unwrap_or_default()
+            .is_empty(),
+        "no redirect dead-letters anything"
+    );
+    let lines = |needle: &str| log.lines().filter(|l| l.contains(needle)).count();
+    assert_eq!(
+        lines("HTTP receiver redirects (307/308)"),
+        1,
+        "a new place is logged once:\n{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("ERROR") && l.contains("status=301") && l.contains("/elsewhere?…")),
+        "a 301 is an ERROR naming the status and Location:\n{log}"
+    );
+    for secret in ["t0k3n-url", "t0k3n-moved", "t0k3n-301", "pa55w0rd"] {
+        assert!(!log.contains(secret), "the log holds `{secret}`:\n{log}");
+    }
+    // The URL's userinfo is basic auth, on the redirect's target too (the same origin).
+    let posts = fake.posts();
+    assert!(
+        posts
+            .iter()
+            .all(|p| p.header("authorization") == "Basic dXNlcjpwYTU1dzByZA=="),
+        "basic auth from the URL's userinfo on every request"
+    );
+    // `Retry-After: 0` waits the backoff all the same: no request right after a 503.
+    let mut moved_posts: Vec<&Seen> = posts
+        .iter()
+        .filter(|p| p.path.starts_with("/moved"))
+        .collect();
+    moved_posts.sort_by_key(|p| p.at);
+    for pair in moved_posts.windows(2).take(3) {
+        let gap = pair[1].at.duration_since(pair[0].at);
+        assert!(
+            gap >= Duration::from_millis(40),
+            "a request {gap:?} after a {} answer",
+            pair[0].status
+        );
+    }
 }
