@@ -9,6 +9,8 @@ mod alert;
 mod compat;
 mod encode;
 pub mod redact;
+#[doc(hidden)]
+pub mod redact_model;
 #[cfg(test)]
 mod redact_proptests;
 #[cfg(test)]

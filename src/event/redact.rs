@@ -105,8 +105,8 @@ enum Place {
     Labels,
     /// Every member's value is redacted (a Secret's `data` and `stringData`).
     RedactAll,
-    /// Anywhere else: members that name a container list are container lists, the others
-    /// are searched.
+    /// Anywhere else (with env values redacted): members that name a container list are
+    /// container lists, the others are searched.
     Any,
     /// `containers`, `initContainers`, `ephemeralContainers`: each element is a container.
     Containers,
@@ -137,13 +137,6 @@ impl Place {
             (Place::Root, "data" | "stringData") if ctx.shape.secret => {
                 Action::Into(Place::RedactAll)
             }
-            (Place::Root | Place::Any, k) if ctx.redact.env_values => {
-                if CONTAINER_LISTS.contains(&k) {
-                    Action::Into(Place::Containers)
-                } else {
-                    Action::Search
-                }
-            }
             (Place::RedactAll, _) => Action::Redact,
             (Place::Metadata, "managedFields") => Action::Drop,
             (Place::Metadata, "annotations") => Action::Into(Place::Annotations),
@@ -156,17 +149,22 @@ impl Place {
             (Place::Labels, _) if listed(&ctx.redact.labels) => Action::Redact,
             (Place::Container, "env") => Action::Into(Place::Env),
             (Place::EnvVar, "value") => Action::Redact,
+            // Anywhere else, a container list is one; everything else is searched for one.
+            (_, k) if ctx.redact.env_values && CONTAINER_LISTS.contains(&k) => {
+                Action::Into(Place::Containers)
+            }
+            _ if ctx.redact.env_values => Action::Search,
             _ => Action::Copy,
         }
     }
 
     /// What happens to each element, where this place is an array.
-    fn element(self) -> Action {
+    fn element(self, ctx: &Ctx<'_>) -> Action {
         match self {
             Place::Containers => Action::Into(Place::Container),
             Place::Env => Action::Into(Place::EnvVar),
-            Place::Any => Action::Search,
             Place::RedactAll => Action::Redact,
+            _ if ctx.redact.env_values => Action::Search,
             _ => Action::Copy,
         }
     }
@@ -325,7 +323,7 @@ impl<'de> Visitor<'de> for Rewrite<'_, '_> {
             if !first {
                 out.push(b',');
             }
-            let more = match place.element() {
+            let more = match place.element(ctx) {
                 Action::Into(child) => seq
                     .next_element_seed(Rewrite {
                         out: &mut *out,

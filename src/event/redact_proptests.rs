@@ -1,144 +1,16 @@
-//! Property tests of `full_data` against a reference model: the whole object as a
-//! `serde_json::Value`, changed in place. For pod-shaped objects with arbitrary members, keys
+//! Property tests of `full_data` against its reference model (`redact_model`): the whole
+//! object as a `serde_json::Value`, changed in place. For pod-shaped objects with arbitrary members, keys
 //! and strings (escapes, unicode), container lists at any depth and last-applied copies, both
 //! give the same JSON; for anything else, both refuse.
 
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
+const LAST_APPLIED: &str = super::redact::LAST_APPLIED;
+
 use super::redact::{Shape, full_data};
+use super::redact_model::{full_by_value, normalized};
 use crate::config::RedactConfig;
-
-/// The reference model of `full` data: the whole object as a `serde_json::Value`, changed
-/// in place, the rules written as plainly as they read in the module docs.
-fn full_by_value(obj: &[u8], redact: &RedactConfig, secret: bool) -> Result<Value, String> {
-    let mut v = model(obj, redact, secret, false)?;
-    if let Value::Object(o) = &mut v {
-        o.entry("apiVersion").or_insert_with(|| json!("v1"));
-        o.entry("kind").or_insert_with(|| json!("Pod"));
-    }
-    Ok(v)
-}
-
-fn model(obj: &[u8], redact: &RedactConfig, secret: bool, nested: bool) -> Result<Value, String> {
-    let mut v: Value = serde_json::from_slice(obj).map_err(|e| e.to_string())?;
-    let Value::Object(o) = &mut v else {
-        return Err("not an object".to_string());
-    };
-    for (k, member) in o.iter_mut() {
-        match k.as_str() {
-            "metadata" => {
-                if let Value::Object(meta) = member {
-                    model_metadata(meta, redact, secret, nested);
-                }
-            }
-            "data" | "stringData" if secret => redact_all(member),
-            _ if redact.env_values && CONTAINER_LISTS.contains(&k.as_str()) => {
-                model_containers(member)
-            }
-            _ if redact.env_values => model_any(member),
-            _ => {}
-        }
-    }
-    Ok(v)
-}
-
-const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-fn redacted() -> Value {
-    json!("<redacted>")
-}
-
-fn model_metadata(
-    meta: &mut Map<String, Value>,
-    redact: &RedactConfig,
-    secret: bool,
-    nested: bool,
-) {
-    meta.remove("managedFields");
-    if let Some(Value::Object(a)) = meta.get_mut("annotations") {
-        if !redact.annotations.iter().any(|k| k == LAST_APPLIED)
-            && let Some(copy) = a.get_mut(LAST_APPLIED)
-        {
-            *copy = match copy {
-                Value::String(s) if !nested => model(s.as_bytes(), redact, secret, true)
-                    .map(|c| Value::String(c.to_string()))
-                    .unwrap_or_else(|_| redacted()),
-                _ => redacted(),
-            };
-        }
-        redact_keys(a, &redact.annotations);
-    }
-    if let Some(Value::Object(l)) = meta.get_mut("labels") {
-        redact_keys(l, &redact.labels);
-    }
-}
-
-fn redact_keys(map: &mut Map<String, Value>, keys: &[String]) {
-    for key in keys {
-        if let Some(v) = map.get_mut(key.as_str()) {
-            *v = redacted();
-        }
-    }
-}
-
-fn redact_all(v: &mut Value) {
-    match v {
-        Value::Object(m) => m.values_mut().for_each(|v| *v = redacted()),
-        Value::Array(a) => a.iter_mut().for_each(|v| *v = redacted()),
-        other => *other = redacted(),
-    }
-}
-
-fn model_any(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            for (k, v) in m.iter_mut() {
-                if CONTAINER_LISTS.contains(&k.as_str()) {
-                    model_containers(v)
-                } else {
-                    model_any(v)
-                }
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(model_any),
-        _ => {}
-    }
-}
-
-fn model_containers(v: &mut Value) {
-    let Value::Array(list) = v else {
-        return model_any(v);
-    };
-    for c in list {
-        let Some(env) = c.as_object_mut().and_then(|c| c.get_mut("env")) else {
-            continue;
-        };
-        let Value::Array(vars) = env else {
-            model_any(env);
-            continue;
-        };
-        for var in vars {
-            if let Some(value) = var.as_object_mut().and_then(|v| v.get_mut("value")) {
-                *value = redacted();
-            }
-        }
-    }
-}
-
-/// The last-applied copy as the object it holds, so that key order inside it does not count.
-fn normalized(mut v: Value) -> Value {
-    if let Some(copy) =
-        v.pointer_mut("/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration")
-        && let Some(parsed) = copy
-            .as_str()
-            .and_then(|s| serde_json::from_str::<Value>(s).ok())
-    {
-        *copy = parsed;
-    }
-    v
-}
 
 /// Any JSON value, a few levels deep, with strings that need escaping.
 fn any_json() -> impl Strategy<Value = Value> {
@@ -313,5 +185,17 @@ proptest! {
         // Damaged input never panics and is refused exactly when the model refuses it.
         let model = full_by_value(junk.as_bytes(), &redact, false);
         prop_assert_eq!(full_data(junk.as_bytes(), &redact, Shape::default(), "v1", "Pod").is_ok(), model.is_ok(), "{}", junk);
+    }
+
+    #[test]
+    fn a_marker_in_any_env_value_secret_value_or_last_applied_copy_never_survives(
+        pod in pod(),
+        secret in any::<bool>(),
+    ) {
+        let marker = "kubecast-redaction-marker";
+        let marked = super::redact_model::marked(pod, marker, secret);
+        let bytes = serde_json::to_vec(&marked).expect("a Value serializes");
+        let out = full_data(&bytes, &RedactConfig::default(), Shape { secret }, "v1", "Pod").expect("an object");
+        prop_assert!(!String::from_utf8_lossy(&out).contains(marker), "{}", String::from_utf8_lossy(&out));
     }
 }
