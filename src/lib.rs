@@ -47,6 +47,8 @@ pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod event;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod ha;
 pub mod kinds;
 pub mod ops;

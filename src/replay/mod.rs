@@ -35,6 +35,16 @@ use rdkafka::Message;
 
 pub use args::{Destination, Plan, ReplayArgs, StateFormat, UsageError};
 pub use decode::{NotCloudEvent, Record, events_of};
+#[doc(hidden)]
+pub use html::{apply_patch, merge_patch};
+
+/// What replay reads of a decoded event (its facts and its data as JSON): the replay-record
+/// fuzz target runs it on every event it decodes.
+#[doc(hidden)]
+pub fn decode_facts(event: &cloudevents::Event) -> (String, Option<serde_json::Value>) {
+    let facts = facts::Facts::of(event, facts::Place { partition: 0, offset: 0 });
+    (facts.object(), decode::data_json(event))
+}
 pub use publish::Published;
 pub use verify::Verdict;
 

@@ -12,6 +12,8 @@
 mod patch;
 mod write;
 
+pub use patch::{apply as apply_patch, merge_patch};
+
 use std::collections::{BTreeMap, HashMap};
 
 use cloudevents::{AttributesReader, Event};

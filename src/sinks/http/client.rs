@@ -301,7 +301,7 @@ pub fn follow(from: &http::Uri, location: &str) -> Option<http::Uri> {
 }
 
 /// `Retry-After` as seconds or as an HTTP date, capped at 10 minutes.
-fn retry_after(v: &HeaderValue) -> Option<Duration> {
+pub fn retry_after(v: &HeaderValue) -> Option<Duration> {
     let text = v.to_str().ok()?.trim();
     let wait = match text.parse::<u64>() {
         Ok(secs) => Duration::from_secs(secs),

@@ -12,3 +12,5 @@ mod sink;
 mod window;
 
 pub use config::{HttpConfig, HttpSettings};
+#[doc(hidden)]
+pub use client::{follow, retry_after};

@@ -1,0 +1,4 @@
+#![no_main]
+//! `kubecast::fuzz::list_page` under libFuzzer.
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| kubecast::fuzz::list_page(data));

@@ -1,0 +1,4 @@
+#![no_main]
+//! `kubecast::fuzz::redaction` under libFuzzer.
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| kubecast::fuzz::redaction(data));

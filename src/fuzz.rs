@@ -1,0 +1,195 @@
+//! The fuzz targets' bodies: each takes any bytes, never panics, and checks the property its
+//! target names. `fuzz/` holds the `cargo fuzz` targets that call them (`bench/run fuzz
+//! SECONDS`), and `tests/fuzz_corpus.rs` runs every file of `fuzz/corpus/` and
+//! `fuzz/regressions/` through them on every test run. Entry points: one function per
+//! target, and [`TARGETS`].
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::config::RedactConfig;
+use crate::event::redact::{Shape, full_data};
+use crate::event::redact_model;
+
+/// Every target by name (the `fuzz/fuzz_targets/` file and the corpus folder of each).
+pub const TARGETS: [(&str, fn(&[u8])); 7] = [
+    ("watch_line", watch_line),
+    ("list_page", list_page),
+    ("redaction", redaction),
+    ("config", config),
+    ("replay_record", replay_record),
+    ("http_answer", http_answer),
+    ("merge_patch", merge_patch),
+];
+
+/// A watch line: parsed, and each object's `full` data and Pod summary written from it.
+pub fn watch_line(data: &[u8]) {
+    if let Ok(crate::watch::WatchLine::Added(o) | crate::watch::WatchLine::Modified(o)) =
+        crate::watch::parse_watch_line(Bytes::copy_from_slice(data))
+    {
+        object(&o.bytes);
+    }
+}
+
+/// A list page: parsed, and each object as for a watch line.
+pub fn list_page(data: &[u8]) {
+    if let Ok((page, _)) = crate::watch::parse_list_page(Bytes::copy_from_slice(data)) {
+        for o in &page.objects {
+            object(&o.bytes);
+        }
+    }
+}
+
+/// An object's own passes: the Pod summary's shell (which must agree with the summary of the
+/// parsed object) and `full` data.
+fn object(bytes: &[u8]) {
+    let pods = crate::kinds::Resource::pods();
+    let kind = crate::kinds::of(&pods);
+    if let Some(shell) = kind.summary_from_slice(bytes, &pods) {
+        let parsed: Value = serde_json::from_slice(bytes).expect("the shell read it, so it is JSON");
+        let whole = kind.summary(&parsed, &pods);
+        let shell: Value = serde_json::from_slice(&shell).expect("the shell writes JSON");
+        assert_eq!(shell, whole, "the summary's shell and the parsed object's summary differ");
+    }
+    let _ = full_data(bytes, &RedactConfig::default(), Shape::default(), "v1", "Pod");
+}
+
+/// The redaction pass: agrees with its model on any bytes (the first byte picks the Secret
+/// shape and whether env values are redacted), and a marker put in every env value, Secret
+/// value and last-applied copy of the object never survives.
+pub fn redaction(data: &[u8]) {
+    let Some((&flags, rest)) = data.split_first() else {
+        return;
+    };
+    let secret = flags & 1 == 1;
+    let redact = RedactConfig {
+        env_values: flags & 2 == 0,
+        annotations: if flags & 4 == 4 { vec!["a".into()] } else { Vec::new() },
+        labels: if flags & 8 == 8 { vec!["l".into()] } else { Vec::new() },
+    };
+    let got = full_data(rest, &redact, Shape { secret }, "v1", "Pod");
+    let want = redact_model::full_by_value(rest, &redact, secret);
+    match (&got, &want) {
+        (Ok(out), Ok(want)) => {
+            let out: Value = serde_json::from_slice(out).expect("full data is JSON");
+            assert_eq!(
+                redact_model::normalized(out),
+                redact_model::normalized(want.clone()),
+                "the pass and its model differ"
+            );
+        }
+        (Err(_), Err(_)) => {}
+        _ => panic!("the pass and its model disagree on whether this is an object: {got:?} {want:?}"),
+    }
+    let marker = "kubecast-fuzz-marker";
+    let Ok(obj @ Value::Object(_)) = serde_json::from_slice::<Value>(rest) else {
+        return;
+    };
+    if obj.to_string().contains(marker) {
+        return;
+    }
+    let marked = redact_model::marked(obj, marker, secret);
+    let bytes = serde_json::to_vec(&marked).expect("a Value serializes");
+    let out = full_data(&bytes, &RedactConfig::default(), Shape { secret }, "v1", "Pod")
+        .expect("an object");
+    assert!(
+        !String::from_utf8_lossy(&out).contains(marker),
+        "a marked secret survived: {}",
+        String::from_utf8_lossy(&out)
+    );
+}
+
+/// A config file: loaded and validated; errors are fine, panics are not.
+pub fn config(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(c) = crate::config::load_str("fuzz.yaml", text, Vec::new()) {
+        let _ = c.validate();
+    }
+}
+
+/// A Kafka record as replay reads it. The bytes are split at the first two NUL bytes into
+/// header lines (`name=value`, newline-separated), a content type, and the payload.
+pub fn replay_record(data: &[u8]) {
+    let mut parts = data.splitn(3, |b| *b == 0);
+    let (head, content_type, payload) = (
+        parts.next().unwrap_or_default(),
+        parts.next(),
+        parts.next(),
+    );
+    let mut headers: Vec<(String, &[u8])> = head
+        .split(|b| *b == b'\n')
+        .filter_map(|line| {
+            let at = line.iter().position(|b| *b == b'=')?;
+            Some((String::from_utf8_lossy(&line[..at]).into_owned(), &line[at + 1..]))
+        })
+        .collect();
+    if let Some(ct) = content_type {
+        headers.push(("content-type".into(), ct));
+    }
+    if let Ok(events) = crate::replay::events_of(crate::replay::Record::from_parts(headers, payload)) {
+        for e in &events {
+            let _ = crate::replay::decode_facts(e);
+        }
+    }
+}
+
+/// An HTTP receiver's answer: a `Retry-After` value (capped at ten minutes) and a `Location`
+/// resolved against a URL (never from https to http). The bytes are split at the first NUL.
+pub fn http_answer(data: &[u8]) {
+    let (retry, location) = match data.iter().position(|b| *b == 0) {
+        Some(at) => (&data[..at], &data[at + 1..]),
+        None => (data, &[][..]),
+    };
+    if let Ok(v) = http::HeaderValue::from_bytes(retry)
+        && let Some(wait) = crate::sinks::http::retry_after(&v)
+    {
+        assert!(wait <= std::time::Duration::from_secs(600), "Retry-After above its cap");
+    }
+    let Ok(location) = std::str::from_utf8(location) else {
+        return;
+    };
+    for from in ["https://events.example:8443/in/hook?x=1", "http://events.example/"] {
+        let from: http::Uri = from.parse().expect("a URL");
+        if let Some(to) = crate::sinks::http::follow(&from, location) {
+            assert!(
+                !(from.scheme_str() == Some("https") && to.scheme_str() != Some("https")),
+                "https downgraded to {to}"
+            );
+            assert!(to.host().is_some(), "a redirect without a host: {to}");
+        }
+    }
+    let _ = crate::sinks::url::shown(location);
+}
+
+/// Two JSON values (split at the first NUL): the merge patch between them turns the first
+/// into the second (members that are `null` count as absent).
+pub fn merge_patch(data: &[u8]) {
+    let at = data.iter().position(|b| *b == 0).unwrap_or(data.len());
+    let (Ok(a), Ok(b)) = (
+        serde_json::from_slice::<Value>(&data[..at]),
+        serde_json::from_slice::<Value>(data.get(at + 1..).unwrap_or_default()),
+    ) else {
+        return;
+    };
+    let mut rebuilt = a.clone();
+    if let Some(p) = crate::replay::merge_patch(&a, &b) {
+        crate::replay::apply_patch(&mut rebuilt, &p);
+    }
+    assert_eq!(without_nulls(rebuilt), without_nulls(b), "the patch does not rebuild the version");
+}
+
+/// `v` without object members whose value is `null` (a merge patch cannot carry them).
+fn without_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(without_nulls).collect()),
+        other => other,
+    }
+}
