@@ -46,12 +46,22 @@ fn object(bytes: &[u8]) {
     let pods = crate::kinds::Resource::pods();
     let kind = crate::kinds::of(&pods);
     if let Some(shell) = kind.summary_from_slice(bytes, &pods) {
-        let parsed: Value = serde_json::from_slice(bytes).expect("the shell read it, so it is JSON");
+        let parsed: Value =
+            serde_json::from_slice(bytes).expect("the shell read it, so it is JSON");
         let whole = kind.summary(&parsed, &pods);
         let shell: Value = serde_json::from_slice(&shell).expect("the shell writes JSON");
-        assert_eq!(shell, whole, "the summary's shell and the parsed object's summary differ");
+        assert_eq!(
+            shell, whole,
+            "the summary's shell and the parsed object's summary differ"
+        );
     }
-    let _ = full_data(bytes, &RedactConfig::default(), Shape::default(), "v1", "Pod");
+    let _ = full_data(
+        bytes,
+        &RedactConfig::default(),
+        Shape::default(),
+        "v1",
+        "Pod",
+    );
 }
 
 /// The redaction pass: agrees with its model on any bytes (the first byte picks the Secret
@@ -64,8 +74,16 @@ pub fn redaction(data: &[u8]) {
     let secret = flags & 1 == 1;
     let redact = RedactConfig {
         env_values: flags & 2 == 0,
-        annotations: if flags & 4 == 4 { vec!["a".into()] } else { Vec::new() },
-        labels: if flags & 8 == 8 { vec!["l".into()] } else { Vec::new() },
+        annotations: if flags & 4 == 4 {
+            vec!["a".into()]
+        } else {
+            Vec::new()
+        },
+        labels: if flags & 8 == 8 {
+            vec!["l".into()]
+        } else {
+            Vec::new()
+        },
     };
     let got = full_data(rest, &redact, Shape { secret }, "v1", "Pod");
     let want = redact_model::full_by_value(rest, &redact, secret);
@@ -79,7 +97,9 @@ pub fn redaction(data: &[u8]) {
             );
         }
         (Err(_), Err(_)) => {}
-        _ => panic!("the pass and its model disagree on whether this is an object: {got:?} {want:?}"),
+        _ => {
+            panic!("the pass and its model disagree on whether this is an object: {got:?} {want:?}")
+        }
     }
     let marker = "kubecast-fuzz-marker";
     let Ok(obj @ Value::Object(_)) = serde_json::from_slice::<Value>(rest) else {
@@ -90,8 +110,14 @@ pub fn redaction(data: &[u8]) {
     }
     let marked = redact_model::marked(obj, marker, secret);
     let bytes = serde_json::to_vec(&marked).expect("a Value serializes");
-    let out = full_data(&bytes, &RedactConfig::default(), Shape { secret }, "v1", "Pod")
-        .expect("an object");
+    let out = full_data(
+        &bytes,
+        &RedactConfig::default(),
+        Shape { secret },
+        "v1",
+        "Pod",
+    )
+    .expect("an object");
     assert!(
         !String::from_utf8_lossy(&out).contains(marker),
         "a marked secret survived: {}",
@@ -113,22 +139,24 @@ pub fn config(data: &[u8]) {
 /// header lines (`name=value`, newline-separated), a content type, and the payload.
 pub fn replay_record(data: &[u8]) {
     let mut parts = data.splitn(3, |b| *b == 0);
-    let (head, content_type, payload) = (
-        parts.next().unwrap_or_default(),
-        parts.next(),
-        parts.next(),
-    );
+    let (head, content_type, payload) =
+        (parts.next().unwrap_or_default(), parts.next(), parts.next());
     let mut headers: Vec<(String, &[u8])> = head
         .split(|b| *b == b'\n')
         .filter_map(|line| {
             let at = line.iter().position(|b| *b == b'=')?;
-            Some((String::from_utf8_lossy(&line[..at]).into_owned(), &line[at + 1..]))
+            Some((
+                String::from_utf8_lossy(&line[..at]).into_owned(),
+                &line[at + 1..],
+            ))
         })
         .collect();
     if let Some(ct) = content_type {
         headers.push(("content-type".into(), ct));
     }
-    if let Ok(events) = crate::replay::events_of(crate::replay::Record::from_parts(headers, payload)) {
+    if let Ok(events) =
+        crate::replay::events_of(crate::replay::Record::from_parts(headers, payload))
+    {
         for e in &events {
             let _ = crate::replay::decode_facts(e);
         }
@@ -145,12 +173,18 @@ pub fn http_answer(data: &[u8]) {
     if let Ok(v) = http::HeaderValue::from_bytes(retry)
         && let Some(wait) = crate::sinks::http::retry_after(&v)
     {
-        assert!(wait <= std::time::Duration::from_secs(600), "Retry-After above its cap");
+        assert!(
+            wait <= std::time::Duration::from_secs(600),
+            "Retry-After above its cap"
+        );
     }
     let Ok(location) = std::str::from_utf8(location) else {
         return;
     };
-    for from in ["https://events.example:8443/in/hook?x=1", "http://events.example/"] {
+    for from in [
+        "https://events.example:8443/in/hook?x=1",
+        "http://events.example/",
+    ] {
         let from: http::Uri = from.parse().expect("a URL");
         if let Some(to) = crate::sinks::http::follow(&from, location) {
             assert!(
@@ -177,7 +211,11 @@ pub fn merge_patch(data: &[u8]) {
     if let Some(p) = crate::replay::merge_patch(&a, &b) {
         crate::replay::apply_patch(&mut rebuilt, &p);
     }
-    assert_eq!(without_nulls(rebuilt), without_nulls(b), "the patch does not rebuild the version");
+    assert_eq!(
+        without_nulls(rebuilt),
+        without_nulls(b),
+        "the patch does not rebuild the version"
+    );
 }
 
 /// `v` without object members whose value is `null` (a merge patch cannot carry them).

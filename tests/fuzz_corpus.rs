@@ -18,7 +18,8 @@ fn every_corpus_and_regression_input_passes_its_fuzz_target() {
             };
             for entry in entries.flatten() {
                 let path = entry.path();
-                let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let data =
+                    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 if std::panic::catch_unwind(|| target(&data)).is_err() {
                     failures.push(path.display().to_string());
                 }
@@ -28,6 +29,13 @@ fn every_corpus_and_regression_input_passes_its_fuzz_target() {
         assert!(seeds > 0, "fuzz/corpus/{name}/ holds no input");
         ran += seeds;
     }
-    assert!(failures.is_empty(), "inputs that fail their target:\n{}", failures.join("\n"));
-    println!("{ran} inputs through {} targets", kubecast::fuzz::TARGETS.len());
+    assert!(
+        failures.is_empty(),
+        "inputs that fail their target:\n{}",
+        failures.join("\n")
+    );
+    println!(
+        "{ran} inputs through {} targets",
+        kubecast::fuzz::TARGETS.len()
+    );
 }

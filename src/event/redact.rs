@@ -1,6 +1,7 @@
 //! The one redaction pass every output goes through: `full` data, summaries with configured
-//! labels, alert evidence and messages. Entry point: [`full_data`] (an object as the
-//! apiserver sent it); [`redacted_value`] gives the same for an object already parsed.
+//! labels, alert evidence and messages, and the data `kubecast replay` reads. Entry point:
+//! [`full_data`] (an object as the apiserver sent it); [`redacted_value`] gives the same for
+//! an object already parsed, [`redacted`] without adding what list items lack.
 //!
 //! What is redacted, by shape rather than by kind:
 //! - the `value` of every env var of every container in a `containers`, `initContainers` or
@@ -407,24 +408,7 @@ pub fn full_data(
     api_version: &str,
     kind: &str,
 ) -> Result<Vec<u8>, String> {
-    let text = std::str::from_utf8(obj).map_err(|e| e.to_string())?;
-    let mut out = Vec::with_capacity(obj.len() + 64);
-    let mut seen = (false, false);
-    let ctx = Ctx {
-        redact,
-        shape,
-        nested: false,
-    };
-    let mut de = serde_json::Deserializer::from_str(text);
-    Rewrite {
-        out: &mut out,
-        place: Place::Root,
-        ctx: &ctx,
-        seen: Some(&mut seen),
-    }
-    .deserialize(&mut de)
-    .and_then(|()| de.end())
-    .map_err(|e| e.to_string())?;
+    let (mut out, seen) = pass(obj, redact, shape)?;
     // List items come without apiVersion and kind; watch events carry them.
     let (has_api_version, has_kind) = seen;
     if !(has_api_version && has_kind) {
@@ -448,6 +432,40 @@ pub fn full_data(
         out.splice(1..1, head);
     }
     Ok(out)
+}
+
+/// The pass over `obj`, and whether it had `apiVersion` and `kind`.
+fn pass(
+    obj: &[u8],
+    redact: &RedactConfig,
+    shape: Shape,
+) -> Result<(Vec<u8>, (bool, bool)), String> {
+    let text = std::str::from_utf8(obj).map_err(|e| e.to_string())?;
+    let mut out = Vec::with_capacity(obj.len() + 64);
+    let mut seen = (false, false);
+    let ctx = Ctx {
+        redact,
+        shape,
+        nested: false,
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    Rewrite {
+        out: &mut out,
+        place: Place::Root,
+        ctx: &ctx,
+        seen: Some(&mut seen),
+    }
+    .deserialize(&mut de)
+    .and_then(|()| de.end())
+    .map_err(|e| e.to_string())?;
+    Ok((out, seen))
+}
+
+/// `obj` redacted as [`full_data`] does, without adding anything: what replay applies to the
+/// data it reads, so that its outputs go through the same pass whoever wrote the topic. For
+/// what kubecast wrote it changes nothing.
+pub fn redacted(obj: &[u8], redact: &RedactConfig, shape: Shape) -> Result<Vec<u8>, String> {
+    pass(obj, redact, shape).map(|(out, _)| out)
 }
 
 /// `obj` (an object already parsed) as [`full_data`] writes it, parsed again: what alert

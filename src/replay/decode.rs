@@ -101,8 +101,44 @@ pub fn events_of(record: Record<'_>) -> Result<Vec<Event>, NotCloudEvent> {
     };
     for e in &mut events {
         normalize_booleans(e);
+        redact_data(e);
     }
     Ok(events)
+}
+
+/// Replay's outputs go through the same redaction as kubecast's own: the data of a change
+/// (`io.k8s.*`) that is a JSON object is redacted again, which changes nothing kubecast wrote
+/// and keeps secrets out of what older versions or other producers wrote. Data that is not
+/// an object is left as it is.
+fn redact_data(event: &mut Event) {
+    if !event.ty().starts_with("io.k8s.") || !data_is_json(event) {
+        return;
+    }
+    let secret = extension_text(event, "k8skind").as_deref() == Some("Secret")
+        && extension_text(event, "k8sapiversion").as_deref() == Some("v1");
+    let shape = crate::event::redact::Shape { secret };
+    let redact = crate::config::RedactConfig::default();
+    let Some(bytes) = data_bytes(event) else {
+        return;
+    };
+    let Ok(out) = crate::event::redact::redacted(&bytes, &redact, shape) else {
+        return;
+    };
+    if out[..] == bytes[..] {
+        return;
+    }
+    let data = match event.data() {
+        Some(Data::Json(_)) => match serde_json::from_slice(&out) {
+            Ok(v) => Data::Json(v),
+            Err(_) => return,
+        },
+        Some(Data::String(_)) => match String::from_utf8(out) {
+            Ok(s) => Data::String(s),
+            Err(_) => return,
+        },
+        _ => Data::Binary(out),
+    };
+    event.set_data_unchecked(data);
 }
 
 fn describe(e: &SdkError) -> String {

@@ -42,7 +42,13 @@ pub use html::{apply_patch, merge_patch};
 /// fuzz target runs it on every event it decodes.
 #[doc(hidden)]
 pub fn decode_facts(event: &cloudevents::Event) -> (String, Option<serde_json::Value>) {
-    let facts = facts::Facts::of(event, facts::Place { partition: 0, offset: 0 });
+    let facts = facts::Facts::of(
+        event,
+        facts::Place {
+            partition: 0,
+            offset: 0,
+        },
+    );
     (facts.object(), decode::data_json(event))
 }
 pub use publish::Published;
