@@ -63,14 +63,15 @@ impl Pods {
     }
 
     /// Creates a pod with one container that has a plain env var (a value to redact), an
-    /// env var from a secret, and a `last-applied-configuration` annotation.
+    /// env var from a secret, and a `last-applied-configuration` annotation holding a copy of
+    /// the pod as `kubectl apply` writes it (its env value too).
     pub async fn create(&self, name: &str) -> Pod {
         let pod = json!({
             "metadata": {
                 "name": name,
                 "labels": {"app": "web"},
                 "annotations": {
-                    "kubectl.kubernetes.io/last-applied-configuration": "{\"secret\":\"s3cr3t\"}",
+                    "kubectl.kubernetes.io/last-applied-configuration": last_applied(name, "hunter2"),
                     "team": "platform"
                 }
             },
@@ -223,10 +224,19 @@ impl Pods {
     }
 }
 
+/// The last-applied annotation of a pod named `name` whose env var holds `value`, as
+/// `kubectl apply` writes it (compact JSON).
+fn last_applied(name: &str, value: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"containers": [{"name": "app", "env": [{"name": "DB_PASSWORD", "value": value}]}]}})
+    .to_string()
+}
+
 /// What kubecast's `full` data should be for `pod`: the object without managedFields, with
-/// the env var values and the last-applied annotation redacted.
+/// the env var values redacted, in the last-applied copy too.
 pub fn expected_full_data(pod: &Pod) -> Value {
     let mut v = pod.clone();
+    let name = v["metadata"]["name"].as_str().unwrap_or_default().to_string();
     let meta = v["metadata"].as_object_mut().expect("metadata");
     meta.remove("managedFields");
     if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut)
@@ -234,7 +244,7 @@ pub fn expected_full_data(pod: &Pod) -> Value {
     {
         a.insert(
             "kubectl.kubernetes.io/last-applied-configuration".into(),
-            json!("<redacted>"),
+            json!(last_applied(&name, "<redacted>")),
         );
     }
     for list in ["containers", "initContainers", "ephemeralContainers"] {
