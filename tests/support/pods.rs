@@ -236,7 +236,10 @@ fn last_applied(name: &str, value: &str) -> String {
 /// the env var values redacted, in the last-applied copy too.
 pub fn expected_full_data(pod: &Pod) -> Value {
     let mut v = pod.clone();
-    let name = v["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let name = v["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let meta = v["metadata"].as_object_mut().expect("metadata");
     meta.remove("managedFields");
     if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut)
