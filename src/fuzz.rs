@@ -249,6 +249,11 @@ mod tests {
     }
 
     #[test]
+    fn a_float_where_redaction_reads_keeps_its_value() {
+        super::redaction(include_bytes!("../fuzz/regressions/redaction/float-in-annotations"));
+    }
+
+    #[test]
     fn a_number_beyond_f64_outside_what_is_redacted_is_copied_as_it_is() {
         super::redaction(include_bytes!(
             "../fuzz/regressions/redaction/number-beyond-f64"

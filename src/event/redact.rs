@@ -40,6 +40,12 @@ pub(crate) const REDACTED_JSON: &[u8] = b"\"<redacted>\"";
 /// The annotation where `kubectl apply` keeps a copy of the object as applied.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// Members that usually hold a pod spec or a pod template (a Pod's `spec`, a workload's
+/// `spec.template.spec`, a CronJob's `jobTemplate`): descended into as they are read. Every
+/// other member is searched for a container list first, which costs a second scan of what
+/// holds one.
+const USUAL_HOLDERS: [&str; 3] = ["spec", "template", "jobTemplate"];
+
 /// The container lists whose env values are redacted.
 const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
 
@@ -154,6 +160,13 @@ impl Place {
             (_, k) if ctx.redact.env_values && CONTAINER_LISTS.contains(&k) => {
                 Action::Into(Place::Containers)
             }
+            // Where pod specs usually sit, read as it comes instead of found first and read
+            // again: the same rules, one scan instead of two.
+            (Place::Root | Place::Any, k)
+                if ctx.redact.env_values && USUAL_HOLDERS.contains(&k) =>
+            {
+                Action::Into(Place::Any)
+            }
             _ if ctx.redact.env_values => Action::Search,
             _ => Action::Copy,
         }
@@ -180,11 +193,16 @@ impl Place {
     }
 }
 
-/// Whether `raw` may hold a container list: its bytes name one, or hold a `\u` escape (which
-/// could spell a member name).
+/// Whether `raw` may hold a container list: it is an object or an array (a scalar holds
+/// none) whose bytes name one, or hold a `\u` escape (which could spell a member name).
 fn may_hold_containers(raw: &[u8]) -> bool {
-    memchr::memmem::find(raw, b"ontainers\"").is_some()
-        || memchr::memmem::find(raw, b"\\u").is_some()
+    use memchr::memmem::Finder;
+    use std::sync::LazyLock;
+    // Built once: a finder's set-up costs more than searching a small member.
+    static LIST: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"ontainers\""));
+    static ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u"));
+    matches!(raw.first(), Some(b'{' | b'['))
+        && (LIST.find(raw).is_some() || ESCAPE.find(raw).is_some())
 }
 
 /// Writes the value at `place` to `out` as it is read. Which members the object itself had
