@@ -11,8 +11,11 @@ use crate::config::RedactConfig;
 use crate::event::redact::{Shape, full_data};
 use crate::event::redact_model;
 
+/// A target's body: any bytes in, a panic when its property breaks.
+pub type Body = fn(&[u8]);
+
 /// Every target by name (the `fuzz/fuzz_targets/` file and the corpus folder of each).
-pub const TARGETS: [(&str, fn(&[u8])); 7] = [
+pub const TARGETS: [(&str, Body); 7] = [
     ("watch_line", watch_line),
     ("list_page", list_page),
     ("redaction", redaction),
