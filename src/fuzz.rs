@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::config::RedactConfig;
+use crate::event::RedactConfig;
 use crate::event::redact::{Shape, full_data};
 use crate::event::redact_model;
 
@@ -291,7 +291,7 @@ mod tests {
         let obj = br#"{"apiVersion":"v1","kind":"Pod","n":1e400,"spec":{"containers":[{"env":[{"value":"s"}]}]}}"#;
         let out = crate::event::redact::full_data(
             obj,
-            &crate::config::RedactConfig::default(),
+            &crate::event::RedactConfig::default(),
             crate::event::redact::Shape::default(),
             "v1",
             "Pod",

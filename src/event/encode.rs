@@ -4,11 +4,12 @@
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
+use super::RedactConfig;
 use super::redact::Shape;
 use super::{Event, event_id};
 use crate::classify::Change;
-use crate::config::{DataMode, RedactConfig};
 use crate::kinds::{self, Resource};
+use crate::vocab::DataMode;
 
 /// Pods' schema URNs; the files are `schemas/pod-{full,summary,reference}.v1.json`. Other
 /// kinds' follow the same pattern ([`Resource::schema_urn`]).

@@ -8,7 +8,9 @@
 mod alert;
 mod compat;
 mod encode;
+mod json_key;
 pub mod redact;
+mod redact_config;
 #[doc(hidden)]
 pub mod redact_model;
 #[cfg(test)]
@@ -21,6 +23,7 @@ pub use compat::Compat;
 pub use encode::{
     EncodeError, Encoder, SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY, shape_of,
 };
+pub use redact_config::RedactConfig;
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! The one redaction pass every output goes through: `full` data, summaries with configured
 //! labels, alert evidence and messages, and the data `kubecast replay` reads. Entry point:
-//! [`full_data`] (an object as the apiserver sent it); [`redacted_value`] gives the same for
-//! an object already parsed, [`redacted`] without adding what list items lack.
+//! [`full_data`] (an object as the apiserver sent it); [`redacted`] without adding what list
+//! items lack, and [`redacted_value`] that parsed.
 //!
 //! What is redacted, by shape rather than by kind:
 //! - the `value` of every env var of every container in a `containers`, `initContainers` or
@@ -25,14 +25,13 @@
 //! is, so status, data and the like cost one scan. The object's own bytes and key order are
 //! kept.
 
-use std::borrow::Cow;
 use std::fmt;
 
-use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::config::RedactConfig;
+use super::json_key::{Key, write_key};
+use super::redact_config::RedactConfig;
 
 /// What replaces a redacted value, as JSON: the string `<redacted>`.
 pub(crate) const REDACTED_JSON: &[u8] = b"\"<redacted>\"";
@@ -54,42 +53,6 @@ const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralCo
 pub struct Shape {
     /// Whether `data` and `stringData` are secrets (a Secret).
     pub secret: bool,
-}
-
-/// A member name: borrowed from the input when it has no escapes, decoded when it has.
-struct Key<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v.to_string())))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-fn write_key(out: &mut Vec<u8>, key: &Key<'_>) {
-    match &key.0 {
-        // Borrowed: the input's own name, which needed no escaping.
-        Cow::Borrowed(k) => {
-            out.push(b'"');
-            out.extend_from_slice(k.as_bytes());
-            out.push(b'"');
-        }
-        // A string always serializes.
-        Cow::Owned(k) => out.extend_from_slice(&serde_json::to_vec(k).unwrap_or_default()),
-    }
-    out.push(b':');
 }
 
 /// What one pass redacts: the config, the kind's shape, and whether this is the copy inside
@@ -486,18 +449,11 @@ pub fn redacted(obj: &[u8], redact: &RedactConfig, shape: Shape) -> Result<Vec<u
     pass(obj, redact, shape).map(|(out, _)| out)
 }
 
-/// `obj` (an object already parsed) as [`full_data`] writes it, parsed again: what alert
-/// evidence and messages read their values from. `Null` when `obj` is not an object.
-pub fn redacted_value(
-    obj: &serde_json::Value,
-    redact: &RedactConfig,
-    shape: Shape,
-) -> serde_json::Value {
-    let api_version = obj["apiVersion"].as_str().unwrap_or_default();
-    let kind = obj["kind"].as_str().unwrap_or_default();
-    serde_json::to_vec(obj)
+/// The object's JSON `obj` as [`redacted`] writes it, parsed: what alert evidence and
+/// messages read their values from. `Null` when `obj` is not an object.
+pub fn redacted_value(obj: &[u8], redact: &RedactConfig, shape: Shape) -> serde_json::Value {
+    redacted(obj, redact, shape)
         .ok()
-        .and_then(|bytes| full_data(&bytes, redact, shape, api_version, kind).ok())
         .and_then(|out| serde_json::from_slice(&out).ok())
         .unwrap_or(serde_json::Value::Null)
 }

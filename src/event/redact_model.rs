@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::config::RedactConfig;
+use super::RedactConfig;
 
 const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
 const LAST_APPLIED: &str = super::redact::LAST_APPLIED;

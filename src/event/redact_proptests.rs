@@ -8,9 +8,9 @@ use serde_json::{Map, Value, json};
 
 const LAST_APPLIED: &str = super::redact::LAST_APPLIED;
 
+use super::RedactConfig;
 use super::redact::{Shape, full_data};
 use super::redact_model::{full_by_value, normalized};
-use crate::config::RedactConfig;
 
 /// Any JSON value, a few levels deep, with strings that need escaping.
 fn any_json() -> impl Strategy<Value = Value> {

@@ -117,7 +117,7 @@ fn redact_data(event: &mut Event) {
     let secret = extension_text(event, "k8skind").as_deref() == Some("Secret")
         && extension_text(event, "k8sapiversion").as_deref() == Some("v1");
     let shape = crate::event::redact::Shape { secret };
-    let redact = crate::config::RedactConfig::default();
+    let redact = crate::event::RedactConfig::default();
     let Some(bytes) = data_bytes(event) else {
         return;
     };

@@ -19,9 +19,8 @@ use super::config::Route;
 use crate::alert::episode::{Episode, Episodes, Seen, Transition};
 use crate::alert::rule::Rule;
 use crate::classify::Change;
-use crate::config::RedactConfig;
 use crate::event::redact::redacted_value;
-use crate::event::{ChangeKind, shape_of};
+use crate::event::{ChangeKind, RedactConfig, shape_of};
 
 /// What a route keeps of one pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -244,8 +243,10 @@ impl Router {
                     continue;
                 }
                 let holds = rule.evaluate(pod).map(|e| {
+                    // From the change's own bytes: the same pass as its `full` data.
                     let shown = shown.get_or_insert_with(|| {
-                        redacted_value(pod, &self.redact, shape_of(&change.resource))
+                        let bytes = change.object.as_deref().unwrap_or_default();
+                        redacted_value(bytes, &self.redact, shape_of(&change.resource))
                     });
                     rule.published(e, shown)
                 });

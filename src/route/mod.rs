@@ -1,8 +1,9 @@
-//! Routes (issue 12, under way): which changes go to which sinks. So far the pieces a route's
-//! filter is made of: the Kubernetes label selector ([`selector::parse`]), field paths
+//! Routes and alert rules: which changes go to which sinks, and what fires. A route's filter
+//! is made of the Kubernetes label selector ([`selector::parse`]), field paths
 //! ([`path::FieldPath`]) and the aspects a change predicate names, with their fingerprints
-//! ([`aspects::fingerprint`]); a route's config and what it takes ([`config::RouteConfig`]).
-//! Not yet wired into the pipeline or the config file.
+//! ([`aspects::fingerprint`]); a route's config and what it takes is [`config::RouteConfig`].
+//! Entry point: [`engine::Router`], which the pipeline runs on every classified change and
+//! whose alert evidence and messages are redacted like the events.
 
 pub mod aspects;
 pub mod config;
