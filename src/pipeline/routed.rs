@@ -93,10 +93,15 @@ impl Routes {
         out: &mut Vec<(Arc<Event>, To)>,
     ) {
         stats.changed(change.kind, change.inferred);
-        let routed = self.router.on_change(change, now_ms());
+        // One instant for the change: its events' `time` and the alert deadlines counted
+        // from it, so a `quiet` resolve is never stamped earlier than `quiet` after the
+        // event that kept the episode open. The deadline is the next whole millisecond
+        // (the timers' unit), never before the instant itself.
+        let observed = jiff::Timestamp::now();
+        let routed = self.router.on_change(change, ceil_ms(observed));
         self.emit(
             routed,
-            Some(change),
+            Some((change, observed.to_string())),
             from_watch,
             encoder,
             durable,
@@ -121,7 +126,7 @@ impl Routes {
     fn emit(
         &self,
         routed: Routed,
-        change: Option<&Change>,
+        change: Option<(&Change, String)>,
         from_watch: bool,
         encoder: &Encoder,
         durable: &mut Durable,
@@ -131,8 +136,8 @@ impl Routes {
         // The change is encoded once per data mode its routes ask for.
         let mut encoded: Vec<(DataMode, Event)> = Vec::new();
         for o in routed.outs {
-            let (mut event, to) = match (o, change) {
-                (Out::Change { route, prev_rv }, Some(change)) => {
+            let (mut event, to) = match (o, change.as_ref()) {
+                (Out::Change { route, prev_rv }, Some((change, observed))) => {
                     let mode = route.map_or(encoder.mode(), |r| self.modes[r]);
                     let event = match encoded.iter().find(|(m, _)| *m == mode) {
                         Some((_, e)) => e.clone(),
@@ -142,7 +147,11 @@ impl Routes {
                             e
                         }
                     };
-                    let event = Event { prev_rv, ..event };
+                    let event = Event {
+                        prev_rv,
+                        time: observed.clone(),
+                        ..event
+                    };
                     (event, route)
                 }
                 (Out::Change { .. }, None) => continue,
@@ -181,7 +190,7 @@ impl Routes {
             out.push((event, to));
         }
         for state in routed.states {
-            let watched = from_watch && change.is_some_and(|c| c.uid == state.uid);
+            let watched = from_watch && change.as_ref().is_some_and(|(c, _)| c.uid == state.uid);
             durable.pod(state, watched);
         }
     }
@@ -190,4 +199,15 @@ impl Routes {
 /// Milliseconds since the Unix epoch, as alert deadlines are kept.
 pub fn now_ms() -> i64 {
     jiff::Timestamp::now().as_millisecond()
+}
+
+/// `at` in milliseconds since the Unix epoch, rounded up: a deadline counted from it is
+/// never earlier than the same span after `at` itself.
+fn ceil_ms(at: jiff::Timestamp) -> i64 {
+    let ms = at.as_millisecond();
+    if at.subsec_nanosecond() % 1_000_000 != 0 && ms >= 0 {
+        ms + 1
+    } else {
+        ms
+    }
 }
