@@ -211,3 +211,30 @@ fn ceil_ms(at: jiff::Timestamp) -> i64 {
         ms
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ceil_ms;
+
+    #[test]
+    fn a_deadline_counted_from_an_instant_is_never_before_the_same_span_after_it() {
+        let whole = jiff::Timestamp::from_millisecond(1_765_000_000_123).expect("in range");
+        assert_eq!(
+            ceil_ms(whole),
+            1_765_000_000_123,
+            "a whole millisecond stays"
+        );
+        for nanos in [1, 400_000, 999_999] {
+            let at = whole + jiff::SignedDuration::from_nanos(nanos);
+            let deadline = jiff::Timestamp::from_millisecond(ceil_ms(at) + 4000).expect("in range");
+            assert!(
+                deadline.duration_since(at) >= jiff::SignedDuration::from_secs(4),
+                "{at}"
+            );
+            assert!(
+                deadline.duration_since(at) < jiff::SignedDuration::from_millis(4001),
+                "{at}"
+            );
+        }
+    }
+}
