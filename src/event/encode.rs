@@ -56,8 +56,18 @@ impl Encoder {
         self.encode_as(change, self.mode)
     }
 
-    /// Encodes `change` with data in `mode` (a route's own).
+    /// Encodes `change` with data in `mode` (a route's own), observed now.
     pub fn encode_as(&self, change: &Change, mode: DataMode) -> (Event, Option<EncodeError>) {
+        self.encode_at(change, mode, jiff::Timestamp::now())
+    }
+
+    /// Encodes `change` with data in `mode`, observed at `observed` (the event's `time`).
+    pub fn encode_at(
+        &self,
+        change: &Change,
+        mode: DataMode,
+        observed: jiff::Timestamp,
+    ) -> (Event, Option<EncodeError>) {
         let r = &*change.resource;
         // An inferred delete has no object: it was gone when the re-list ran.
         let (data, mode, error) = match (&change.object, mode) {
@@ -85,7 +95,7 @@ impl Encoder {
             kind: change.kind,
             ty: r.event_type(change.kind),
             source: r.source(&self.cluster, &change.namespace),
-            time: jiff::Timestamp::now().to_string(),
+            time: observed.to_string(),
             dataschema: r.schema_urn(mode),
             api_version: r.api_version().clone(),
             k8s_kind: r.kind_name().clone(),

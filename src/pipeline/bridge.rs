@@ -16,10 +16,9 @@ use tokio::task::JoinSet;
 use tokio::time::Interval;
 
 use super::durable::Durable;
-use super::routed::{Routes, To, now_ms};
+use super::routed::{Routes, To, encode_at, now_ms};
 use super::{Grace, PipelineError, Stats};
 use crate::classify::{Change, Classifier};
-use crate::config::DataMode;
 use crate::event::{Encoder, Event};
 use crate::ops::Ops;
 use crate::sinks::queue::{Closed, QueueTx};
@@ -535,15 +534,5 @@ fn classify(c: &mut Classifier, item: Observed) -> Vec<Change> {
 }
 
 fn encode(encoder: &Encoder, change: &Change) -> Event {
-    encode_as(encoder, change, encoder.mode())
-}
-
-/// Encodes `change` in data mode `mode`.
-pub(super) fn encode_as(encoder: &Encoder, change: &Change, mode: DataMode) -> Event {
-    let (event, error) = encoder.encode_as(change, mode);
-    if let Some(e) = error {
-        tracing::warn!(id = %event.id, error = %e, "object sent as reference data");
-    }
-    tracing::debug!(id = %event.id, subject = %event.subject(), "event");
-    event
+    encode_at(encoder, change, encoder.mode(), jiff::Timestamp::now())
 }

@@ -4,7 +4,8 @@
 //! route), each addressed to its route's sinks; the pod's new state is logged after its
 //! events, so a crash between the two re-observes the change rather than losing an event.
 //!
-//! Entry point: [`Routes::change`]; [`Routes::tick`] when an alert timer is due.
+//! Entry point: [`Routes::change`]; [`Routes::tick`] when an alert timer is due. Both paths,
+//! with routes and without, encode a change through [`encode_at`].
 
 use std::sync::Arc;
 
@@ -101,7 +102,7 @@ impl Routes {
         let routed = self.router.on_change(change, ceil_ms(observed));
         self.emit(
             routed,
-            Some((change, observed.to_string())),
+            Some((change, observed)),
             from_watch,
             encoder,
             durable,
@@ -126,7 +127,7 @@ impl Routes {
     fn emit(
         &self,
         routed: Routed,
-        change: Option<(&Change, String)>,
+        change: Option<(&Change, jiff::Timestamp)>,
         from_watch: bool,
         encoder: &Encoder,
         durable: &mut Durable,
@@ -142,16 +143,12 @@ impl Routes {
                     let event = match encoded.iter().find(|(m, _)| *m == mode) {
                         Some((_, e)) => e.clone(),
                         None => {
-                            let e = super::bridge::encode_as(encoder, change, mode);
+                            let e = encode_at(encoder, change, mode, *observed);
                             encoded.push((mode, e.clone()));
                             e
                         }
                     };
-                    let event = Event {
-                        prev_rv,
-                        time: observed.clone(),
-                        ..event
-                    };
+                    let event = Event { prev_rv, ..event };
                     (event, route)
                 }
                 (Out::Change { .. }, None) => continue,
@@ -194,6 +191,21 @@ impl Routes {
             durable.pod(state, watched);
         }
     }
+}
+
+/// Encodes `change` in data mode `mode`, observed at `observed`.
+pub(super) fn encode_at(
+    encoder: &Encoder,
+    change: &Change,
+    mode: DataMode,
+    observed: jiff::Timestamp,
+) -> Event {
+    let (event, error) = encoder.encode_at(change, mode, observed);
+    if let Some(e) = error {
+        tracing::warn!(id = %event.id, error = %e, "object sent as reference data");
+    }
+    tracing::debug!(id = %event.id, subject = %event.subject(), "event");
+    event
 }
 
 /// Milliseconds since the Unix epoch, as alert deadlines are kept.
