@@ -17,7 +17,7 @@
 //! `metadata.managedFields` is dropped, and `apiVersion` and `kind` are added when the object
 //! lacks them (list items do).
 //!
-//! The object is read once, as a stream: a [`Place`] says where in it the reader is, and
+//! The object is read once, as a stream: a `Place` says where in it the reader is, and
 //! each member is either copied through as the bytes it is (a borrowed
 //! `serde_json::value::RawValue`), skipped, replaced, or descended into with the place it
 //! leads to. A member that may hold a container list somewhere below it (its bytes name one,

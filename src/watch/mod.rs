@@ -10,7 +10,7 @@
 //! The objects are carried as the apiserver's JSON bytes; only their metadata is parsed here.
 //! A watch never ends on an error: it retries with exponential backoff and logs why, and after
 //! `410 Gone` it re-lists so that the classifier can diff. Only credentials or permissions the
-//! apiserver rejects stop it, as [`WatchError::Fatal`].
+//! apiserver rejects stop it, as [`WatchError::Rejected`].
 
 mod parse;
 mod request;
