@@ -52,7 +52,7 @@ const DISCOVERY_WAIT: Duration = Duration::from_secs(15);
 /// The grants `config` needs: its names resolved by discovery when the apiserver answers,
 /// else taken as the config declares them (`PLURAL.GROUP` with a `scope`).
 async fn grants(config: &Validated) -> Result<Vec<crate::rbac::Grant>, ResourceError> {
-    let served = match crate::cluster::client(&config.kubernetes).await {
+    let served = match crate::cluster::client(&config.kubernetes, config.keepalive).await {
         Err(e) => Err(crate::error_chain(&e)),
         Ok(client) => {
             match tokio::time::timeout(DISCOVERY_WAIT, discovery::served(&client)).await {
@@ -81,7 +81,8 @@ async fn grants(config: &Validated) -> Result<Vec<crate::rbac::Grant>, ResourceE
 
 /// Prints the JSON Schema of `resource`'s data in `mode`.
 pub async fn schema(k: &KubernetesConfig, resource: &str, mode: &str) -> ExitCode {
-    let client = match crate::cluster::client(k).await {
+    // One discovery request: the keepalive defaults are as good as any.
+    let client = match crate::cluster::client(k, crate::cluster::Keepalive::default()).await {
         Ok(c) => c,
         Err(e) => return fail(2, crate::error_chain(&e)),
     };

@@ -192,7 +192,7 @@ fn run(args: RunArgs) -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let client = match kubecast::cluster::client(&validated.kubernetes).await {
+        let client = match kubecast::cluster::client(&validated.kubernetes, validated.keepalive).await {
             Ok(c) => c,
             Err(e) => return config_error(&e),
         };
@@ -252,6 +252,7 @@ fn schema(args: SchemaArgs) -> ExitCode {
     let k = config::KubernetesConfig {
         kubeconfig: args.kubeconfig,
         context: args.context,
+        ..Default::default()
     };
     match short_runtime() {
         Ok(rt) => rt.block_on(kubecast::commands::schema(&k, &args.resource, &args.mode)),

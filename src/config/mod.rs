@@ -13,6 +13,7 @@ mod validate;
 #[cfg(test)]
 mod proptests;
 
+pub use crate::cluster::KubernetesConfig;
 pub use crate::event::RedactConfig;
 pub use crate::vocab::{DataMode, Issue};
 pub use load::{ConfigError, load, load_str};
@@ -153,20 +154,6 @@ impl Default for StateConfig {
             segment_mib: default_segment_mib(),
         }
     }
-}
-
-/// Cluster access. Without a kubeconfig path, `KUBECONFIG` or `~/.kube/config` is used, and
-/// inside a Pod the service account.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KubernetesConfig {
-    /// Path of a kubeconfig file. Default: none (infer: `KUBECONFIG`, `~/.kube/config`, then
-    /// the in-cluster service account).
-    #[serde(default)]
-    pub kubeconfig: Option<PathBuf>,
-    /// Context of the kubeconfig to use. Default: its current context.
-    #[serde(default)]
-    pub context: Option<String>,
 }
 
 /// What to watch and how.

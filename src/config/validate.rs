@@ -31,6 +31,8 @@ impl fmt::Display for ValidationError {
 pub struct Validated {
     pub cluster: String,
     pub kubernetes: KubernetesConfig,
+    /// `kubernetes.keepalive`, validated.
+    pub keepalive: crate::cluster::Keepalive,
     pub watch: WatchConfig,
     pub encoding: EncodingConfig,
     pub sinks: Vec<(String, ValidSink)>,
@@ -62,6 +64,7 @@ impl Config {
                 ),
             ));
         }
+        let keepalive = self.kubernetes.keepalive.validate(&mut issues);
         super::resources::check(&self.watch.resources, &mut issues);
         for (i, ns) in self.watch.namespaces.iter().enumerate() {
             if !is_dns_label(ns) {
@@ -195,6 +198,7 @@ impl Config {
         Ok(Validated {
             cluster: self.cluster,
             kubernetes: self.kubernetes,
+            keepalive,
             watch: self.watch,
             encoding: self.encoding,
             sinks,

@@ -169,12 +169,7 @@ impl Elector {
 
     /// A request failed: a leader stays one until its Lease could have expired.
     fn failed(&mut self, e: kube::Error) -> Result<bool, LeaseError> {
-        if self
-            .renewed
-            .is_some_and(|r| r.elapsed() >= self.settings.lease_duration)
-        {
-            self.renewed = None;
-        }
+        self.unanswered();
         tracing::warn!(lease = %self.settings.name, error = %e, "Lease request failed");
         Err(self.error(e))
     }
@@ -185,8 +180,24 @@ impl Elector {
             .is_some_and(|r| r.elapsed() < self.settings.lease_duration)
     }
 
+    /// When this replica's leadership ends unless it renews: its last renewal plus the
+    /// Lease's duration.
+    fn leads_until(&self) -> Option<tokio::time::Instant> {
+        self.renewed
+            .map(|r| tokio::time::Instant::from_std(r + self.settings.lease_duration))
+    }
+
+    /// The longest one round may take: a third of the Lease (three tries before it runs
+    /// out), at least `renew_every`.
+    fn round_limit(&self) -> Duration {
+        (self.settings.lease_duration / 3).max(self.settings.renew_every)
+    }
+
     /// Runs rounds every `renew_every` until the returned receiver is dropped; the receiver
-    /// holds whether this replica leads.
+    /// holds whether this replica leads. A round that gets no answer within
+    /// [`Elector::round_limit`] is given up (its connection with it: the next round opens a
+    /// new one), and leadership ends when the Lease does even while a round is waiting, so a
+    /// leader cut off from the apiserver stops publishing before any standby may take over.
     pub fn run(mut self) -> watch::Receiver<bool> {
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {
@@ -194,10 +205,33 @@ impl Elector {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                // An error is logged in `round`; leadership follows `is_leader`.
-                let _ = self.round().await;
+                let (until, limit) = (self.leads_until(), self.round_limit());
+                let lease = self.settings.name.clone();
+                let mut expired = false;
+                let answered = {
+                    let round = tokio::time::timeout(limit, self.round());
+                    tokio::pin!(round);
+                    loop {
+                        tokio::select! {
+                            r = &mut round => break r.is_ok(),
+                            () = crate::backoff::sleep_until(until), if !expired && until.is_some() => {
+                                expired = true;
+                                tracing::warn!(%lease, "the Lease ran out while renewing it got no answer: stepping down");
+                                if tx.send(false).is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                };
+                if !answered {
+                    // Errors are logged in `round`; a round without an answer is not.
+                    tracing::warn!(%lease, limit_ms = limit.as_millis() as u64,
+                        "a Lease request got no answer in time; trying again on a new connection");
+                    self.unanswered();
+                }
                 let leading = self.is_leader();
-                if *tx.borrow() != leading {
+                if *tx.borrow() != leading || expired {
                     tracing::info!(lease = %self.settings.name, identity = %self.settings.identity, leading, "leadership changed");
                 }
                 if tx.send(leading).is_err() {
@@ -206,5 +240,16 @@ impl Elector {
             }
         });
         rx
+    }
+
+    /// A request failed or got no answer: a leader stays one until its Lease could have
+    /// expired.
+    fn unanswered(&mut self) {
+        if self
+            .renewed
+            .is_some_and(|r| r.elapsed() >= self.settings.lease_duration)
+        {
+            self.renewed = None;
+        }
     }
 }

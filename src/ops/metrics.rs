@@ -5,91 +5,14 @@
 //! event goes through handles resolved once ([`SinkMetrics`], the change types), not through
 //! a label lookup per event. The names and labels are the README's metrics table.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use super::labels::*;
 use crate::event::ChangeKind;
-
-/// The label of a change type.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)] // The values are the label values.
-pub enum Kind {
-    added,
-    modified,
-    deleted,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TypeLabel {
-    r#type: Kind,
-}
-
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-enum AlertState {
-    firing,
-    resolved,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct AlertLabel {
-    state: AlertState,
-}
-
-/// What became of an event at a sink.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum Outcome {
-    /// The destination acknowledged it.
-    delivered,
-    /// It can never be delivered; it went to the dead-letter destination.
-    dead_lettered,
-    /// The sink's queue was full (`when_full: drop`).
-    dropped,
-    /// A newer `modified` of the same pod replaced it in the queue (`when_full: coalesce`).
-    coalesced,
-    /// Sent again: after a reconnect (MQTT), or after a restart from the state directory.
-    retried,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct SinkOutcome {
-    sink: String,
-    outcome: Outcome,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct SinkLabel {
-    sink: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CodeLabel {
-    sink: String,
-    code: u16,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ScopeLabel {
-    /// A namespace, or `*` for all namespaces.
-    scope: String,
-    /// The watched resource (`pods`, `deployments.apps`).
-    resource: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResourceLabel {
-    resource: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct VersionLabel {
-    version: String,
-}
 
 fn delay_histogram() -> Histogram {
     // 1 ms to ~65 s.
@@ -158,6 +81,7 @@ pub struct Metrics {
     watch_requests: Family<ScopeLabel, Counter>,
     lists: Family<ScopeLabel, Counter>,
     gone: Family<ScopeLabel, Counter>,
+    restarts: Family<RestartLabel, Counter>,
     buffer_bytes: Gauge,
     disk_free: Gauge,
     disk_size: Gauge,
@@ -199,6 +123,7 @@ impl Metrics {
             watch_requests: Family::default(),
             lists: Family::default(),
             gone: Family::default(),
+            restarts: Family::default(),
             buffer_bytes: Gauge::default(),
             disk_free: Gauge::default(),
             disk_size: Gauge::default(),
@@ -299,6 +224,11 @@ impl Metrics {
             "watch_gone",
             "410 Gone answers: the resume point was too old, a re-list followed",
             m.gone.clone(),
+        );
+        r.register(
+            "watch_restarts",
+            "Lists and watches started again after a failure, by why: connection (failed, or dropped as dead by TCP keepalive), silent (neither an event nor a bookmark for kubernetes.keepalive.watch_silence_seconds), error (the apiserver answered one), unreadable, ended_early",
+            m.restarts.clone(),
         );
         r.register(
             "leader",
@@ -457,6 +387,15 @@ impl Metrics {
         self.gone.get_or_create(&scope_label(scope)).inc();
     }
 
+    /// A list or watch of `scope` started again after a failure, for `reason`.
+    pub fn watch_restart(&self, scope: &str, reason: &str) {
+        let label = RestartLabel {
+            resource: scope_label(scope).resource,
+            reason: reason.to_string(),
+        };
+        self.restarts.get_or_create(&label).inc();
+    }
+
     /// The bounds of `sink`'s queue.
     pub fn queue_bounds(&self, sink: &str, events: usize, bytes: usize) {
         let label = SinkLabel {
@@ -481,16 +420,6 @@ impl Metrics {
 
     pub fn fsync(&self, seconds: f64) {
         self.fsync.observe(seconds);
-    }
-}
-
-/// A watch scope's labels: `*` or `shop` are Pods' scopes; `deployments.apps/*` another
-/// resource's.
-fn scope_label(scope: &str) -> ScopeLabel {
-    let (resource, ns) = scope.split_once('/').unwrap_or(("pods", scope));
-    ScopeLabel {
-        scope: ns.to_string(),
-        resource: resource.to_string(),
     }
 }
 
@@ -524,6 +453,7 @@ mod tests {
         kafka.delay(0.004);
         m.queue_bounds("kafka", 1024, 64 << 20);
         m.buffer_disk(5_000, 10_000);
+        m.watch_restart("deployments.apps/*", "silent");
         let text = m.encode();
         for needle in [
             "kubecast_sink_queue_capacity_events{sink=\"kafka\"} 1024",
@@ -533,6 +463,7 @@ mod tests {
             "kubecast_build_info{version=",
             "kubecast_events_observed_total{type=\"deleted\"} 1",
             "kubecast_inferred_deletes_total 1",
+            "kubecast_watch_restarts_total{resource=\"deployments.apps\",reason=\"silent\"} 1",
             "kubecast_sink_events_total{sink=\"kafka\",outcome=\"delivered\"} 1",
             "kubecast_delivery_delay_seconds_bucket{sink=\"kafka\",le=\"0.008\"} 1",
         ] {

@@ -5,11 +5,13 @@
 //! watches, the sinks and the durable log record what they do; [`serve`] exposes it.
 
 mod health;
+mod labels;
 mod metrics;
 mod server;
 
 pub use health::Health;
-pub use metrics::{Metrics, Outcome, SinkMetrics};
+pub use labels::Outcome;
+pub use metrics::{Metrics, SinkMetrics};
 pub use server::{BindError, serve};
 
 /// Metrics and readiness, shared.

@@ -226,6 +226,7 @@ async fn bridge(
             field_selector: p.field_selector.clone(),
             page_size: config.watch.page_size,
             timeout_seconds: config.watch.timeout_seconds,
+            silence: config.keepalive.watch_silence,
             max_backoff,
             streaming: config.watch.streaming_list,
             resync: config

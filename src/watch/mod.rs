@@ -12,6 +12,7 @@
 //! `410 Gone` it re-lists so that the classifier can diff. Only credentials or permissions the
 //! apiserver rejects stop it, as [`WatchError::Rejected`].
 
+mod attempt;
 mod parse;
 mod request;
 mod resource;

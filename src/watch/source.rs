@@ -16,6 +16,7 @@ use bytes::Bytes;
 use futures::AsyncBufReadExt;
 use tokio::sync::mpsc;
 
+use super::attempt::{Attempt, Cause, Failure, Next, classify};
 use super::parse::parse_list_page;
 use super::request::{ListRequest, WatchRequest};
 use super::stream::{LineOutcome, Stream};
@@ -33,6 +34,9 @@ pub struct WatchSettings {
     pub field_selector: Option<String>,
     pub page_size: u32,
     pub timeout_seconds: u32,
+    /// A watch that brings neither an event nor a bookmark for this long is taken for dead
+    /// (`kubernetes.keepalive.watch_silence_seconds`).
+    pub silence: Duration,
     pub max_backoff: Duration,
     pub streaming: StreamingList,
     /// List again this often (`watch.resync_seconds`): the known state is compared with a
@@ -41,20 +45,6 @@ pub struct WatchSettings {
     /// Where requests, lists and 410s are counted, and readiness is told when a scope has
     /// synced.
     pub ops: Arc<Ops>,
-}
-
-/// What one attempt ended with.
-enum Next {
-    /// Watch again from the position reached.
-    Resume,
-    /// The resourceVersion is gone (410) or the list was cut short: list again.
-    Relist,
-    /// The pipeline went away: stop.
-    Closed,
-    /// The resync period passed: list again.
-    Resync,
-    /// The resource is no longer served (404 on a custom resource): its CRD was deleted.
-    Unserved,
 }
 
 /// What discovery says of a resource whose watch or list answered 404.
@@ -67,22 +57,6 @@ enum Found {
     Unknown(String),
 }
 
-/// Why an attempt failed.
-enum Failure {
-    /// The apiserver refuses kubecast (`what` says how).
-    Fatal { what: String, source: kube::Error },
-    /// Worth another try after a backoff; `relist` when the position was lost too.
-    Retry {
-        reason: String,
-        relist: bool,
-        /// The apiserver itself answered with an error (not a broken connection).
-        answered: bool,
-    },
-    /// The apiserver refused `sendInitialEvents`: use paginated lists from now on.
-    NoStreaming(String),
-}
-
-type Attempt = Result<Next, Failure>;
 
 /// After this many consecutive attempts to resume that the apiserver answered with an error,
 /// the scope is listed again instead.
@@ -113,6 +87,7 @@ pub async fn run(
         out,
         position: resume,
         next_resync: None,
+        heard: tokio::time::Instant::now(),
     };
     w.run().await
 }
@@ -128,6 +103,9 @@ struct Watch {
     position: Option<String>,
     /// When the next resync is due, with `watch.resync_seconds`.
     next_resync: Option<tokio::time::Instant>,
+    /// When the apiserver last sent something on this scope's list or watch: how long a
+    /// failed watch was silent.
+    heard: tokio::time::Instant,
 }
 
 impl Watch {
@@ -214,13 +192,13 @@ impl Watch {
                 Err(Failure::Retry {
                     reason,
                     mut relist,
-                    answered,
+                    cause,
                 }) => {
                     // The apiserver refusing to resume from this position again and again
                     // (a 500 for an event whose history etcd compacted away, say): list again,
                     // as client-go's reflector does after a failed watch. Nothing is lost: the
                     // classifier diffs the list against the known state.
-                    refused = if answered && self.position.is_some() {
+                    refused = if cause == Cause::Error && self.position.is_some() {
                         refused + 1
                     } else {
                         0
@@ -230,8 +208,10 @@ impl Watch {
                         relist = true;
                     }
                     let wait = backoff.next_delay();
-                    tracing::warn!(scope = %ns, %reason, retry_in_ms = wait.as_millis() as u64, relist,
-                        "watch failed; retrying");
+                    let silent_s = self.heard.elapsed().as_secs();
+                    self.settings.ops.metrics.watch_restart(&ns, cause.label());
+                    tracing::warn!(scope = %ns, resource = %self.scope.resource, %reason, cause = cause.label(), silent_s,
+                        retry_in_ms = wait.as_millis() as u64, relist, "watch failed; retrying");
                     if relist {
                         self.position = None;
                     }
@@ -291,10 +271,11 @@ impl Watch {
                 // A continue token that expired mid-list (410) starts the list over.
                 Err(e) => return classify(e, &self.scope),
             };
+            self.heard = tokio::time::Instant::now();
             let (page, bad) = parse_list_page(body).map_err(|e| Failure::Retry {
                 reason: e.to_string(),
                 relist: true,
-                answered: false,
+                cause: Cause::Unreadable,
             })?;
             for e in bad {
                 tracing::error!(scope = %self.scope.label(), error = %e, "skipping a listed object the apiserver sent without its identity");
@@ -370,9 +351,10 @@ impl Watch {
         }
         let label = self.label().to_string();
         let mut stream = Stream::new(self.scope.clone(), &mut self.position, initial);
-        // No line for longer than the request's own timeout means a dead connection: the
-        // apiserver sends bookmarks and ends the request on time.
-        let idle = Duration::from_secs(u64::from(s.timeout_seconds) + 30);
+        // The apiserver sends a bookmark about once a minute: a longer silence is a dead
+        // connection (or a stream lost behind a proxy that keeps TCP alive).
+        let idle = s.silence;
+        self.heard = tokio::time::Instant::now();
         let mut buf = Vec::with_capacity(16 * 1024);
         loop {
             buf.clear();
@@ -394,27 +376,31 @@ impl Watch {
             let n = match read {
                 Err(_) => {
                     return Err(Failure::Retry {
-                        reason: format!("no data for {}s", idle.as_secs()),
+                        reason: format!(
+                            "neither an event nor a bookmark for {}s (kubernetes.keepalive.watch_silence_seconds)",
+                            idle.as_secs()
+                        ),
                         relist: stream.in_initial(),
-                        answered: false,
+                        cause: Cause::Silent,
                     });
                 }
                 Ok(Err(e)) => {
                     return Err(Failure::Retry {
                         reason: format!("reading the watch stream: {e}"),
                         relist: stream.in_initial(),
-                        answered: false,
+                        cause: Cause::Connection,
                     });
                 }
                 Ok(Ok(n)) => n,
             };
+            self.heard = tokio::time::Instant::now();
             if n == 0 || buf.last() != Some(&b'\n') {
                 // The apiserver ended the request (its timeout) or the connection closed.
                 return if stream.in_initial() {
                     Err(Failure::Retry {
                         reason: "the streaming list ended early".into(),
                         relist: true,
-                        answered: false,
+                        cause: Cause::EndedEarly,
                     })
                 } else {
                     Ok(Next::Resume)
@@ -437,7 +423,7 @@ impl Watch {
                     return Err(Failure::Retry {
                         reason: format!("the apiserver ended the watch: {code} {message}"),
                         relist: stream.in_initial(),
-                        answered: true,
+                        cause: Cause::Error,
                     });
                 }
             };
@@ -445,135 +431,5 @@ impl Watch {
                 return Ok(Next::Closed);
             }
         }
-    }
-}
-
-/// Sorts a request error: `410 Gone` means list again; rejected credentials or permissions
-/// are fatal; `404` means a custom resource is no longer served; anything else (connection
-/// refused, timeouts, 5xx, 429) is retried.
-fn classify(e: kube::Error, scope: &Scope) -> Attempt {
-    let custom = crate::kinds::resolve::is_custom_group(&scope.resource.group);
-    match e {
-        kube::Error::Api(s) if s.code == 410 => Ok(Next::Relist),
-        kube::Error::Api(s) if s.code == 404 && custom => Ok(Next::Unserved),
-        // A saved resourceVersion this apiserver has never reached (state from another
-        // cluster, or etcd restored from an older backup): nothing to resume, list again.
-        kube::Error::Api(s)
-            if s.code == 504 && s.message.contains("Too large resource version") =>
-        {
-            tracing::warn!(reason = %s.message, "the saved resourceVersion is ahead of this apiserver; listing again");
-            Ok(Next::Relist)
-        }
-        kube::Error::Api(ref s) if s.code == 401 => Err(Failure::Fatal {
-            what: "the apiserver rejected kubecast's credentials (401 Unauthorized)".into(),
-            source: e,
-        }),
-        kube::Error::Api(ref s) if s.code == 403 => {
-            let verb = if s.message.contains("cannot watch") {
-                "watch"
-            } else {
-                "list"
-            };
-            Err(Failure::Fatal {
-                what: format!(
-                    "kubecast may not {verb} {} (403 Forbidden); grant `list` and `watch` on `{}`",
-                    scope.resource, scope.resource
-                ),
-                source: e,
-            })
-        }
-        kube::Error::Api(s) => Err(Failure::Retry {
-            reason: format!("{} {}: {}", s.code, s.reason, s.message),
-            relist: false,
-            answered: true,
-        }),
-        other => Err(Failure::Retry {
-            reason: other.to_string(),
-            relist: false,
-            answered: false,
-        }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn api(code: u16, message: &str) -> kube::Error {
-        let status: kube::core::Status =
-            serde_json::from_value(serde_json::json!({"code": code, "message": message}))
-                .expect("a Status");
-        kube::Error::Api(Box::new(status))
-    }
-
-    #[test]
-    fn request_errors_are_sorted_into_relist_fatal_and_retry() {
-        let pods = Scope::all_pods();
-        let classify = |e| classify(e, &pods);
-        assert!(matches!(
-            classify(api(410, "too old resource version")),
-            Ok(Next::Relist)
-        ));
-        assert!(matches!(
-            classify(api(504, "Too large resource version: 99, current: 5")),
-            Ok(Next::Relist)
-        ));
-        assert!(matches!(
-            classify(api(504, "the server was slow")),
-            Err(Failure::Retry { .. })
-        ));
-        assert!(matches!(
-            classify(api(401, "Unauthorized")),
-            Err(Failure::Fatal { .. })
-        ));
-        assert!(matches!(
-            classify(api(403, "forbidden")),
-            Err(Failure::Fatal { .. })
-        ));
-        assert!(matches!(
-            classify(api(500, "etcd down")),
-            Err(Failure::Retry { relist: false, .. })
-        ));
-        // A built-in resource that answers 404 is an apiserver in trouble, not a deleted CRD.
-        assert!(matches!(
-            classify(api(404, "not found")),
-            Err(Failure::Retry { .. })
-        ));
-    }
-
-    #[test]
-    fn a_forbidden_watch_names_the_verb_and_the_resource_it_lacks() {
-        let d = Scope::new(
-            Arc::new(crate::kinds::Resource::new(
-                "apps",
-                "v1",
-                "Deployment",
-                "deployments",
-                true,
-            )),
-            None,
-        );
-        let e = api(
-            403,
-            r#"deployments.apps is forbidden: User "x" cannot watch resource "deployments" in API group "apps" at the cluster scope"#,
-        );
-        let Err(Failure::Fatal { what, .. }) = classify(e, &d) else {
-            panic!("not fatal")
-        };
-        assert!(what.contains("may not watch deployments.apps"), "{what}");
-        let w = Scope::new(
-            Arc::new(crate::kinds::Resource::new(
-                "example.com",
-                "v1",
-                "Widget",
-                "widgets",
-                true,
-            )),
-            None,
-        );
-        assert!(matches!(
-            classify(api(404, "not found"), &w),
-            Ok(Next::Unserved)
-        ));
     }
 }

@@ -28,6 +28,14 @@ pub fn scratch_dir(prefix: &str) -> PathBuf {
     dir
 }
 
+/// The kubecast binary `run` starts: this build's, or `KUBECAST_TEST_BINARY` (another
+/// build's, to measure it the same way: BENCHMARKS.md's before-and-after figures).
+fn binary() -> PathBuf {
+    std::env::var_os("KUBECAST_TEST_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kubecast")))
+}
+
 impl Kubecast {
     /// Writes `config` (YAML) into `dir` and starts `kubecast run` with it, as the stack's
     /// admin.
@@ -51,15 +59,17 @@ impl Kubecast {
         let config_path = dir.join("kubecast.yaml");
         std::fs::write(&config_path, config)
             .unwrap_or_else(|e| panic!("writing {}: {e}", config_path.display()));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kubecast"))
+        let mut child = Command::new(binary())
             .arg("run")
             .arg("--config")
             .arg(&config_path)
             .args(args)
             .env("KUBECONFIG", &stack.kubeconfig)
             .env("RUST_LOG", "kubecast=debug,info")
-            // kubecast reads every KUBECAST_* variable as config; this one is the benches'.
+            // kubecast reads every KUBECAST_* variable as config; these are the benches' and tests'.
             .env_remove("KUBECAST_BENCH_BASELINE")
+            .env_remove("KUBECAST_PARTITION_LIMIT_S")
+            .env_remove("KUBECAST_TEST_BINARY")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -89,6 +99,11 @@ impl Kubecast {
     /// The process id, for signals.
     pub fn pid(&self) -> u32 {
         self.child.id().expect("kubecast is running")
+    }
+
+    /// Whether the process is still running (it neither exited nor was restarted).
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Every log line so far.

@@ -16,9 +16,11 @@ pub mod http;
 pub mod kubecast;
 pub mod objects;
 pub mod observer;
+pub mod partition;
 pub mod pods;
 pub mod proc;
 pub mod receiver;
+pub mod relay;
 pub mod replicas;
 pub mod scene;
 pub mod schema;
@@ -36,6 +38,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub struct Stack {
     pub dir: PathBuf,
     pub kubeconfig: PathBuf,
+    /// kube-apiserver's port on 127.0.0.1.
+    pub kube_port: u16,
     pub kafka_bootstrap: String,
     pub mqtt_host: String,
     pub mqtt_port: u16,
@@ -97,6 +101,12 @@ impl Stack {
         Stack {
             dir: dir.clone(),
             kubeconfig: PathBuf::from(get("KUBECONFIG")),
+            kube_port: {
+                let url = get("KUBECAST_STACK_KUBE_URL");
+                url.rsplit_once(':')
+                    .and_then(|(_, p)| p.parse().ok())
+                    .unwrap_or_else(|| panic!("KUBECAST_STACK_KUBE_URL is not https://HOST:PORT: {url}"))
+            },
             kafka_bootstrap: get("KUBECAST_STACK_KAFKA_BOOTSTRAP"),
             mqtt_host,
             mqtt_port,

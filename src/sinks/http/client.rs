@@ -11,10 +11,23 @@ use http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client as Pool;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::config::{Auth, HttpSettings};
 use crate::sinks::tls::{self, TlsError};
+
+/// TCP keepalive of every connection to the receiver: probes after this long without
+/// traffic, this far apart, this many unanswered before the kernel drops the connection.
+const TCP_IDLE: Duration = Duration::from_secs(15);
+const TCP_INTERVAL: Duration = Duration::from_secs(10);
+const TCP_PROBES: u32 = 3;
+/// A dead connection is dropped this long after its last answer (also the longest data may
+/// stay unacknowledged).
+const DEAD_AFTER: Duration = Duration::from_secs(45);
+/// An HTTP/2 connection is PINGed after this long without a frame, and dropped when the
+/// PING is not answered within [`H2_PING_TIMEOUT`]: a dead one is found within 25 s.
+const H2_PING_EVERY: Duration = Duration::from_secs(15);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a request came to.
 #[derive(Debug)]
@@ -114,15 +127,30 @@ impl Client {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(s.timeout.min(Duration::from_secs(10))));
+        // A pooled connection that died while idle is dropped within DEAD_AFTER, before a
+        // request is sent into it; a request written into a dead one fails as soon (the
+        // request timeout usually comes first).
+        http.set_keepalive(Some(TCP_IDLE));
+        http.set_keepalive_interval(Some(TCP_INTERVAL));
+        http.set_keepalive_retries(Some(TCP_PROBES));
+        http.set_tcp_user_timeout(Some(DEAD_AFTER));
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(config)
             .https_or_http()
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
+        // Every request shares one HTTP/2 connection, which a request that times out does
+        // not close: without PINGs a dead one would take every retry with it until the
+        // kernel gives up (about 15 minutes).
         let pool = Pool::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
             .pool_max_idle_per_host(s.in_flight)
             .pool_idle_timeout(Duration::from_secs(60))
+            .http2_keep_alive_interval(Some(H2_PING_EVERY))
+            .http2_keep_alive_timeout(H2_PING_TIMEOUT)
+            .http2_keep_alive_while_idle(true)
             .build(https);
         let auth = match &s.auth {
             Auth::None => Authorization::None,

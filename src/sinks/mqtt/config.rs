@@ -43,9 +43,14 @@ pub struct MqttConfig {
     /// Default: 16777216 (16 MiB).
     #[serde(default = "default_max_packet")]
     pub max_packet_bytes: u32,
-    /// Keep-alive interval in seconds. Default: 30.
+    /// Keep-alive interval in seconds: kubecast PINGs the broker this often. Default: 30.
     #[serde(default = "default_keep_alive")]
     pub keep_alive_seconds: u16,
+    /// How long past a keep-alive interval the broker may stay silent (no PINGRESP, no
+    /// PUBACK, nothing) before the connection is taken for dead and replaced, in seconds:
+    /// a black-holed connection is found within keep_alive_seconds + this. Default: 10.
+    #[serde(default = "default_pingresp_timeout")]
+    pub pingresp_timeout_seconds: u16,
     /// Publishes sent but not yet acknowledged, at most (the broker may allow fewer).
     /// Default: 100.
     #[serde(default = "default_in_flight")]
@@ -60,6 +65,9 @@ fn default_max_packet() -> u32 {
 }
 fn default_keep_alive() -> u16 {
     30
+}
+fn default_pingresp_timeout() -> u16 {
+    10
 }
 fn default_in_flight() -> u16 {
     100
@@ -89,6 +97,8 @@ pub struct MqttSettings {
     pub credentials: Option<(String, Secret)>,
     pub max_packet_bytes: usize,
     pub keep_alive: Duration,
+    /// `pingresp_timeout_seconds`.
+    pub pingresp_timeout: Duration,
     pub in_flight: u16,
 }
 
@@ -184,6 +194,12 @@ impl MqttConfig {
             self.in_flight as u64,
             1,
         );
+        Issue::at_least(
+            &mut issues,
+            format!("{at}.pingresp_timeout_seconds"),
+            u64::from(self.pingresp_timeout_seconds),
+            1,
+        );
         // The envelope (queue, dead_letter) is checked by the sink contract.
         match (topic, port) {
             (Some(topic), Some(port)) if issues.is_empty() => Ok(MqttSettings {
@@ -208,6 +224,7 @@ impl MqttConfig {
                 max_packet_bytes: self.max_packet_bytes as usize,
                 too_large_reference: common.too_large == crate::sinks::TooLarge::Reference,
                 keep_alive: Duration::from_secs(u64::from(self.keep_alive_seconds.max(5))),
+                pingresp_timeout: Duration::from_secs(u64::from(self.pingresp_timeout_seconds)),
                 in_flight: self.in_flight,
             }),
             _ => Err(issues),

@@ -32,7 +32,9 @@ pub enum Note {
     Sent(u16),
     /// The broker acknowledged a packet id; `Some(reason)` if it refused the message.
     Acked(u16, Option<String>),
-    /// Anything else (pings, subacks).
+    /// Another packet from the broker (a PINGRESP, say): the connection is alive.
+    Heard,
+    /// Anything else (a packet that went out).
     Other,
 }
 
@@ -57,6 +59,10 @@ pub enum ConnError {
     /// DISCONNECT with reason 0x8E, Session taken over).
     #[error("the broker gave this connection's session to another client with the same client id (DISCONNECT 0x8E, Session taken over)")]
     TakenOver,
+    /// Nothing came from the broker for keep-alive plus the PINGRESP wait: rumqttc PINGs
+    /// every keep-alive, so the connection is taken for dead (black-holed, not reset).
+    #[error("the broker answered nothing for {}s (keep_alive_seconds + pingresp_timeout_seconds): the connection is taken for dead", .0.as_secs())]
+    Silent(std::time::Duration),
     /// A TLS file could not be read.
     #[error("reading {}", path.display())]
     TlsFile {
@@ -72,7 +78,9 @@ impl ConnError {
         match self {
             ConnError::Refused { fatal, .. } => *fatal,
             ConnError::TlsFile { .. } | ConnError::TlsRefused(_) => true,
-            ConnError::V5(_) | ConnError::V311(_) | ConnError::TakenOver => false,
+            ConnError::V5(_) | ConnError::V311(_) | ConnError::TakenOver | ConnError::Silent(_) => {
+                false
+            }
         }
     }
 }
@@ -198,6 +206,7 @@ impl Loop {
                         Ok(Note::Acked(ack.pkid, refused))
                     }
                     Ok(Event::Outgoing(rumqttc::Outgoing::Publish(pkid))) => Ok(Note::Sent(pkid)),
+                    Ok(Event::Incoming(_)) => Ok(Note::Heard),
                     Ok(_) => Ok(Note::Other),
                     Err(E::ConnectionRefused(code)) => Err(ConnError::Refused {
                         fatal: matches!(
@@ -222,6 +231,7 @@ impl Loop {
                     Ok(Event::Incoming(Incoming::ConnAck(_))) => Ok(Note::Connected),
                     Ok(Event::Incoming(Incoming::PubAck(ack))) => Ok(Note::Acked(ack.pkid, None)),
                     Ok(Event::Outgoing(rumqttc::Outgoing::Publish(pkid))) => Ok(Note::Sent(pkid)),
+                    Ok(Event::Incoming(_)) => Ok(Note::Heard),
                     Ok(_) => Ok(Note::Other),
                     Err(E::ConnectionRefused(code)) => Err(ConnError::Refused {
                         fatal: matches!(code, C::BadUserNamePassword | C::NotAuthorized),

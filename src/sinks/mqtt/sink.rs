@@ -158,7 +158,7 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                 reconnect_at = None;
                 epoch += 1;
                 let (client, lp) = conn::connect(&s).await.map_err(|e| acks.failed(e))?;
-                tokio::spawn(drive(lp, epoch, notes_tx.clone()));
+                tokio::spawn(drive(lp, epoch, notes_tx.clone(), s.keep_alive + s.pingresp_timeout));
                 link = Some(Link { client, epoch, since: None });
             }
             Some((from, note)) = notes.recv() => {
@@ -182,7 +182,7 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                             window.queue_with(|m| l.client.try_publish(m));
                         }
                     }
-                    Ok(Note::Other) => {}
+                    Ok(Note::Heard | Note::Other) => {}
                     Err(e) if e.is_fatal() => return Err(acks.failed(e)),
                     Err(e) => {
                         if let Some(why) = crate::sinks::tls::refusal(&e) {
@@ -255,10 +255,26 @@ pub async fn run(s: MqttSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
     }
 }
 
-/// Forwards one connection's notifications until its first error.
-async fn drive(mut lp: conn::Loop, epoch: u64, tx: mpsc::Sender<(u64, Result<Note, ConnError>)>) {
+/// Forwards one connection's notifications until its first error, or until the broker has
+/// sent nothing for `silence` (keep-alive plus the PINGRESP wait). rumqttc PINGs every
+/// keep-alive, so a broker that answers nothing for that long is gone; on its own, rumqttc
+/// would notice only at its second unanswered PING, and never while a write into the dead
+/// connection waits for room.
+async fn drive(
+    mut lp: conn::Loop,
+    epoch: u64,
+    tx: mpsc::Sender<(u64, Result<Note, ConnError>)>,
+    silence: Duration,
+) {
+    let mut heard = Instant::now();
     loop {
-        let note = lp.poll().await;
+        let note = match tokio::time::timeout_at(heard + silence, lp.poll()).await {
+            Ok(note) => note,
+            Err(_) => Err(ConnError::Silent(silence)),
+        };
+        if matches!(note, Ok(Note::Connected | Note::Acked(..) | Note::Heard)) {
+            heard = Instant::now();
+        }
         let failed = note.is_err();
         if tx.send((epoch, note)).await.is_err() || failed {
             return;

@@ -1,0 +1,430 @@
+//! Partitions: every packet of kubecast's established connections to one port dropped for
+//! good (support::partition: iptables on loopback, by port pair; no reset, no FIN), while
+//! new connections work and pods keep changing. Each connection kubecast holds (to
+//! kube-apiserver with its defaults, to Kafka, to Mosquitto, to an HTTP receiver over
+//! HTTP/1.1 and over HTTP/2) is let go of and replaced within a minute, without a restart,
+//! and every change arrives (the independent observer's ids, each once where the sink is
+//! exactly-once or nothing failed). A leader cut off from the apiserver entirely (through a
+//! relay of its own) stops publishing within its Lease, and the standby takes over.
+//!
+//! Each test prints how long after the cut its connections were closed and replaced.
+//! `KUBECAST_PARTITION_LIMIT_S` lengthens the wait for the replacement (default 90 s), to
+//! measure builds that take longer (BENCHMARKS.md, "Partitions"); the checks stay the same.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use support::churn::Churn;
+use support::consume::{KafkaTopic, MqttSubscriber};
+use support::http::{free_port, get};
+use support::kubecast::Kubecast;
+use support::observer::Observer;
+use support::partition::{BlackHole, Replacement};
+use support::receiver::GoReceiver;
+use support::scene::{Scene, exactly_once};
+use support::unique_name;
+
+const LIMIT: Duration = Duration::from_secs(120);
+/// The bound the partition tests hold every connection to.
+const NOTICED: Duration = Duration::from_secs(60);
+
+/// How long a test waits for a cut connection to be replaced before failing.
+fn replace_limit() -> Duration {
+    let s = std::env::var("KUBECAST_PARTITION_LIMIT_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(90);
+    Duration::from_secs(s)
+}
+
+/// Checks that the connection was let go of within [`NOTICED`].
+fn noticed_in_time(r: Replacement, what: &str, log: &str) {
+    assert!(
+        r.closed <= NOTICED,
+        "{what}: the black-holed connection was let go of {:.1} s after the cut, over {NOTICED:?}; log:\n{log}",
+        r.closed.as_secs_f64()
+    );
+}
+
+/// Waits for kubecast's first event in each of `topics` (so it has listed before the churn
+/// starts).
+async fn started(scene: &Scene, topics: &[&KafkaTopic], k: &Kubecast) {
+    let pod = scene.pods.create("first").await;
+    let uid = support::objects::uid(&pod);
+    for kafka in topics {
+        k.check(
+            kafka
+                .wait_until("kubecast's first event", LIMIT, |r| {
+                    r.iter().any(|x| x.ce("k8suid") == uid)
+                })
+                .await,
+        );
+    }
+}
+
+/// The ids that appear more than once.
+fn repeated<'a>(ids: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut seen = BTreeMap::new();
+    for id in ids {
+        *seen.entry(id).or_insert(0) += 1;
+    }
+    seen.into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(id, _)| id)
+        .collect()
+}
+
+/// The value of the sample `name` (with its labels) in a Prometheus text page.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_apiserver_connection_is_replaced_within_a_minute_by_default_and_every_change_arrives_once()
+ {
+    let scene = Scene::new("part-kube").await;
+    let stack = &scene.stack;
+    let topic = unique_name("part-kube");
+    let kafka = KafkaTopic::create(stack, &topic).await;
+    let observer = Observer::start(&scene.client, &scene.ns).await;
+    let metrics = free_port();
+    let config = scene.config(
+        &format!(
+            "metrics:\n  address: 127.0.0.1:{metrics}\nstate:\n  dir: {}\n",
+            scene.dir.join("state").display()
+        ),
+        &[scene.kafka_sink("kafka", &topic, &[])],
+    );
+    let mut k = Kubecast::start(stack, &scene.dir, &config);
+    started(&scene, &[&kafka], &k).await;
+    let pid = k.pid();
+
+    let hole = BlackHole::established(pid, stack.kube_port, "kube-apiserver").await;
+    let churn = Churn::start(&scene.client, &scene.ns, 20, Duration::from_millis(200));
+    let r = hole.replaced(pid, replace_limit()).await;
+    // Changes go on for a while on the new watch, then stop.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ops = churn.stop().await;
+    observer.catch_up(&scene.pods, LIMIT).await;
+    let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
+    let records = k.check(kafka.wait_for_ids(&truth, LIMIT).await);
+    drop(hole);
+
+    noticed_in_time(r, "kube-apiserver", &k.log());
+    assert!(k.running(), "kubecast restarted or exited:\n{}", k.log());
+    let dups = repeated(records.iter().map(|x| x.ce("id")));
+    assert!(
+        dups.is_empty(),
+        "the resumed watch repeated events: {dups:?}"
+    );
+    let log = k.log();
+    let warned = log
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("watch failed") && l.contains("silent_s"));
+    assert!(
+        warned.is_some_and(|l| l.contains(&scene.ns)),
+        "no WARN naming the watch and how long it was silent:\n{log}"
+    );
+    let (_, text) = k.check(get(metrics, "/metrics").await);
+    let restarts: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("kubecast_watch_restarts_total{") && l.contains("resource=\"pods\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(restarts >= 1.0, "no watch restart counted:\n{text}");
+    eprintln!(
+        "partitions: kube-apiserver: {ops} API operations during the cut, {} changes, all delivered once; closed after {:.1} s, replaced after {:.1} s",
+        truth.len(),
+        r.closed.as_secs_f64(),
+        r.replaced.as_secs_f64()
+    );
+    let (code, log) = k.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn black_holed_kafka_connections_are_replaced_within_a_minute_and_every_change_arrives() {
+    let scene = Scene::new("part-kafka").await;
+    let stack = &scene.stack;
+    let plain = KafkaTopic::create(stack, &unique_name("part-kafka")).await;
+    let txn = KafkaTopic::create(stack, &unique_name("part-kafka-eos")).await;
+    let observer = Observer::start(&scene.client, &scene.ns).await;
+    let eos = exactly_once("part-kafka");
+    let eos: Vec<&str> = eos.iter().map(String::as_str).collect();
+    let config = scene.config(
+        "",
+        &[
+            scene.kafka_sink("plain", &plain.topic, &[]),
+            scene.kafka_sink("eos", &txn.topic, &eos),
+        ],
+    );
+    let mut k = Kubecast::start(stack, &scene.dir, &config);
+    started(&scene, &[&plain, &txn], &k).await;
+    let pid = k.pid();
+    let port: u16 = stack
+        .kafka_bootstrap
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .expect("the stack's Kafka port");
+
+    let churn = Churn::start(&scene.client, &scene.ns, 20, Duration::from_millis(200));
+    let hole = BlackHole::established(pid, port, "Kafka").await;
+    let r = hole.replaced(pid, replace_limit()).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ops = churn.stop().await;
+    observer.catch_up(&scene.pods, LIMIT).await;
+    let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
+    k.check(plain.wait_for_ids(&truth, LIMIT).await);
+    let committed = k.check(txn.wait_for_ids(&truth, LIMIT).await);
+    drop(hole);
+
+    noticed_in_time(r, "Kafka", &k.log());
+    assert!(k.running(), "kubecast restarted or exited:\n{}", k.log());
+    let dups = repeated(committed.iter().map(|x| x.ce("id")));
+    assert!(
+        dups.is_empty(),
+        "the exactly-once topic holds events twice: {dups:?}"
+    );
+    eprintln!(
+        "partitions: Kafka: {ops} API operations, {} changes, all delivered (once into the exactly-once topic); closed after {:.1} s, replaced after {:.1} s",
+        truth.len(),
+        r.closed.as_secs_f64(),
+        r.replaced.as_secs_f64()
+    );
+    let (code, log) = k.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_mqtt_connection_is_replaced_within_a_minute_and_every_change_arrives() {
+    let scene = Scene::new("part-mqtt").await;
+    let stack = &scene.stack;
+    let kafka = KafkaTopic::create(stack, &unique_name("part-mqtt")).await;
+    let prefix = unique_name("part-mqtt");
+    let mqtt = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
+    let observer = Observer::start(&scene.client, &scene.ns).await;
+    let config = scene.config(
+        "",
+        &[
+            scene.kafka_sink("kafka", &kafka.topic, &[]),
+            scene.mqtt_sink("mqtt", &prefix, &format!("{prefix}/{{name}}"), &[]),
+        ],
+    );
+    let mut k = Kubecast::start(stack, &scene.dir, &config);
+    started(&scene, &[&kafka], &k).await;
+    let pid = k.pid();
+
+    let churn = Churn::start(&scene.client, &scene.ns, 20, Duration::from_millis(200));
+    let hole = BlackHole::established(pid, stack.mqtt_port, "Mosquitto").await;
+    let r = hole.replaced(pid, replace_limit()).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ops = churn.stop().await;
+    observer.catch_up(&scene.pods, LIMIT).await;
+    let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
+    k.check(mqtt.wait_for_ids(&truth, LIMIT).await);
+    drop(hole);
+
+    noticed_in_time(r, "Mosquitto", &k.log());
+    assert!(k.running(), "kubecast restarted or exited:\n{}", k.log());
+    eprintln!(
+        "partitions: MQTT: {ops} API operations, {} changes, all delivered; closed after {:.1} s, replaced after {:.1} s",
+        truth.len(),
+        r.closed.as_secs_f64(),
+        r.replaced.as_secs_f64()
+    );
+    let (code, log) = k.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn black_holed_http_receiver_connections_over_http1_and_http2_are_replaced_within_a_minute() {
+    let scene = Scene::new("part-http").await;
+    let stack = &scene.stack;
+    let kafka = KafkaTopic::create(stack, &unique_name("part-http")).await;
+    let h1 = GoReceiver::start(stack).await;
+    let h2 = GoReceiver::start_tls(stack, false).await;
+    let observer = Observer::start(&scene.client, &scene.ns).await;
+    let ca = stack.pki.join("ca.crt");
+    let config = scene.config(
+        "",
+        &[
+            scene.kafka_sink("kafka", &kafka.topic, &[]),
+            format!("  h1:\n    type: http\n    url: {}\n", h1.url),
+            format!(
+                "  h2:\n    type: http\n    url: {}\n    tls:\n      ca_file: {}\n",
+                h2.url,
+                ca.display()
+            ),
+        ],
+    );
+    let mut k = Kubecast::start(stack, &scene.dir, &config);
+    started(&scene, &[&kafka], &k).await;
+    let pid = k.pid();
+    let port = |url: &str| -> u16 {
+        url.trim_end_matches('/')
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.split('/').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {url}"))
+    };
+
+    let churn = Churn::start(&scene.client, &scene.ns, 20, Duration::from_millis(200));
+    let hole1 = BlackHole::established(pid, port(&h1.url), "HTTP/1.1 receiver").await;
+    let hole2 = BlackHole::established(pid, port(&h2.url), "HTTP/2 receiver").await;
+    let (r1, r2) = tokio::join!(
+        hole1.replaced(pid, replace_limit()),
+        hole2.replaced(pid, replace_limit())
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ops = churn.stop().await;
+    observer.catch_up(&scene.pods, LIMIT).await;
+    let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
+    for (name, receiver) in [("HTTP/1.1", &h1), ("HTTP/2", &h2)] {
+        let got = receiver
+            .wait_until(&format!("every change at the {name} receiver"), LIMIT, |e| {
+                let ids: BTreeSet<&str> = e.iter().map(|x| x.attr("id")).collect();
+                truth.iter().all(|id| ids.contains(id.as_str()))
+            })
+            .await;
+        k.check(got);
+    }
+    drop((hole1, hole2));
+
+    noticed_in_time(r1, "HTTP/1.1 receiver", &k.log());
+    noticed_in_time(r2, "HTTP/2 receiver", &k.log());
+    assert!(k.running(), "kubecast restarted or exited:\n{}", k.log());
+    eprintln!(
+        "partitions: HTTP: {ops} API operations, {} changes, all delivered to both receivers; HTTP/1.1 closed after {:.1} s, replaced after {:.1} s; HTTP/2 closed after {:.1} s, replaced after {:.1} s",
+        truth.len(),
+        r1.closed.as_secs_f64(),
+        r1.replaced.as_secs_f64(),
+        r2.closed.as_secs_f64(),
+        r2.replaced.as_secs_f64()
+    );
+    let (code, log) = k.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_apiserver_stops_publishing_within_its_lease_and_the_standby_takes_over()
+ {
+    use support::relay::Relay;
+    use support::replicas::{LEASE_DURATION_MS, RETRY_PERIOD_MS};
+    let scene = Scene::new("part-ha").await;
+    let stack = &scene.stack;
+    let kafka = KafkaTopic::create(stack, &unique_name("part-ha")).await;
+    let prefix = unique_name("part-ha");
+    let mqtt = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
+    let observer = Observer::start(&scene.client, &scene.ns).await;
+    // The first replica reaches the apiserver through a relay of its own: the port to cut.
+    let relay = Relay::start(stack.kube_port).await;
+    let kubeconfig = scene.dir.join("relay.kubeconfig");
+    let text = std::fs::read_to_string(&stack.kubeconfig).expect("the stack's kubeconfig");
+    let text = text.replace(
+        &format!("https://127.0.0.1:{}", stack.kube_port),
+        &format!("https://127.0.0.1:{}", relay.port),
+    );
+    std::fs::write(&kubeconfig, text).expect("writing the relay's kubeconfig");
+    let lease = unique_name("part-ha-lease");
+    let eos = exactly_once("part-ha");
+    let eos: Vec<&str> = eos.iter().map(String::as_str).collect();
+    let sinks = [
+        scene.kafka_sink("kafka", &kafka.topic, &eos),
+        scene.mqtt_sink("mqtt", &prefix, &format!("{prefix}/{{name}}"), &[]),
+    ];
+    let replica = |identity: &str, metrics: u16, kubernetes: &str| {
+        scene.config(
+            &format!(
+                "{kubernetes}metrics:\n  address: 127.0.0.1:{metrics}\nleader_election:\n  enabled: true\n  identity: {identity}\n  lease: {lease}\n  namespace: {}\n  lease_duration_ms: {LEASE_DURATION_MS}\n  retry_period_ms: {RETRY_PERIOD_MS}\n",
+                scene.ns
+            ),
+            &sinks,
+        )
+    };
+    let (m_cut, m_standby) = (free_port(), free_port());
+    let cut_dir = support::kubecast::scratch_dir("part-ha-cut");
+    let mut cut = Kubecast::start(
+        stack,
+        &cut_dir,
+        &replica(
+            "cut-off",
+            m_cut,
+            &format!("kubernetes:\n  kubeconfig: {}\n", kubeconfig.display()),
+        ),
+    );
+    cut.wait_for_log("took over the exactly-once sink", 1, LIMIT).await;
+    cut.wait_for_log("list complete", 1, LIMIT).await;
+    let standby_dir = support::kubecast::scratch_dir("part-ha-standby");
+    let mut standby = Kubecast::start(stack, &standby_dir, &replica("standby", m_standby, ""));
+    standby.wait_for_log("standing by for the Lease", 1, LIMIT).await;
+    let churn = Churn::start(&scene.client, &scene.ns, 20, Duration::from_millis(100));
+    k_wait_more(&kafka, &cut, 10).await;
+
+    // Every packet between the leader and the apiserver is dropped from here on.
+    let hole = BlackHole::port(relay.port, "the leader's apiserver connections");
+    cut.wait_for_log("stepped down", 1, LIMIT).await;
+    let stepped_down = hole.cut.elapsed();
+    let (_, page) = cut.check(get(m_cut, "/metrics").await);
+    let delivered = |page: &str| {
+        sample(page, "kubecast_sink_events_total{sink=\"kafka\",outcome=\"delivered\"}")
+            .unwrap_or(0.0)
+    };
+    let frozen = delivered(&page);
+    standby.wait_for_log("took over the exactly-once sink", 1, LIMIT).await;
+    let took_over = hole.cut.elapsed();
+    // The new leader publishes the changes made meanwhile and after.
+    k_wait_more(&kafka, &standby, 20).await;
+    let ops = churn.stop().await;
+    observer.catch_up(&scene.pods, LIMIT).await;
+    let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
+    let committed = standby.check(kafka.wait_for_ids(&truth, LIMIT).await);
+    standby.check(mqtt.wait_for_ids(&truth, LIMIT).await);
+
+    let (_, page) = cut.check(get(m_cut, "/metrics").await);
+    assert_eq!(
+        sample(&page, "kubecast_leader"),
+        Some(0.0),
+        "the cut-off replica still counts itself the leader:\n{page}"
+    );
+    assert_eq!(
+        delivered(&page),
+        frozen,
+        "the cut-off replica delivered events to Kafka after it stepped down:\n{}",
+        cut.log()
+    );
+    let lease_ms = LEASE_DURATION_MS as f64 / 1000.0;
+    assert!(
+        stepped_down.as_secs_f64() <= lease_ms + 2.0 * RETRY_PERIOD_MS as f64 / 1000.0 + 1.0,
+        "the cut-off leader stepped down {:.1} s after the cut, its Lease is {lease_ms} s:\n{}",
+        stepped_down.as_secs_f64(),
+        cut.log()
+    );
+    let dups = repeated(committed.iter().map(|x| x.ce("id")));
+    assert!(dups.is_empty(), "read_committed holds events twice: {dups:?}");
+    let taken = standby.count_in_log("taken over by another client");
+    assert_eq!(
+        taken,
+        0,
+        "the cut-off replica kept taking the MQTT session:\n{}",
+        standby.log()
+    );
+    assert!(cut.running() && standby.running(), "a replica exited");
+    eprintln!(
+        "partitions: leader election: the cut-off leader stepped down {:.1} s after the cut (Lease {lease_ms} s), the standby took over after {:.1} s; {ops} API operations, {} changes, each once in read_committed",
+        stepped_down.as_secs_f64(),
+        took_over.as_secs_f64(),
+        truth.len()
+    );
+    drop(hole);
+    for k in [cut, standby] {
+        let (code, log) = k.stop(LIMIT).await;
+        assert_eq!(code, Some(0), "{log}");
+    }
+}
+
+/// Waits until `n` more records than now arrived in `kafka`.
+async fn k_wait_more(kafka: &KafkaTopic, k: &Kubecast, n: usize) {
+    k.check(kafka.wait_for_more("more events", n, LIMIT).await);
+}
