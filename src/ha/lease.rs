@@ -253,3 +253,48 @@ impl Elector {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client whose every request waits forever: an apiserver behind a black hole.
+    fn unanswered() -> kube::Client {
+        let silent = tower::service_fn(|_req: http::Request<kube::client::Body>| {
+            std::future::pending::<Result<http::Response<kube::client::Body>, std::convert::Infallible>>()
+        });
+        kube::Client::new(silent, "default")
+    }
+
+    #[tokio::test]
+    async fn a_leader_whose_lease_requests_never_return_steps_down_when_its_lease_runs_out() {
+        let lease_duration = Duration::from_millis(600);
+        let mut elector = Elector::new(
+            unanswered(),
+            LeaseSettings {
+                namespace: "default".into(),
+                name: "kubecast".into(),
+                identity: "a".into(),
+                lease_duration,
+                renew_every: Duration::from_millis(100),
+            },
+        );
+        // As if it had renewed just now.
+        let renewed = Instant::now();
+        elector.renewed = Some(renewed);
+        let mut leading = elector.run();
+        let limit = Duration::from_secs(5);
+        // Leading while the Lease lasts (each unanswered round given up), then not.
+        for lead in [true, false] {
+            tokio::time::timeout(limit, leading.wait_for(|l| *l == lead))
+                .await
+                .unwrap_or_else(|_| panic!("the elector never said leading={lead}"))
+                .expect("the elector is running");
+        }
+        let after = renewed.elapsed();
+        assert!(
+            after >= lease_duration && after < lease_duration + Duration::from_millis(300),
+            "stepped down {after:?} after the last renewal, the Lease is {lease_duration:?}"
+        );
+    }
+}

@@ -144,11 +144,25 @@ impl BlackHole {
     /// returns how long after the cut each happened (`closed`, `replaced`) and prints it.
     pub async fn replaced(&self, pid: u32, limit: Duration) -> Replacement {
         let mut closed = None;
+        // When each cut connection went, for the message.
+        let mut gone: Vec<(u16, Duration)> = Vec::new();
         loop {
             let now = established(pid, self.port);
             let elapsed = self.cut.elapsed();
-            if closed.is_none() && !now.iter().any(|p| self.cut_ports.contains(p)) {
+            for p in &self.cut_ports {
+                if !now.contains(p) && !gone.iter().any(|(g, _)| g == p) {
+                    gone.push((*p, elapsed));
+                }
+            }
+            if closed.is_none() && gone.len() == self.cut_ports.len() {
                 closed = Some(elapsed);
+                if gone.len() > 1 {
+                    let each: Vec<String> = gone
+                        .iter()
+                        .map(|(p, d)| format!("{p} after {:.1} s", d.as_secs_f64()))
+                        .collect();
+                    eprintln!("partition: {}: each cut connection closed: {}", self.what, each.join(", "));
+                }
             }
             let fresh: Vec<u16> = now
                 .into_iter()

@@ -1,6 +1,10 @@
 //! One HTTP client per sink: keep-alive connections (HTTP/2 where a TLS receiver offers it
 //! through ALPN), TLS from the sink's files, authentication, and the classification of every
 //! answer. Entry point: [`Client::send`].
+//!
+//! A connection that stops answering without closing (a partition) is dropped on its own:
+//! a request into it by the request timeout, an idle pooled one by TCP keepalive, and an
+//! HTTP/2 connection, which every request shares, by PINGs.
 
 use std::path::PathBuf;
 use std::sync::Mutex;

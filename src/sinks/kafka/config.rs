@@ -120,6 +120,9 @@ pub struct KafkaSettings {
     pub exactly_once: Option<TxnSettings>,
 }
 
+/// librdkafka's `socket.timeout.ms` unless `librdkafka` sets it.
+const SOCKET_TIMEOUT_MS: &str = "20000";
+
 /// Properties whose values kubecast's delivery guarantees depend on.
 const PROTECTED: &[&str] = &[
     "enable.idempotence",
@@ -218,6 +221,14 @@ impl KafkaConfig {
         set("acks", "all");
         set("max.in.flight.requests.per.connection", "5");
         set("message.timeout.ms", &self.delivery_timeout_ms.to_string());
+        // A request unanswered this long closes its connection (librdkafka's
+        // `socket.max.fails` is 1) and goes again on a new one: a black-holed broker
+        // connection is replaced within 20 s of the first request into it, instead of
+        // librdkafka's 60 (a transactional producer's: the transaction timeout). A
+        // connection idle at the cut gets its first request within that time too (a
+        // transaction waits for its coordinator), so a black hole costs at most about 40 s.
+        // Overridable under `librdkafka`.
+        set("socket.timeout.ms", SOCKET_TIMEOUT_MS);
         set(
             "message.max.bytes",
             &(self.max_message_bytes.max(1024) + 1024).to_string(),

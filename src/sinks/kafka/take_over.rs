@@ -177,10 +177,17 @@ pub(super) async fn take_over(
         tokio::time::sleep(backoff.next_delay()).await;
     }
     let mut producer = config.clone();
-    // A transaction's records may not outlive it; librdkafka requires this order.
+    // A transaction's records may not outlive it; librdkafka requires this order, and a
+    // request timeout no longer than the transaction's.
+    let txn_ms = txn.timeout.as_millis();
+    let socket_ms = producer
+        .get("socket.timeout.ms")
+        .and_then(|v| v.parse::<u128>().ok())
+        .map_or(txn_ms, |ms| ms.min(txn_ms));
     producer
-        .set("transaction.timeout.ms", txn.timeout.as_millis().to_string())
-        .set("message.timeout.ms", txn.timeout.as_millis().to_string());
+        .set("transaction.timeout.ms", txn_ms.to_string())
+        .set("message.timeout.ms", txn_ms.to_string())
+        .set("socket.timeout.ms", socket_ms.to_string());
     let txns = Transactions::create(sink, producer, &txn.id, CALL_TIMEOUT)
         .map_err(|e| ExactlyOnceError::of(&txn.id, e))?;
     backoff.reset();

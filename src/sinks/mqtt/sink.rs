@@ -4,7 +4,9 @@
 //! Every publish stays in the [`Window`] until the broker's PUBACK for its packet id
 //! arrives. After a connection error nothing unacknowledged is trusted: a new connection is
 //! made (clean start) and the whole window is published again, in order. Receivers may see a
-//! message twice, with the same event id; they never miss one.
+//! message twice, with the same event id; they never miss one. A connection the broker
+//! stopped answering without closing it (a partition) is an error too, once nothing came for
+//! keep-alive plus `pingresp_timeout_seconds`.
 //!
 //! The reconnect backoff starts again only after a connection that lasted ([`STABLE`]). A
 //! session taken over by another client with the same client id (MQTT 5 DISCONNECT 0x8E, or
