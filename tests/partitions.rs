@@ -146,6 +146,68 @@ async fn a_black_holed_apiserver_connection_is_replaced_within_a_minute_by_defau
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_silent_behind_a_proxy_that_keeps_tcp_alive_is_opened_again_after_watch_silence_seconds()
+ {
+    use support::relay::Relay;
+    let scene = Scene::new("part-silent").await;
+    let stack = &scene.stack;
+    let kafka = KafkaTopic::create(stack, &unique_name("part-silent")).await;
+    let observer = Observer::start(&scene.client, &scene.ns).await;
+    let relay = Relay::start(stack.kube_port).await;
+    let kubeconfig = scene.dir.join("relay.kubeconfig");
+    relay.kubeconfig(&stack.kubeconfig, stack.kube_port, &kubeconfig);
+    let metrics = free_port();
+    let silence = 65;
+    let config = scene.config(
+        &format!(
+            "kubernetes:\n  kubeconfig: {}\n  keepalive: {{watch_silence_seconds: {silence}}}\nmetrics:\n  address: 127.0.0.1:{metrics}\n",
+            kubeconfig.display()
+        ),
+        &[scene.kafka_sink("kafka", &kafka.topic, &[])],
+    );
+    let mut k = Kubecast::start(stack, &scene.dir, &config);
+    started(&scene, &[&kafka], &k).await;
+
+    // The proxy keeps every connection open and answers TCP, but passes nothing on.
+    relay.freeze();
+    let frozen = std::time::Instant::now();
+    let churn = Churn::start(&scene.client, &scene.ns, 20, Duration::from_millis(200));
+    k.wait_for_log("cause=silent", 1, Duration::from_secs(silence + 45)).await;
+    let noticed = frozen.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ops = churn.stop().await;
+    observer.catch_up(&scene.pods, LIMIT).await;
+    let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
+    let records = k.check(kafka.wait_for_ids(&truth, LIMIT).await);
+
+    let log = k.log();
+    let silent_s: Option<u64> = log
+        .lines()
+        .find(|l| l.contains("cause=silent"))
+        .and_then(|l| l.split("silent_s=").nth(1)?.split_whitespace().next()?.parse().ok());
+    assert!(
+        silent_s.is_some_and(|s| s >= silence),
+        "the watch was taken for silent after {silent_s:?} s of silence, not {silence}:\n{log}"
+    );
+    let dups = repeated(records.iter().map(|x| x.ce("id")));
+    assert!(dups.is_empty(), "the reopened watch repeated events: {dups:?}");
+    let (_, text) = k.check(get(metrics, "/metrics").await);
+    assert!(
+        sample(&text, "kubecast_watch_restarts_total{resource=\"pods\",reason=\"silent\"}")
+            .is_some_and(|n| n >= 1.0),
+        "no silent restart counted:\n{text}"
+    );
+    assert!(k.running(), "kubecast restarted or exited:\n{}", k.log());
+    eprintln!(
+        "partitions: a silent watch (watch_silence_seconds {silence}): opened again {:.1} s after the proxy froze; {ops} API operations, {} changes, all delivered once",
+        noticed.as_secs_f64(),
+        truth.len()
+    );
+    let (code, log) = k.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn black_holed_kafka_connections_are_replaced_within_a_minute_and_every_change_arrives() {
     let scene = Scene::new("part-kafka").await;
     let stack = &scene.stack;
@@ -321,12 +383,7 @@ async fn a_leader_cut_off_from_the_apiserver_stops_publishing_within_its_lease_a
     // The first replica reaches the apiserver through a relay of its own: the port to cut.
     let relay = Relay::start(stack.kube_port).await;
     let kubeconfig = scene.dir.join("relay.kubeconfig");
-    let text = std::fs::read_to_string(&stack.kubeconfig).expect("the stack's kubeconfig");
-    let text = text.replace(
-        &format!("https://127.0.0.1:{}", stack.kube_port),
-        &format!("https://127.0.0.1:{}", relay.port),
-    );
-    std::fs::write(&kubeconfig, text).expect("writing the relay's kubeconfig");
+    relay.kubeconfig(&stack.kubeconfig, stack.kube_port, &kubeconfig);
     let lease = unique_name("part-ha-lease");
     let eos = exactly_once("part-ha");
     let eos: Vec<&str> = eos.iter().map(String::as_str).collect();

@@ -210,7 +210,7 @@ impl Watch {
                     let wait = backoff.next_delay();
                     let silent_s = self.heard.elapsed().as_secs();
                     self.settings.ops.metrics.watch_restart(&ns, cause.label());
-                    tracing::warn!(scope = %ns, resource = %self.scope.resource, %reason, cause = cause.label(), silent_s,
+                    tracing::warn!(scope = %ns, resource = %self.scope.resource, %reason, cause = %cause.label(), silent_s,
                         retry_in_ms = wait.as_millis() as u64, relist, "watch failed; retrying");
                     if relist {
                         self.position = None;
