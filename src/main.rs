@@ -192,10 +192,11 @@ fn run(args: RunArgs) -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let client = match kubecast::cluster::client(&validated.kubernetes, validated.keepalive).await {
-            Ok(c) => c,
-            Err(e) => return config_error(&e),
-        };
+        let client =
+            match kubecast::cluster::client(&validated.kubernetes, validated.keepalive).await {
+                Ok(c) => c,
+                Err(e) => return config_error(&e),
+            };
         match kubecast::pipeline::run(validated, client, shutdown_signal()).await {
             Ok(_) => ExitCode::SUCCESS,
             // A resource the cluster does not serve, or one the config may not watch.

@@ -82,6 +82,73 @@ fn sample(text: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
 }
 
+/// What a cut while pods churned came to.
+struct Cut {
+    /// Per cut port, in the order given.
+    replaced: Vec<Replacement>,
+    /// The ids of every change the independent observer saw, the churn's and a marker's.
+    truth: BTreeSet<String>,
+    /// API operations the churn made.
+    ops: usize,
+}
+
+/// While pods churn, drops every packet of `pid`'s established connections to each port of
+/// `cuts`, waits until each was replaced, lets the churn go on for a while on the new
+/// connections and stops it. The rules go when this returns.
+async fn cut_while_churning(
+    scene: &Scene,
+    observer: &Observer,
+    pid: u32,
+    cuts: &[(u16, &str)],
+) -> Cut {
+    let churn = Churn::start(&scene.client, &scene.ns, 20, Duration::from_millis(200));
+    let mut holes = Vec::new();
+    for (port, what) in cuts {
+        holes.push(BlackHole::established(pid, *port, what).await);
+    }
+    let replaced =
+        futures::future::join_all(holes.iter().map(|h| h.replaced(pid, replace_limit()))).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ops = churn.stop().await;
+    observer.catch_up(&scene.pods, LIMIT).await;
+    let truth = observer.changes().iter().map(|c| c.id()).collect();
+    Cut {
+        replaced,
+        truth,
+        ops,
+    }
+}
+
+/// Checks that each cut connection was let go of within [`NOTICED`] and kubecast never
+/// restarted, prints the figures, and stops kubecast (exit 0).
+async fn finish(mut k: Kubecast, cut: &Cut, what: &[&str], outcome: &str) {
+    for (r, w) in cut.replaced.iter().zip(what) {
+        noticed_in_time(*r, w, &k.log());
+    }
+    assert!(k.running(), "kubecast restarted or exited:\n{}", k.log());
+    let times: Vec<String> = cut
+        .replaced
+        .iter()
+        .zip(what)
+        .map(|(r, w)| {
+            format!(
+                "{w} closed after {:.1} s, replaced after {:.1} s",
+                r.closed.as_secs_f64(),
+                r.replaced.as_secs_f64()
+            )
+        })
+        .collect();
+    eprintln!(
+        "partitions: {}: {} API operations, {} changes, {outcome}; {}",
+        what.join(" and "),
+        cut.ops,
+        cut.truth.len(),
+        times.join("; ")
+    );
+    let (code, log) = k.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_black_holed_apiserver_connection_is_replaced_within_a_minute_by_default_and_every_change_arrives_once()
  {
@@ -98,23 +165,19 @@ async fn a_black_holed_apiserver_connection_is_replaced_within_a_minute_by_defau
         ),
         &[scene.kafka_sink("kafka", &topic, &[])],
     );
-    let mut k = Kubecast::start(stack, &scene.dir, &config);
+    let k = Kubecast::start(stack, &scene.dir, &config);
     started(&scene, &[&kafka], &k).await;
     let pid = k.pid();
 
-    let hole = BlackHole::established(pid, stack.kube_port, "kube-apiserver").await;
-    let churn = Churn::start(&scene.client, &scene.ns, 20, Duration::from_millis(200));
-    let r = hole.replaced(pid, replace_limit()).await;
-    // Changes go on for a while on the new watch, then stop.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let ops = churn.stop().await;
-    observer.catch_up(&scene.pods, LIMIT).await;
-    let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
-    let records = k.check(kafka.wait_for_ids(&truth, LIMIT).await);
-    drop(hole);
+    let cut = cut_while_churning(
+        &scene,
+        &observer,
+        pid,
+        &[(stack.kube_port, "kube-apiserver")],
+    )
+    .await;
+    let records = k.check(kafka.wait_for_ids(&cut.truth, LIMIT).await);
 
-    noticed_in_time(r, "kube-apiserver", &k.log());
-    assert!(k.running(), "kubecast restarted or exited:\n{}", k.log());
     let dups = repeated(records.iter().map(|x| x.ce("id")));
     assert!(
         dups.is_empty(),
@@ -131,18 +194,13 @@ async fn a_black_holed_apiserver_connection_is_replaced_within_a_minute_by_defau
     let (_, text) = k.check(get(metrics, "/metrics").await);
     let restarts: f64 = text
         .lines()
-        .filter(|l| l.starts_with("kubecast_watch_restarts_total{") && l.contains("resource=\"pods\""))
+        .filter(|l| {
+            l.starts_with("kubecast_watch_restarts_total{") && l.contains("resource=\"pods\"")
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert!(restarts >= 1.0, "no watch restart counted:\n{text}");
-    eprintln!(
-        "partitions: kube-apiserver: {ops} API operations during the cut, {} changes, all delivered once; closed after {:.1} s, replaced after {:.1} s",
-        truth.len(),
-        r.closed.as_secs_f64(),
-        r.replaced.as_secs_f64()
-    );
-    let (code, log) = k.stop(LIMIT).await;
-    assert_eq!(code, Some(0), "{log}");
+    finish(k, &cut, &["kube-apiserver"], "all delivered once").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,7 +230,8 @@ async fn a_watch_silent_behind_a_proxy_that_keeps_tcp_alive_is_opened_again_afte
     relay.freeze();
     let frozen = std::time::Instant::now();
     let churn = Churn::start(&scene.client, &scene.ns, 20, Duration::from_millis(200));
-    k.wait_for_log("cause=silent", 1, Duration::from_secs(silence + 45)).await;
+    k.wait_for_log("cause=silent", 1, Duration::from_secs(silence + 45))
+        .await;
     let noticed = frozen.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let ops = churn.stop().await;
@@ -184,17 +243,30 @@ async fn a_watch_silent_behind_a_proxy_that_keeps_tcp_alive_is_opened_again_afte
     let silent_s: Option<u64> = log
         .lines()
         .find(|l| l.contains("cause=silent"))
-        .and_then(|l| l.split("silent_s=").nth(1)?.split_whitespace().next()?.parse().ok());
+        .and_then(|l| {
+            l.split("silent_s=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        });
     assert!(
         silent_s.is_some_and(|s| s >= silence),
         "the watch was taken for silent after {silent_s:?} s of silence, not {silence}:\n{log}"
     );
     let dups = repeated(records.iter().map(|x| x.ce("id")));
-    assert!(dups.is_empty(), "the reopened watch repeated events: {dups:?}");
+    assert!(
+        dups.is_empty(),
+        "the reopened watch repeated events: {dups:?}"
+    );
     let (_, text) = k.check(get(metrics, "/metrics").await);
     assert!(
-        sample(&text, "kubecast_watch_restarts_total{resource=\"pods\",reason=\"silent\"}")
-            .is_some_and(|n| n >= 1.0),
+        sample(
+            &text,
+            "kubecast_watch_restarts_total{resource=\"pods\",reason=\"silent\"}"
+        )
+        .is_some_and(|n| n >= 1.0),
         "no silent restart counted:\n{text}"
     );
     assert!(k.running(), "kubecast restarted or exited:\n{}", k.log());
@@ -223,7 +295,7 @@ async fn black_holed_kafka_connections_are_replaced_within_a_minute_and_every_ch
             scene.kafka_sink("eos", &txn.topic, &eos),
         ],
     );
-    let mut k = Kubecast::start(stack, &scene.dir, &config);
+    let k = Kubecast::start(stack, &scene.dir, &config);
     started(&scene, &[&plain, &txn], &k).await;
     let pid = k.pid();
     let port: u16 = stack
@@ -232,32 +304,22 @@ async fn black_holed_kafka_connections_are_replaced_within_a_minute_and_every_ch
         .and_then(|(_, p)| p.parse().ok())
         .expect("the stack's Kafka port");
 
-    let churn = Churn::start(&scene.client, &scene.ns, 20, Duration::from_millis(200));
-    let hole = BlackHole::established(pid, port, "Kafka").await;
-    let r = hole.replaced(pid, replace_limit()).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let ops = churn.stop().await;
-    observer.catch_up(&scene.pods, LIMIT).await;
-    let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
-    k.check(plain.wait_for_ids(&truth, LIMIT).await);
-    let committed = k.check(txn.wait_for_ids(&truth, LIMIT).await);
-    drop(hole);
+    let cut = cut_while_churning(&scene, &observer, pid, &[(port, "Kafka")]).await;
+    k.check(plain.wait_for_ids(&cut.truth, LIMIT).await);
+    let committed = k.check(txn.wait_for_ids(&cut.truth, LIMIT).await);
 
-    noticed_in_time(r, "Kafka", &k.log());
-    assert!(k.running(), "kubecast restarted or exited:\n{}", k.log());
     let dups = repeated(committed.iter().map(|x| x.ce("id")));
     assert!(
         dups.is_empty(),
         "the exactly-once topic holds events twice: {dups:?}"
     );
-    eprintln!(
-        "partitions: Kafka: {ops} API operations, {} changes, all delivered (once into the exactly-once topic); closed after {:.1} s, replaced after {:.1} s",
-        truth.len(),
-        r.closed.as_secs_f64(),
-        r.replaced.as_secs_f64()
-    );
-    let (code, log) = k.stop(LIMIT).await;
-    assert_eq!(code, Some(0), "{log}");
+    finish(
+        k,
+        &cut,
+        &["Kafka"],
+        "all delivered (once into the exactly-once topic)",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,30 +337,13 @@ async fn a_black_holed_mqtt_connection_is_replaced_within_a_minute_and_every_cha
             scene.mqtt_sink("mqtt", &prefix, &format!("{prefix}/{{name}}"), &[]),
         ],
     );
-    let mut k = Kubecast::start(stack, &scene.dir, &config);
+    let k = Kubecast::start(stack, &scene.dir, &config);
     started(&scene, &[&kafka], &k).await;
     let pid = k.pid();
 
-    let churn = Churn::start(&scene.client, &scene.ns, 20, Duration::from_millis(200));
-    let hole = BlackHole::established(pid, stack.mqtt_port, "Mosquitto").await;
-    let r = hole.replaced(pid, replace_limit()).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let ops = churn.stop().await;
-    observer.catch_up(&scene.pods, LIMIT).await;
-    let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
-    k.check(mqtt.wait_for_ids(&truth, LIMIT).await);
-    drop(hole);
-
-    noticed_in_time(r, "Mosquitto", &k.log());
-    assert!(k.running(), "kubecast restarted or exited:\n{}", k.log());
-    eprintln!(
-        "partitions: MQTT: {ops} API operations, {} changes, all delivered; closed after {:.1} s, replaced after {:.1} s",
-        truth.len(),
-        r.closed.as_secs_f64(),
-        r.replaced.as_secs_f64()
-    );
-    let (code, log) = k.stop(LIMIT).await;
-    assert_eq!(code, Some(0), "{log}");
+    let cut = cut_while_churning(&scene, &observer, pid, &[(stack.mqtt_port, "Mosquitto")]).await;
+    k.check(mqtt.wait_for_ids(&cut.truth, LIMIT).await);
+    finish(k, &cut, &["Mosquitto"], "all delivered").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -322,7 +367,7 @@ async fn black_holed_http_receiver_connections_over_http1_and_http2_are_replaced
             ),
         ],
     );
-    let mut k = Kubecast::start(stack, &scene.dir, &config);
+    let k = Kubecast::start(stack, &scene.dir, &config);
     started(&scene, &[&kafka], &k).await;
     let pid = k.pid();
     let port = |url: &str| -> u16 {
@@ -332,41 +377,24 @@ async fn black_holed_http_receiver_connections_over_http1_and_http2_are_replaced
             .unwrap_or_else(|| panic!("no port in {url}"))
     };
 
-    let churn = Churn::start(&scene.client, &scene.ns, 20, Duration::from_millis(200));
-    let hole1 = BlackHole::established(pid, port(&h1.url), "HTTP/1.1 receiver").await;
-    let hole2 = BlackHole::established(pid, port(&h2.url), "HTTP/2 receiver").await;
-    let (r1, r2) = tokio::join!(
-        hole1.replaced(pid, replace_limit()),
-        hole2.replaced(pid, replace_limit())
-    );
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let ops = churn.stop().await;
-    observer.catch_up(&scene.pods, LIMIT).await;
-    let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
-    for (name, receiver) in [("HTTP/1.1", &h1), ("HTTP/2", &h2)] {
+    let what = ["HTTP/1.1 receiver", "HTTP/2 receiver"];
+    let cut = cut_while_churning(
+        &scene,
+        &observer,
+        pid,
+        &[(port(&h1.url), what[0]), (port(&h2.url), what[1])],
+    )
+    .await;
+    for (name, receiver) in what.iter().zip([&h1, &h2]) {
         let got = receiver
-            .wait_until(&format!("every change at the {name} receiver"), LIMIT, |e| {
+            .wait_until(&format!("every change at the {name}"), LIMIT, |e| {
                 let ids: BTreeSet<&str> = e.iter().map(|x| x.attr("id")).collect();
-                truth.iter().all(|id| ids.contains(id.as_str()))
+                cut.truth.iter().all(|id| ids.contains(id.as_str()))
             })
             .await;
         k.check(got);
     }
-    drop((hole1, hole2));
-
-    noticed_in_time(r1, "HTTP/1.1 receiver", &k.log());
-    noticed_in_time(r2, "HTTP/2 receiver", &k.log());
-    assert!(k.running(), "kubecast restarted or exited:\n{}", k.log());
-    eprintln!(
-        "partitions: HTTP: {ops} API operations, {} changes, all delivered to both receivers; HTTP/1.1 closed after {:.1} s, replaced after {:.1} s; HTTP/2 closed after {:.1} s, replaced after {:.1} s",
-        truth.len(),
-        r1.closed.as_secs_f64(),
-        r1.replaced.as_secs_f64(),
-        r2.closed.as_secs_f64(),
-        r2.replaced.as_secs_f64()
-    );
-    let (code, log) = k.stop(LIMIT).await;
-    assert_eq!(code, Some(0), "{log}");
+    finish(k, &cut, &what, "all delivered to both receivers").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -411,11 +439,14 @@ async fn a_leader_cut_off_from_the_apiserver_stops_publishing_within_its_lease_a
             &format!("kubernetes:\n  kubeconfig: {}\n", kubeconfig.display()),
         ),
     );
-    cut.wait_for_log("took over the exactly-once sink", 1, LIMIT).await;
+    cut.wait_for_log("took over the exactly-once sink", 1, LIMIT)
+        .await;
     cut.wait_for_log("list complete", 1, LIMIT).await;
     let standby_dir = support::kubecast::scratch_dir("part-ha-standby");
     let mut standby = Kubecast::start(stack, &standby_dir, &replica("standby", m_standby, ""));
-    standby.wait_for_log("standing by for the Lease", 1, LIMIT).await;
+    standby
+        .wait_for_log("standing by for the Lease", 1, LIMIT)
+        .await;
     let churn = Churn::start(&scene.client, &scene.ns, 20, Duration::from_millis(100));
     k_wait_more(&kafka, &cut, 10).await;
 
@@ -425,11 +456,16 @@ async fn a_leader_cut_off_from_the_apiserver_stops_publishing_within_its_lease_a
     let stepped_down = hole.cut.elapsed();
     let (_, page) = cut.check(get(m_cut, "/metrics").await);
     let delivered = |page: &str| {
-        sample(page, "kubecast_sink_events_total{sink=\"kafka\",outcome=\"delivered\"}")
-            .unwrap_or(0.0)
+        sample(
+            page,
+            "kubecast_sink_events_total{sink=\"kafka\",outcome=\"delivered\"}",
+        )
+        .unwrap_or(0.0)
     };
     let frozen = delivered(&page);
-    standby.wait_for_log("took over the exactly-once sink", 1, LIMIT).await;
+    standby
+        .wait_for_log("took over the exactly-once sink", 1, LIMIT)
+        .await;
     let took_over = hole.cut.elapsed();
     // The new leader publishes the changes made meanwhile and after.
     k_wait_more(&kafka, &standby, 20).await;
@@ -459,7 +495,10 @@ async fn a_leader_cut_off_from_the_apiserver_stops_publishing_within_its_lease_a
         cut.log()
     );
     let dups = repeated(committed.iter().map(|x| x.ce("id")));
-    assert!(dups.is_empty(), "read_committed holds events twice: {dups:?}");
+    assert!(
+        dups.is_empty(),
+        "read_committed holds events twice: {dups:?}"
+    );
     let taken = standby.count_in_log("taken over by another client");
     assert_eq!(
         taken,

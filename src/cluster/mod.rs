@@ -48,14 +48,19 @@ pub enum ClusterError {
     Context(#[source] KubeconfigError),
     #[error("no cluster access (set kubernetes.kubeconfig or KUBECONFIG, or run in a Pod)")]
     Infer(#[source] InferConfigError),
-    #[error("the kubeconfig names a proxy (proxy-url); kubecast connects to the apiserver directly")]
+    #[error(
+        "the kubeconfig names a proxy (proxy-url); kubecast connects to the apiserver directly"
+    )]
     Proxy,
     #[error("building the kube client")]
     Client(#[source] kube::Error),
 }
 
 /// Builds the client described by `k`, its connections kept alive as `keepalive` says.
-pub async fn client(k: &KubernetesConfig, keepalive: Keepalive) -> Result<kube::Client, ClusterError> {
+pub async fn client(
+    k: &KubernetesConfig,
+    keepalive: Keepalive,
+) -> Result<kube::Client, ClusterError> {
     use kube::config::{KubeConfigOptions, Kubeconfig};
     let options = KubeConfigOptions {
         context: k.context.clone(),

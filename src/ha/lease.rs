@@ -261,7 +261,9 @@ mod tests {
     /// A client whose every request waits forever: an apiserver behind a black hole.
     fn unanswered() -> kube::Client {
         let silent = tower::service_fn(|_req: http::Request<kube::client::Body>| {
-            std::future::pending::<Result<http::Response<kube::client::Body>, std::convert::Infallible>>()
+            std::future::pending::<
+                Result<http::Response<kube::client::Body>, std::convert::Infallible>,
+            >()
         });
         kube::Client::new(silent, "default")
     }

@@ -57,7 +57,6 @@ enum Found {
     Unknown(String),
 }
 
-
 /// After this many consecutive attempts to resume that the apiserver answered with an error,
 /// the scope is listed again instead.
 const RELIST_AFTER: u32 = 3;

@@ -105,7 +105,9 @@ impl Stack {
                 let url = get("KUBECAST_STACK_KUBE_URL");
                 url.rsplit_once(':')
                     .and_then(|(_, p)| p.parse().ok())
-                    .unwrap_or_else(|| panic!("KUBECAST_STACK_KUBE_URL is not https://HOST:PORT: {url}"))
+                    .unwrap_or_else(|| {
+                        panic!("KUBECAST_STACK_KUBE_URL is not https://HOST:PORT: {url}")
+                    })
             },
             kafka_bootstrap: get("KUBECAST_STACK_KAFKA_BOOTSTRAP"),
             mqtt_host,

@@ -161,7 +161,11 @@ impl BlackHole {
                         .iter()
                         .map(|(p, d)| format!("{p} after {:.1} s", d.as_secs_f64()))
                         .collect();
-                    eprintln!("partition: {}: each cut connection closed: {}", self.what, each.join(", "));
+                    eprintln!(
+                        "partition: {}: each cut connection closed: {}",
+                        self.what,
+                        each.join(", ")
+                    );
                 }
             }
             let fresh: Vec<u16> = now
