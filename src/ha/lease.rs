@@ -169,7 +169,7 @@ impl Elector {
 
     /// A request failed: a leader stays one until its Lease could have expired.
     fn failed(&mut self, e: kube::Error) -> Result<bool, LeaseError> {
-        self.unanswered();
+        self.lapse_if_expired();
         tracing::warn!(lease = %self.settings.name, error = %e, "Lease request failed");
         Err(self.error(e))
     }
@@ -228,7 +228,7 @@ impl Elector {
                     // Errors are logged in `round`; a round without an answer is not.
                     tracing::warn!(%lease, limit_ms = limit.as_millis() as u64,
                         "a Lease request got no answer in time; trying again on a new connection");
-                    self.unanswered();
+                    self.lapse_if_expired();
                 }
                 let leading = self.is_leader();
                 if *tx.borrow() != leading || expired {
@@ -244,7 +244,7 @@ impl Elector {
 
     /// A request failed or got no answer: a leader stays one until its Lease could have
     /// expired.
-    fn unanswered(&mut self) {
+    fn lapse_if_expired(&mut self) {
         if self
             .renewed
             .is_some_and(|r| r.elapsed() >= self.settings.lease_duration)

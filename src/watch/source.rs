@@ -4,7 +4,8 @@
 //! The loop keeps one thing: the resourceVersion to resume from. Without one it lists
 //! (a streaming list where the apiserver offers it, else paginated pages); with one it
 //! watches. A watch that ends normally is reopened from the last resourceVersion seen (a
-//! bookmark or an object); `410 Gone` drops it and lists again, and the classifier turns the
+//! bookmark or an object), and so is one that failed or brought nothing (no event, no
+//! bookmark) for `silence`; `410 Gone` drops it and lists again, and the classifier turns the
 //! new list into the real differences. A `404` on a custom resource asks discovery: served at
 //! another version, the scope follows the preferred one and lists again; gone, its objects'
 //! deletes are inferred; anything else infers nothing and retries.

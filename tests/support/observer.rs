@@ -105,7 +105,11 @@ impl Observer {
                     }
                 };
                 let mut stream = Box::pin(stream);
-                while let Some(item) = stream.next().await {
+                // The apiserver ends the watch after its 60 s timeout; nothing for longer is a
+                // connection that died without closing (the old client's, across an apiserver
+                // restart under load): watch again from the last resourceVersion.
+                let quiet = std::time::Duration::from_secs(75);
+                while let Ok(Some(item)) = tokio::time::timeout(quiet, stream.next()).await {
                     let e = match item {
                         Ok(e) => e,
                         Err(kube::Error::SerdeError(e)) => {
@@ -174,9 +178,13 @@ impl Observer {
                 .then_some(())
         })
         .await;
+        let broken = self.broken.lock().ok().and_then(|b| b.clone());
         assert!(
             seen.is_some(),
-            "the observer did not see pod {name} within {limit:?}"
+            "the observer did not see pod {name} within {limit:?} ({})",
+            broken.map_or("its watch was still running".to_string(), |why| format!(
+                "it had stopped: {why}"
+            ))
         );
     }
 
