@@ -194,9 +194,9 @@ impl Elector {
     }
 
     /// Runs rounds every `renew_every` until the returned receiver is dropped; the receiver
-    /// holds whether this replica leads. A round that gets no answer within
-    /// [`Elector::round_limit`] is given up (its connection with it: the next round opens a
-    /// new one), and leadership ends when the Lease does even while a round is waiting, so a
+    /// holds whether this replica leads. A round that gets no answer within a third of the
+    /// Lease is given up (its connection with it: the next round opens a new one), and
+    /// leadership ends when the Lease does even while a round is waiting, so a
     /// leader cut off from the apiserver stops publishing before any standby may take over.
     pub fn run(mut self) -> watch::Receiver<bool> {
         let (tx, rx) = watch::channel(false);
