@@ -18,12 +18,7 @@ pub fn build(config: kube::Config, keepalive: Keepalive) -> Result<kube::Client,
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_connect_timeout(config.connect_timeout);
-    tcp.set_keepalive(Some(keepalive.idle));
-    tcp.set_keepalive_interval(Some(keepalive.interval));
-    tcp.set_keepalive_retries(Some(keepalive.probes));
-    // Data written into a dead connection is never acknowledged: without this the kernel
-    // retransmits for about 15 minutes before the request fails.
-    tcp.set_tcp_user_timeout(Some(keepalive.dead_after()));
+    keepalive.tcp.apply(&mut tcp);
     let https = config
         .rustls_https_connector_with_connector(tcp)
         .map_err(ClusterError::Client)?;

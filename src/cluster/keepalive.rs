@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::net::TcpKeepalive;
 use crate::vocab::Issue;
 
 /// `kubernetes.keepalive` in the config file.
@@ -53,13 +54,13 @@ impl Default for KeepaliveConfig {
 }
 
 fn default_idle() -> u32 {
-    15
+    TcpKeepalive::DEFAULT.idle.as_secs() as u32
 }
 fn default_interval() -> u32 {
-    10
+    TcpKeepalive::DEFAULT.interval.as_secs() as u32
 }
 fn default_probes() -> u32 {
-    3
+    TcpKeepalive::DEFAULT.probes
 }
 fn default_watch_silence() -> u32 {
     120
@@ -72,18 +73,9 @@ const BOOKMARK_INTERVAL_S: u32 = 60;
 /// A validated `kubernetes.keepalive`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Keepalive {
-    pub idle: Duration,
-    pub interval: Duration,
-    pub probes: u32,
+    /// Every connection's TCP keepalive.
+    pub tcp: TcpKeepalive,
     pub watch_silence: Duration,
-}
-
-impl Keepalive {
-    /// How long after its last answer a dead connection is dropped: idle + interval ×
-    /// probes. Also the longest data may stay unacknowledged (`TCP_USER_TIMEOUT`).
-    pub fn dead_after(&self) -> Duration {
-        self.idle + self.interval * self.probes
-    }
 }
 
 impl Default for Keepalive {
@@ -121,9 +113,11 @@ impl KeepaliveConfig {
         }
         let secs = |s: u32| Duration::from_secs(u64::from(s.max(1)));
         Keepalive {
-            idle: secs(self.idle_seconds),
-            interval: secs(self.interval_seconds),
-            probes: self.probes.clamp(1, 127),
+            tcp: TcpKeepalive {
+                idle: secs(self.idle_seconds),
+                interval: secs(self.interval_seconds),
+                probes: self.probes.clamp(1, 127),
+            },
             watch_silence: secs(self.watch_silence_seconds),
         }
     }
@@ -136,7 +130,8 @@ mod tests {
     #[test]
     fn the_defaults_find_a_dead_connection_within_45_seconds() {
         let k = Keepalive::default();
-        assert_eq!(k.dead_after(), Duration::from_secs(45));
+        assert_eq!(k.tcp, TcpKeepalive::DEFAULT);
+        assert_eq!(k.tcp.dead_after(), Duration::from_secs(45));
         assert_eq!(k.watch_silence, Duration::from_secs(120));
     }
 

@@ -20,14 +20,6 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::config::{Auth, HttpSettings};
 use crate::sinks::tls::{self, TlsError};
 
-/// TCP keepalive of every connection to the receiver: probes after this long without
-/// traffic, this far apart, this many unanswered before the kernel drops the connection.
-const TCP_IDLE: Duration = Duration::from_secs(15);
-const TCP_INTERVAL: Duration = Duration::from_secs(10);
-const TCP_PROBES: u32 = 3;
-/// A dead connection is dropped this long after its last answer (also the longest data may
-/// stay unacknowledged).
-const DEAD_AFTER: Duration = Duration::from_secs(45);
 /// An HTTP/2 connection is PINGed after this long without a frame, and dropped when the
 /// PING is not answered within [`H2_PING_TIMEOUT`]: a dead one is found within 25 s.
 const H2_PING_EVERY: Duration = Duration::from_secs(15);
@@ -131,13 +123,10 @@ impl Client {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(s.timeout.min(Duration::from_secs(10))));
-        // A pooled connection that died while idle is dropped within DEAD_AFTER, before a
-        // request is sent into it; a request written into a dead one fails as soon (the
-        // request timeout usually comes first).
-        http.set_keepalive(Some(TCP_IDLE));
-        http.set_keepalive_interval(Some(TCP_INTERVAL));
-        http.set_keepalive_retries(Some(TCP_PROBES));
-        http.set_tcp_user_timeout(Some(DEAD_AFTER));
+        // A pooled connection that died while idle is dropped within 45 s, before a request
+        // is sent into it; a request written into a dead one fails as soon (the request
+        // timeout usually comes first).
+        crate::net::TcpKeepalive::DEFAULT.apply(&mut http);
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(config)
             .https_or_http()
