@@ -21,9 +21,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 /// The value of the sample `name{labels}` in a text exposition (0 when absent).
 fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
+    support::http::sample(text, series).unwrap_or(0.0)
 }
 
 fn promtool_accepts(text: &str) {

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use support::churn::Churn;
 use support::consume::{KafkaTopic, MqttSubscriber};
-use support::http::{free_port, get};
+use support::http::{free_port, get, sample};
 use support::kubecast::Kubecast;
 use support::observer::Observer;
 use support::partition::{BlackHole, Replacement};
@@ -76,10 +76,18 @@ fn repeated<'a>(ids: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
         .collect()
 }
 
-/// The value of the sample `name` (with its labels) in a Prometheus text page.
-fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+/// Waits until the churn has made 10 more changes (seen by the independent observer), so
+/// that changes also go over the connections that replaced the cut ones.
+async fn more_changes(observer: &Observer) {
+    let before = observer.changes().len();
+    let more = support::consume::wait_for(LIMIT, "10 more changes", || {
+        (observer.changes().len() >= before + 10).then_some(())
+    })
+    .await;
+    assert!(
+        more.is_some(),
+        "the churn made no 10 more changes in {LIMIT:?}"
+    );
 }
 
 /// What a cut while pods churned came to.
@@ -108,7 +116,7 @@ async fn cut_while_churning(
     }
     let replaced =
         futures::future::join_all(holes.iter().map(|h| h.replaced(pid, replace_limit()))).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    more_changes(observer).await;
     let ops = churn.stop().await;
     observer.catch_up(&scene.pods, LIMIT).await;
     let truth = observer.changes().iter().map(|c| c.id()).collect();
@@ -233,7 +241,7 @@ async fn a_watch_silent_behind_a_proxy_that_keeps_tcp_alive_is_opened_again_afte
     k.wait_for_log("cause=silent", 1, Duration::from_secs(silence + 45))
         .await;
     let noticed = frozen.elapsed();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    more_changes(&observer).await;
     let ops = churn.stop().await;
     observer.catch_up(&scene.pods, LIMIT).await;
     let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();

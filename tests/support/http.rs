@@ -12,6 +12,12 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("local address").port()
 }
 
+/// The value of the series `name{labels}` in a Prometheus text exposition, if present.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
 /// `GET path` on `127.0.0.1:port`: the status code and the body, or why not.
 pub async fn get(port: u16, path: &str) -> Result<(u16, String), String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))
