@@ -14,6 +14,7 @@ HELM_VERSION=$(awk '$1 == "helm.sh/helm/v4" { print $2; exit }' "$ROOT/scripts/g
 KUSTOMIZE_VERSION=$(awk '$1 == "sigs.k8s.io/kustomize/kustomize/v5" { print $2; exit }' "$ROOT/scripts/go/kustomize/go.mod")
 COMPOSE_GO_VERSION=$(awk '$1 == "require" && $2 == "github.com/compose-spec/compose-go/v2" { print $3; exit }' \
     "$ROOT/scripts/go/compose-config/go.mod")
+KWOK_VERSION=$(awk '$1 == "sigs.k8s.io/kwok" { print $2; exit }' "$ROOT/scripts/go/kwok/go.mod")
 KAFKA_VERSION=${KUBECAST_STACK_KAFKA_VERSION:-4.4.0}
 # The Go toolchain fetched through the module proxy when the machine has no usable Go.
 GO_TOOLCHAIN=go1.26.8
@@ -25,6 +26,9 @@ ETCD_PEER_PORT=${KUBECAST_STACK_ETCD_PEER_PORT:-12380}
 APISERVER_PORT=${KUBECAST_STACK_APISERVER_PORT:-16443}
 # kube-controller-manager's health endpoint (HTTPS, on loopback).
 CONTROLLER_MANAGER_PORT=${KUBECAST_STACK_CONTROLLER_MANAGER_PORT:-16444}
+# kube-scheduler's health endpoint (HTTPS) and kwok's (HTTP), both on loopback.
+SCHEDULER_PORT=${KUBECAST_STACK_SCHEDULER_PORT:-16445}
+KWOK_PORT=${KUBECAST_STACK_KWOK_PORT:-16446}
 KAFKA_PORT=${KUBECAST_STACK_KAFKA_PORT:-19092}
 KAFKA_CONTROLLER_PORT=${KUBECAST_STACK_KAFKA_CONTROLLER_PORT:-19093}
 MQTT_PORT=${KUBECAST_STACK_MQTT_PORT:-11883}
@@ -43,10 +47,14 @@ STACK_PASSWORD=kubecast-stack-password
 # How often kube-apiserver compacts etcd (its --etcd-compaction-interval). Upstream's default
 # is 5m; a test that needs `410 Gone` sooner sets a few seconds, or runs `scripts/stack compact`.
 COMPACTION_INTERVAL=${KUBECAST_STACK_COMPACTION_INTERVAL:-5m}
+# Requests per second that the controller-manager and the scheduler may send the apiserver
+# (burst twice that). Upstream's defaults (20 and 50) hold a rollout of thousands of pods back
+# for minutes; clusterloader2's test clusters raise them the same way.
+CLIENT_QPS=${KUBECAST_STACK_CLIENT_QPS:-200}
 # Seconds that `up` waits for each component to answer.
 READY_TIMEOUT=${KUBECAST_STACK_READY_TIMEOUT:-120}
 
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kafka mosquitto)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kafka mosquitto)
 
 log() { printf 'stack: %s\n' "$*" >&2; }
 die() {
@@ -60,6 +68,8 @@ component_ports() {
     etcd) echo "$ETCD_PORT $ETCD_PEER_PORT" ;;
     kube-apiserver) echo "$APISERVER_PORT" ;;
     kube-controller-manager) echo "$CONTROLLER_MANAGER_PORT" ;;
+    kube-scheduler) echo "$SCHEDULER_PORT" ;;
+    kwok) echo "$KWOK_PORT" ;;
     kafka) echo "$KAFKA_PORT $KAFKA_CONTROLLER_PORT $KAFKA_SASL_PORT $KAFKA_SSL_PORT $KAFKA_MTLS_PORT" ;;
     mosquitto) echo "$MQTT_PORT $MQTT_AUTH_PORT $MQTT_TLS_PORT $MQTT_MTLS_PORT" ;;
     esac
@@ -71,6 +81,8 @@ canonical_component() {
     etcd) echo etcd ;;
     kube-apiserver | apiserver | kube) echo kube-apiserver ;;
     kube-controller-manager | controller-manager | controllers) echo kube-controller-manager ;;
+    kube-scheduler | scheduler) echo kube-scheduler ;;
+    kwok | nodes) echo kwok ;;
     kafka) echo kafka ;;
     mosquitto | mqtt) echo mosquitto ;;
     *) die "unknown component '$1'; expected one of: ${COMPONENTS[*]}" ;;

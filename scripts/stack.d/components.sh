@@ -150,14 +150,17 @@ version_kube_apiserver() { kube_curl /version | sed -n 's/.*"gitVersion": *"\([^
 
 # --- kube-controller-manager ----------------------------------------------------------------
 
-# The controllers that need no kubelet, scheduler or cloud: a Deployment really creates its
-# ReplicaSets and Pods (which stay Pending: nothing schedules or runs them), scaling writes
-# the controllers' core/v1 Events, Jobs and CronJobs run their course as far as Pods go,
-# deleted namespaces are emptied and finalized, and owned objects are garbage collected.
-# Off: node lifecycle, endpoints, service accounts and tokens, PV binding, pod GC, TTL
-# and the rest, which either need nodes and a kubelet or would touch what tests create.
+# The controllers of a real cluster that need no cloud: a Deployment really creates its
+# ReplicaSets and Pods, scaling writes the controllers' core/v1 Events, Jobs and CronJobs run
+# their course, deleted namespaces are emptied and finalized, owned objects are garbage
+# collected, and, now that the simulated nodes of `scripts/stack nodes` heartbeat, the node
+# lifecycle controller marks a node that stops `Unknown` and taints it, the taint eviction
+# controller evicts its pods, and pod GC removes the pods of deleted nodes. Off: endpoints,
+# service accounts and tokens, PV binding, TTL and the rest, which would touch what tests
+# create or need a cloud.
 CONTROLLERS=deployment-controller,replicaset-controller,statefulset-controller,daemonset-controller
 CONTROLLERS+=,job-controller,cronjob-controller,namespace-controller,garbage-collector-controller
+CONTROLLERS+=,node-lifecycle-controller,taint-eviction-controller,pod-garbage-collector-controller
 
 start_kube_controller_manager() {
     local bin
@@ -170,7 +173,8 @@ start_kube_controller_manager() {
         --bind-address="$HOST" --secure-port="$CONTROLLER_MANAGER_PORT" \
         --cert-dir="$STATE/kube-controller-manager/certs" \
         --controllers="$CONTROLLERS" --leader-elect=false \
-        --use-service-account-credentials=false --concurrent-gc-syncs=5
+        --use-service-account-credentials=false --concurrent-gc-syncs=5 \
+        --kube-api-qps="$CLIENT_QPS" --kube-api-burst="$((CLIENT_QPS * 2))"
 }
 
 check_kube_controller_manager() {

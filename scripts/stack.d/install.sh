@@ -122,6 +122,20 @@ kube_controller_manager_binary() {
         k8s.io/kubernetes/cmd/kube-controller-manager "$K8S_VERSION" "$(k8s_version_ldflags)"
 }
 
+# kube-scheduler from the same Kubernetes release: it binds the pods of `scripts/stack nodes`'
+# simulated nodes, with upstream's default profile.
+kube_scheduler_binary() {
+    build_go_binary kube-scheduler "$ROOT/scripts/go/kube-scheduler" k8s.io/kubernetes/cmd/kube-scheduler \
+        "$K8S_VERSION" "$(k8s_version_ldflags)"
+}
+
+# kwok plays the kubelets of the simulated nodes (scripts/stack nodes): heartbeats, pod
+# status, graceful termination, as its stages in scripts/kwok/ say.
+kwok_binary() {
+    build_go_binary kwok "$ROOT/scripts/go/kwok" sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" \
+        "-s -w"
+}
+
 # kubectl from the same Kubernetes release as the apiserver: `scripts/stack env` puts it on
 # PATH, so a newcomer can change pods by hand.
 kubectl_binary() {
