@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use support::consume::wait_for;
 use support::objects::Objects;
 use support::scene::{InProcess, Scene, file_events, file_sink};
-use support::unique_name;
+use support::{NO_SCHEDULER, unique_name};
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -105,13 +105,13 @@ async fn nodes_deployments_and_jobs_alert_once_and_resolve_once_with_their_evide
     objects
         .create(&deployments, &json!({"metadata": {"name": "web"}, "spec": {"replicas": 1, "progressDeadlineSeconds": 2,
             "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}}))
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"schedulerName": NO_SCHEDULER, "containers": [{"name": "c", "image": "nginx:1.27"}]}}}}))
         .await;
     // A Job the job controller fails at its active deadline.
     let jobs = format!("/apis/batch/v1/namespaces/{ns}/jobs");
     objects
         .create(&jobs, &json!({"metadata": {"name": "batch"}, "spec": {"activeDeadlineSeconds": 1, "backoffLimit": 0,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36"}]}}}}))
+            "template": {"spec": {"schedulerName": NO_SCHEDULER, "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36"}]}}}}))
         .await;
 
     let fired = alerts(&path, &node, "node_not_ready", &["firing"]).await;

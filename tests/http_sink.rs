@@ -16,7 +16,7 @@ use support::kubecast::Kubecast;
 use support::objects::Objects;
 use support::receiver::{GoReceiver, Received};
 use support::scene::{InProcess, Scene};
-use support::unique_name;
+use support::{NO_SCHEDULER, unique_name};
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -133,7 +133,7 @@ async fn a_pods_and_a_deployments_life_arrive_at_the_go_sdk_receiver_in_every_mo
     objects
         .create(&deployments, &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}}))
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"schedulerName": NO_SCHEDULER, "containers": [{"name": "c", "image": "nginx:1.27"}]}}}}))
         .await;
     objects
         .patch(

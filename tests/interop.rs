@@ -15,7 +15,7 @@ use std::time::Duration;
 use support::consume::{KafkaTopic, wait_for};
 use support::kubecast::Kubecast;
 use support::scene::{Scene, file_sink};
-use support::unique_name;
+use support::{NO_SCHEDULER, unique_name};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -133,7 +133,7 @@ async fn the_official_cloudevents_sdk_decodes_what_kubecast_publishes() {
     objects
         .create(&deployments, &serde_json::json!({"metadata": {"name": "api"},
             "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "api"}},
-                "template": {"metadata": {"labels": {"app": "api"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}}))
+                "template": {"metadata": {"labels": {"app": "api"}}, "spec": {"schedulerName": NO_SCHEDULER, "containers": [{"name": "c", "image": "nginx:1.27"}]}}}}))
         .await;
     objects.delete(&format!("{deployments}/api")).await;
     let node = unique_name("interop-node");

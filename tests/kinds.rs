@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use support::http::{free_port, wait_for};
 use support::objects::{Objects, uid};
 use support::scene::{InProcess, Scene, file_events, file_sink};
-use support::unique_name;
+use support::{NO_SCHEDULER, unique_name};
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -111,7 +111,7 @@ async fn a_deployment_scaled_by_the_real_controllers_arrives_with_its_replica_se
                 "metadata": {"name": "web"},
                 "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
                     "template": {"metadata": {"labels": {"app": "web"}},
-                        "spec": {"containers": [{"name": "c", "image": "nginx:1.27",
+                        "spec": {"schedulerName": NO_SCHEDULER, "containers": [{"name": "c", "image": "nginx:1.27",
                             "env": [{"name": "TOKEN", "value": "s3cr3t"}]}]}}}}),
         )
         .await;
@@ -538,7 +538,7 @@ async fn routes_take_the_resources_they_name_each_with_its_own_chain() {
         .create(
             &path,
             &json!({"metadata": {"name": "web"}, "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}}),
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"schedulerName": NO_SCHEDULER, "containers": [{"name": "c", "image": "nginx:1.27"}]}}}}),
         )
         .await;
     let pod = events_until(&pods, "the controllers' pod", |ev| !ev.is_empty()).await;

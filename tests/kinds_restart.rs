@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::NO_SCHEDULER;
 use support::consume::wait_for;
 use support::kubecast::Kubecast;
 use support::objects::Objects;
@@ -40,7 +41,7 @@ async fn several_kinds_resume_after_kill_and_410_without_re_emitting_unchanged_o
         .create(
             &deploys,
             &json!({"metadata": {"name": "web"}, "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}}),
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"schedulerName": NO_SCHEDULER, "containers": [{"name": "c", "image": "nginx:1.27"}]}}}}),
         )
         .await;
     let file = scene.dir.join("events.jsonl");

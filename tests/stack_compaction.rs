@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
-use support::{Stack, unique_name, within};
+use support::{NO_SCHEDULER, Stack, unique_name, within};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -42,7 +42,7 @@ async fn a_watch_from_before_a_compaction_gets_410_gone() {
             .expect("namespace");
         let pod: Pod = serde_json::from_value(json!({
             "metadata": { "name": "p" },
-            "spec": { "containers": [{ "name": "c", "image": "registry.invalid/c:1" }] }
+            "spec": { "schedulerName": NO_SCHEDULER, "containers": [{ "name": "c", "image": "registry.invalid/c:1" }] }
         }))
         .unwrap();
         pods.create(&PostParams::default(), &pod)

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::{Stack, unique_name, within};
+use support::{NO_SCHEDULER, Stack, unique_name, within};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -25,7 +25,7 @@ async fn namespace(client: &kube::Client, name: &str) {
 fn pod(name: &str) -> Pod {
     serde_json::from_value(json!({
         "metadata": { "name": name, "labels": { "app": "stack-test" } },
-        "spec": { "containers": [{ "name": "main", "image": "registry.invalid/app:1" }] }
+        "spec": { "schedulerName": NO_SCHEDULER, "containers": [{ "name": "main", "image": "registry.invalid/app:1" }] }
     }))
     .expect("a pod literal")
 }

@@ -14,6 +14,7 @@ pub mod deliver;
 pub mod deploy;
 pub mod http;
 pub mod kubecast;
+pub mod nodes;
 pub mod objects;
 pub mod observer;
 pub mod partition;
@@ -32,6 +33,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The `spec.schedulerName` of every pod a test drives by hand (and of the pod templates of
+/// tests that count their pods' changes): a scheduler that does not run, so the pod stays
+/// unscheduled, no simulated node's kwok ever touches it, and kube-scheduler writes nothing
+/// into it, even while another test has made simulated nodes.
+pub const NO_SCHEDULER: &str = "kubecast-by-hand";
 
 /// Addresses and files of the running local stack.
 #[derive(Debug, Clone)]

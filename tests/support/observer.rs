@@ -1,6 +1,7 @@
 //! An independent observer of the truth: its own watch on the apiserver (kube's typed API,
 //! not kubecast's code), recording every change of the pods (or objects of another kind) in
-//! one namespace, and the event id kubecast's contract gives each.
+//! one namespace, or of the labelled objects of a cluster-scoped kind, and the event id
+//! kubecast's contract gives each.
 
 use std::sync::{Arc, Mutex};
 
@@ -57,11 +58,35 @@ impl Observer {
             + Sync
             + 'static,
     {
-        let api: Api<K> = Api::namespaced(client.clone(), ns);
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .expect("observer: listing");
+        Observer::watching(Api::<K>::namespaced(client.clone(), ns), None).await
+    }
+
+    /// The same for the objects of a cluster-scoped kind (Nodes) that carry `labels`.
+    pub async fn start_cluster<K>(client: &kube::Client, labels: &str) -> Observer
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+    {
+        Observer::watching(Api::<K>::all(client.clone()), Some(labels.to_string())).await
+    }
+
+    /// Lists `api`'s objects (with `labels`, when given) and watches them from there.
+    async fn watching<K>(api: Api<K>, labels: Option<String>) -> Observer
+    where
+        K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    {
+        let mut lp = ListParams::default();
+        let mut wp = WatchParams::default().timeout(60);
+        if let Some(l) = &labels {
+            lp = lp.labels(l);
+            wp = wp.labels(l);
+        }
+        let list = api.list(&lp).await.expect("observer: listing");
         let start_rv = list.metadata.resource_version.clone().unwrap_or_default();
         let changes = Arc::new(Mutex::new(Vec::new()));
         for p in &list.items {
@@ -78,13 +103,13 @@ impl Observer {
                 }
             };
             loop {
-                let stream = match api.watch(&WatchParams::default().timeout(60), &rv).await {
+                let stream = match api.watch(&wp, &rv).await {
                     Ok(s) => s,
                     Err(kube::Error::Api(e)) if e.code == 410 => {
                         // A restarted apiserver's watch cache starts after `rv` when anything
                         // (a Lease) was written meanwhile. The record is still whole if the
                         // pods listed now are exactly the live ones it holds.
-                        match relist_if_unchanged(&api, &out).await {
+                        match relist_if_unchanged(&api, &lp, &out).await {
                             Some(now) => {
                                 rv = now;
                                 continue;
@@ -129,7 +154,7 @@ impl Observer {
                         }
                         WatchEvent::Error(e) if e.code == 410 => {
                             // As above, from within the stream.
-                            match relist_if_unchanged(&api, &out).await {
+                            match relist_if_unchanged(&api, &lp, &out).await {
                                 Some(now) => {
                                     rv = now;
                                     break;
@@ -201,11 +226,15 @@ impl Observer {
 
 /// Lists the pods; when each one is live in `changes` at the listed resourceVersion and no
 /// other is, returns the list's resourceVersion to watch from.
-async fn relist_if_unchanged<K>(api: &Api<K>, changes: &Mutex<Vec<Change>>) -> Option<String>
+async fn relist_if_unchanged<K>(
+    api: &Api<K>,
+    lp: &ListParams,
+    changes: &Mutex<Vec<Change>>,
+) -> Option<String>
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
 {
-    let list = api.list(&ListParams::default()).await.ok()?;
+    let list = api.list(lp).await.ok()?;
     let mut live = std::collections::BTreeMap::new();
     for c in changes.lock().ok()?.iter() {
         if c.kind == "deleted" {

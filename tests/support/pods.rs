@@ -8,6 +8,8 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
 
+use super::NO_SCHEDULER;
+
 /// A Pod as the apiserver's JSON.
 pub type Pod = Value;
 
@@ -75,7 +77,7 @@ impl Pods {
                     "team": "platform"
                 }
             },
-            "spec": {"containers": [{
+            "spec": {"schedulerName": NO_SCHEDULER, "containers": [{
                 "name": "app",
                 "image": "registry.invalid/app:1",
                 "env": [
@@ -92,7 +94,7 @@ impl Pods {
     pub async fn create_with(&self, name: &str, resources: Value, labels: Value) -> Pod {
         let mut pod = json!({
             "metadata": {"name": name, "labels": {"app": "web"}},
-            "spec": {"containers": [{"name": "app", "image": "registry.invalid/app:1"}]}
+            "spec": {"schedulerName": NO_SCHEDULER, "containers": [{"name": "app", "image": "registry.invalid/app:1"}]}
         });
         if resources.as_object().is_some_and(|r| !r.is_empty()) {
             pod["spec"]["containers"][0]["resources"] =
