@@ -65,6 +65,8 @@ fn pod(name: &str) -> Pod {
             }
         },
         "spec": {
+            // A scheduler that does not run: nothing but the bench changes these pods.
+            "schedulerName": "kubecast-by-hand",
             "containers": [
                 container("app", "registry.invalid/payments/checkout:4.12.1"),
                 container("proxy", "registry.invalid/mesh/proxy:1.23.0")

@@ -22,7 +22,7 @@ pub struct Pool {
 
 impl Pool {
     /// Makes `n` nodes `{name}-1`..`{name}-n` with room for 110 pods each, reporting their
-    /// status again every `heartbeat` (as `kubecast.dev/heartbeat-ms`; a kubelet's is 5
+    /// status again every `heartbeat` (as `kubecast.dev/heartbeat-period`; a kubelet's is 5
     /// minutes), and waits until each is Ready and schedulable.
     pub async fn create(client: &kube::Client, name: &str, n: usize, heartbeat: Duration) -> Pool {
         let objects = Objects::new(client);
@@ -35,7 +35,7 @@ impl Pool {
                     "/api/v1/nodes",
                     &json!({"metadata": {"name": node,
                         "labels": {KWOK_LABEL: "fake", POOL_LABEL: name, "kubernetes.io/hostname": node},
-                        "annotations": {"kubecast.dev/heartbeat-ms": heartbeat.as_millis().to_string()}},
+                        "annotations": {"kubecast.dev/heartbeat-period": format!("{}ms", heartbeat.as_millis())}},
                         "status": {"allocatable": room, "capacity": room}}),
                 )
                 .await;
