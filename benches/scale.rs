@@ -185,12 +185,12 @@ fn baseline(stack: &Stack, dir: &Path, prefix: &str) -> (Child, std::path::PathB
     (child, out)
 }
 
-/// kubecast on every resource, cluster-wide, with a state directory, into
-/// `{prefix}.{resource}`.
-fn kubecast(stack: &Stack, dir: &Path, prefix: &str) -> (Child, std::path::PathBuf) {
+/// kubecast on every resource, cluster-wide (or as `watch` says: more lines of its `watch`
+/// section), with a state directory, into `{prefix}.{resource}`.
+fn kubecast(stack: &Stack, dir: &Path, prefix: &str, watch: &str) -> (Child, std::path::PathBuf) {
     let names: Vec<&str> = RESOURCES.iter().map(|(k, _)| *k).collect();
     let config = format!(
-        "cluster: bench\nwatch:\n  resources: [{}]\n  initial_list: emit\nstate:\n  dir: {}\nsinks:\n  out:\n    type: kafka\n    brokers: {}\n    topic: '{prefix}.{{resource}}'\n",
+        "cluster: bench\nwatch:\n  resources: [{}]\n  initial_list: emit\n{watch}state:\n  dir: {}\nsinks:\n  out:\n    type: kafka\n    brokers: {}\n    topic: '{prefix}.{{resource}}'\n",
         names.join(", "),
         dir.join(format!("{prefix}-state")).display(),
         stack.kafka_bootstrap
@@ -258,7 +258,7 @@ async fn run(nodes: usize, pods: usize) {
         .map(|(r, _)| format!("{prefix}.{r}"))
         .collect();
     let arrivals = watch::read(&stack, &topics).await;
-    let (mut kc, kc_log) = kubecast(&stack, &dir, &prefix);
+    let (mut kc, kc_log) = kubecast(&stack, &dir, &prefix, "");
     wait_for_text(&kc_log, "list complete", RESOURCES.len(), &mut kc).await;
     let (mut bl, bl_out) = baseline(&stack, &dir, &format!("{prefix}-baseline"));
     wait_for_text(&bl_out, "synced", 1, &mut bl).await;
@@ -299,7 +299,21 @@ async fn run(nodes: usize, pods: usize) {
         )
         .await,
     );
-    let lists = lists::measure(&stack, &client, &dir, &prefix, &peaks, apiserver).await;
+    let namespaces: Vec<&str> = cluster
+        .deployments
+        .iter()
+        .map(|(ns, _, _)| ns.as_str())
+        .collect();
+    let lists = lists::measure(
+        &stack,
+        &client,
+        &dir,
+        &prefix,
+        &peaks,
+        apiserver,
+        &namespaces,
+    )
+    .await;
     phases.push(
         phase("rolled", &procs, &peaks, &truths, &arrivals, async {
             cluster.roll().await;

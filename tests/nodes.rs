@@ -9,6 +9,8 @@
 //! - A node whose kubelet stops heartbeating goes `Unknown`; `node_not_ready` fires at its
 //!   `for`, the node's pods are evicted and rescheduled, and once the node is back their
 //!   deletes arrive and the alert resolves.
+//! - A route whose change predicate leaves out heartbeat times passes every real change of a
+//!   node and none of its heartbeats (README, "Nodes without their heartbeats").
 
 mod support;
 
@@ -281,6 +283,118 @@ async fn a_node_that_stops_heartbeating_fires_node_not_ready_at_its_for_and_its_
     wait_for(LIMIT, "node_not_ready to resolve", alert("resolved"))
         .await
         .unwrap_or_else(|| panic!("node_not_ready did not resolve for {victim} within {LIMIT:?}"));
+    let (code, log) = kubecast.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "kubecast did not stop cleanly:\n{log}");
+    pool.delete().await;
+}
+
+/// A node's status without what changes on every heartbeat: its conditions' heartbeat times
+/// and the resourceVersion.
+fn without_heartbeat(node: &Value) -> Value {
+    let mut n = node.clone();
+    n["metadata"]["resourceVersion"] = Value::Null;
+    for c in n["status"]["conditions"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        c["lastHeartbeatTime"] = Value::Null;
+    }
+    n
+}
+
+/// The route of README's "Nodes without their heartbeats".
+const NO_HEARTBEATS: &str = "[spec, labels, annotations, conditions, status.capacity, status.allocatable, status.addresses, status.nodeInfo]";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_without_node_heartbeats_passes_every_real_change_of_a_node_and_no_heartbeat() {
+    let scene = Scene::new("heartbeats").await;
+    let pool_name = unique_name("beat-node");
+    let labels = format!("{}={pool_name}", support::nodes::POOL_LABEL);
+    let (all, quiet) = (scene.dir.join("all.jsonl"), scene.dir.join("quiet.jsonl"));
+    let config = scene
+        .config(
+            &format!("encoding: {{data: full}}\nroutes:\n  all: {{sinks: [all]}}\n  quiet: {{sinks: [quiet], changes: {NO_HEARTBEATS}}}\n"),
+            &[file_sink("all", &all), file_sink("quiet", &quiet)],
+        )
+        .replace(
+            "watch:\n",
+            &format!("watch:\n  resources: [{{resource: nodes, label_selector: '{labels}'}}]\n"),
+        );
+    let mut kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
+    kubecast.wait_for_log("list complete", 1, LIMIT).await;
+    // One node reporting its status every second, as 300 kubelets' 5-minute reports would.
+    let pool = Pool::create(&scene.client, &pool_name, 1, Duration::from_secs(1)).await;
+    let node = pool.nodes[0].clone();
+    let modified = |path: &std::path::Path| {
+        file_events(path)
+            .into_iter()
+            .filter(|e| e["type"] == "io.k8s.core.v1.node.modified")
+            .collect::<Vec<_>>()
+    };
+    let before = modified(&all).len();
+    wait_for(LIMIT, "ten heartbeats", || {
+        (modified(&all).len() >= before + 10).then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("node {node} did not heartbeat ten times within {LIMIT:?}"));
+    // A real change among the heartbeats: a label.
+    let objects = Objects::new(&scene.client);
+    let labelled = objects
+        .patch(
+            &format!("/api/v1/nodes/{node}"),
+            &json!({"metadata": {"labels": {"tier": "edge"}}}),
+        )
+        .await;
+    let rv = labelled["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    wait_for(LIMIT, "the label change on the quiet route", || {
+        modified(&quiet)
+            .iter()
+            .any(|e| e["k8srv"] == rv.as_str())
+            .then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("the quiet route never passed the label change at {rv}"));
+
+    // Every version the quiet route passed differs from the one before it (in the unfiltered
+    // sink) in more than heartbeat times; every version it dropped differs in nothing else.
+    let every = modified(&all);
+    let by_rv = |rv: &str| {
+        file_events(&all)
+            .into_iter()
+            .find(|e| e["k8srv"] == rv)
+            .map(|e| without_heartbeat(&e["data"]))
+    };
+    let passed: BTreeSet<String> = modified(&quiet)
+        .iter()
+        .filter_map(|e| e["k8srv"].as_str().map(str::to_string))
+        .collect();
+    let mut heartbeats = 0;
+    for e in &every {
+        let prev = by_rv(e["k8sprevrv"].as_str().unwrap_or_default());
+        let real = prev.is_none_or(|p| p != without_heartbeat(&e["data"]));
+        let rv = e["k8srv"].as_str().unwrap_or_default();
+        assert_eq!(
+            passed.contains(rv),
+            real,
+            "version {rv} of {node}: real change {real}, passed by the route {}",
+            passed.contains(rv)
+        );
+        heartbeats += usize::from(!real);
+    }
+    assert!(
+        heartbeats >= 10,
+        "only {heartbeats} heartbeats among {} changes",
+        every.len()
+    );
+    eprintln!(
+        "heartbeats: {} node changes, {heartbeats} of them heartbeats only, {} passed the route",
+        every.len(),
+        passed.len()
+    );
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "kubecast did not stop cleanly:\n{log}");
     pool.delete().await;

@@ -89,9 +89,11 @@ ensure_pki() {
     }
 }
 
+# Written to a temporary file and renamed into place: the controllers, the scheduler and kwok
+# start one after another, and each may be reading the file while the next one writes it.
 write_kubeconfig() {
     local b64='base64 -w0'
-    cat >"$STATE/kubeconfig" <<EOF
+    cat >"$STATE/kubeconfig.tmp.$$" <<EOF
 # Written by scripts/stack: the local test bed's admin identity (system:masters).
 apiVersion: v1
 kind: Config
@@ -112,6 +114,7 @@ contexts:
       user: kubecast-admin
 current-context: kubecast-local
 EOF
+    mv -f "$STATE/kubeconfig.tmp.$$" "$STATE/kubeconfig"
 }
 
 start_kube_apiserver() {
