@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -35,12 +34,7 @@ impl Cluster {
     ) -> Cluster {
         let namespaces: Vec<String> = (0..namespaces).map(|i| format!("{prefix}-{i}")).collect();
         for ns in &namespaces {
-            let object: Namespace =
-                serde_json::from_value(json!({"metadata": {"name": ns}})).expect("a namespace");
-            Api::<Namespace>::all(client.clone())
-                .create(&PostParams::default(), &object)
-                .await
-                .unwrap_or_else(|e| panic!("creating namespace {ns}: {e}"));
+            super::support::pods::namespace(client, ns).await;
         }
         let mut deployments = Vec::new();
         let mut left = pods;
