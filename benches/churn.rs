@@ -36,8 +36,8 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+use rdkafka::Message;
 use rumqttc::v5::AsyncClient;
 use serde::Deserialize;
 use support::{Stack, proc, unique_name};
@@ -74,21 +74,7 @@ fn arrived(arrivals: &Arrivals, payload: Option<&[u8]>) {
 
 /// Reads every partition of `topic` (created here, 4 partitions) from the beginning.
 async fn kafka_consumer(stack: &Stack, topic: &str, arrivals: Arrivals) -> JoinHandle<()> {
-    support::consume::create_topic(stack, topic, 4).await;
-    let consumer: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &stack.kafka_bootstrap)
-        .set("group.id", unique_name("churn"))
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "5")
-        .create()
-        .expect("a Kafka consumer");
-    let mut partitions = TopicPartitionList::new();
-    for p in 0..4 {
-        partitions
-            .add_partition_offset(topic, p, Offset::Beginning)
-            .expect("a partition offset");
-    }
-    consumer.assign(&partitions).expect("assigning partitions");
+    let consumer = bridges::reader(stack, &[topic]).await;
     tokio::spawn(async move {
         loop {
             match consumer.recv().await {

@@ -362,12 +362,16 @@ async fn a_route_without_node_heartbeats_passes_every_real_change_of_a_node_and_
     // Every version the quiet route passed differs from the one before it (in the unfiltered
     // sink) in more than heartbeat times; every version it dropped differs in nothing else.
     let every = modified(&all);
-    let by_rv = |rv: &str| {
-        file_events(&all)
-            .into_iter()
-            .find(|e| e["k8srv"] == rv)
-            .map(|e| without_heartbeat(&e["data"]))
-    };
+    let versions: std::collections::HashMap<String, Value> = file_events(&all)
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["k8srv"].as_str()?.to_string(),
+                without_heartbeat(&e["data"]),
+            ))
+        })
+        .collect();
+    let by_rv = |rv: &str| versions.get(rv);
     let passed: BTreeSet<String> = modified(&quiet)
         .iter()
         .filter_map(|e| e["k8srv"].as_str().map(str::to_string))
@@ -375,7 +379,7 @@ async fn a_route_without_node_heartbeats_passes_every_real_change_of_a_node_and_
     let mut heartbeats = 0;
     for e in &every {
         let prev = by_rv(e["k8sprevrv"].as_str().unwrap_or_default());
-        let real = prev.is_none_or(|p| p != without_heartbeat(&e["data"]));
+        let real = prev.is_none_or(|p| *p != without_heartbeat(&e["data"]));
         let rv = e["k8srv"].as_str().unwrap_or_default();
         assert_eq!(
             passed.contains(rv),

@@ -181,6 +181,29 @@ pub fn baseline(
     (child, log)
 }
 
+/// A consumer of every partition of each of `topics` (created here with 4 partitions each)
+/// from the beginning, fetching every 5 ms: the benches' stamp of when an event arrived.
+pub async fn reader(stack: &Stack, topics: &[&str]) -> rdkafka::consumer::StreamConsumer {
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for t in topics {
+        crate::support::consume::create_topic(stack, t, 4).await;
+        for p in 0..4 {
+            assignment
+                .add_partition_offset(t, p, rdkafka::Offset::Beginning)
+                .expect("a partition offset");
+        }
+    }
+    let consumer: rdkafka::consumer::StreamConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &stack.kafka_bootstrap)
+        .set("group.id", crate::support::unique_name("bench-reader"))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "5")
+        .create()
+        .expect("a Kafka consumer");
+    consumer.assign(&assignment).expect("assigning partitions");
+    consumer
+}
+
 /// Records in `topic` (the sum of its partitions' high watermarks; 0 before it exists).
 pub fn records(consumer: &BaseConsumer, topic: &str) -> i64 {
     let Ok(meta) = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) else {

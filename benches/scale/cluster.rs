@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 /// "medium" groups lie around it).
 pub const PER_DEPLOYMENT: usize = 50;
 /// The label every object of the bench carries.
-const LABEL: &str = "kubecast-scale";
+pub const LABEL: &str = "kubecast-scale";
 
 pub struct Cluster {
     client: kube::Client,

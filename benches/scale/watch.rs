@@ -9,10 +9,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, ListParams, WatchEvent, WatchParams};
-use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-use super::support::{Stack, proc, unique_name};
+use rdkafka::Message;
+
+use super::support::{Stack, proc};
 
 /// Milliseconds since the epoch.
 pub fn now_ms() -> u64 {
@@ -119,23 +119,8 @@ pub type Arrivals = Arc<Mutex<HashMap<String, u64>>>;
 
 /// Reads every partition of each of `topics` (made here with 4 partitions each).
 pub async fn read(stack: &Stack, topics: &[String]) -> Arrivals {
-    let mut assignment = TopicPartitionList::new();
-    for t in topics {
-        super::support::consume::create_topic(stack, t, 4).await;
-        for p in 0..4 {
-            assignment
-                .add_partition_offset(t, p, Offset::Beginning)
-                .expect("a partition offset");
-        }
-    }
-    let consumer: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &stack.kafka_bootstrap)
-        .set("group.id", unique_name("scale"))
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "5")
-        .create()
-        .expect("a Kafka consumer");
-    consumer.assign(&assignment).expect("assigning partitions");
+    let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let consumer = super::bridges::reader(stack, &topics).await;
     let arrivals: Arrivals = Arc::default();
     let out = arrivals.clone();
     tokio::spawn(async move {
