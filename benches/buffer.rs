@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use kubecast::event::{ChangeKind, Event, SCHEMA_FULL, event_id};
+use kubecast::event::{Event, SCHEMA_FULL, event_id};
+use kubecast::model::ChangeKind;
 use kubecast::store::{FsyncPolicy, Record, Snapshot, Store, StoreSettings};
 
 const DATA: usize = 2048;

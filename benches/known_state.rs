@@ -164,7 +164,7 @@ fn measure_router(n: usize, mut router: Router) -> (isize, usize) {
     for i in 0..n {
         let p = pod(i);
         let change = Change {
-            kind: kubecast::event::ChangeKind::Added,
+            kind: kubecast::model::ChangeKind::Added,
             resource: kubecast::kinds::Resource::pods(),
             scope: "*".into(),
             uid: p.uid,

@@ -17,7 +17,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubecast::event::{ChangeKind, Event, event_id};
+use kubecast::event::{Event, event_id};
+use kubecast::model::ChangeKind;
 use support::consume::create_topic;
 use support::{Stack, deliver, proc, unique_name};
 

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kubecast::alert::config::AlertsConfig;
 use kubecast::classify::Change;
-use kubecast::event::ChangeKind;
+use kubecast::model::ChangeKind;
 use kubecast::route::engine::Router;
 
 #[path = "shared/routes.rs"]

@@ -11,7 +11,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use kubecast::sinks::kafka::checkpoint::{PodState, read_known};
+use kubecast::sinks::kafka::checkpoint::{StateRecord, read_known};
 use kubecast::sinks::kafka::txn::Transactions;
 use rdkafka::ClientConfig;
 use support::{Stack, unique_name};
@@ -32,12 +32,12 @@ async fn write(stack: &Stack, topic: &str, n: usize) {
         let mut deliveries = Vec::new();
         for &i in chunk {
             let uid = format!("{i:08x}-7c1e-4b7a-9f2d-000000000000");
-            let rv = PodState {
+            let rv = StateRecord {
                 resource: String::new(),
                 namespace: "bench".to_string(),
                 name: format!("pod-{i}"),
                 rv: format!("{}", 100_000 + i),
-                ..PodState::default()
+                ..StateRecord::default()
             }
             .to_bytes();
             let (record, delivery) = Transactions::record(topic);

@@ -51,6 +51,7 @@ pub mod event;
 pub mod fuzz;
 pub mod ha;
 pub mod kinds;
+pub mod model;
 pub mod net;
 pub mod ops;
 pub mod pipeline;

@@ -10,9 +10,8 @@ use std::path::Path;
 use std::process::Command;
 
 use bytes::Bytes;
-use kubecast::event::{
-    ChangeKind, Event, SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY,
-};
+use kubecast::event::{Event, SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY};
+use kubecast::model::ChangeKind;
 use rdkafka::message::Headers;
 use serde_json::Value;
 use support::deploy::tool;

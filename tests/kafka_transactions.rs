@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
 
-use kubecast::sinks::kafka::checkpoint::{Checkpoint, PodState, read_known, read_latest};
+use kubecast::sinks::kafka::checkpoint::{Checkpoint, StateRecord, read_known, read_latest};
 use kubecast::sinks::kafka::txn::{Transactions, TxnError};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -271,8 +271,10 @@ async fn the_known_state_is_rebuilt_from_committed_state_records_and_tombstones(
         .await
         .expect("the reader")
         .expect("read");
-    let mut known: Vec<(String, String, String)> =
-        known.into_iter().map(|k| (k.uid, k.name, k.rv)).collect();
+    let mut known: Vec<(String, String, String)> = known
+        .into_iter()
+        .map(|k| (k.object.uid, k.object.name, k.rv))
+        .collect();
     known.sort();
     let expected: Vec<(String, String, String)> = [("uid-a", "20"), ("uid-c", "12")]
         .into_iter()
@@ -282,12 +284,12 @@ async fn the_known_state_is_rebuilt_from_committed_state_records_and_tombstones(
 }
 
 fn pod_state(uid: &str, rv: &str) -> Vec<u8> {
-    PodState {
+    StateRecord {
         resource: String::new(),
         namespace: "ns".to_string(),
         name: format!("pod-{uid}"),
         rv: rv.to_string(),
-        ..PodState::default()
+        ..StateRecord::default()
     }
     .to_bytes()
 }

@@ -179,7 +179,7 @@ impl Target {
         matches!(self, Target::Pods)
     }
 
-    fn check(&self, p: &crate::route::path::FieldPath) -> Result<(), String> {
+    fn check(&self, p: &crate::model::FieldPath) -> Result<(), String> {
         match self {
             Target::Pods => super::fields::check(p),
             Target::Shipped(_, what, schema) => super::fields::check_in(schema, what, p),

@@ -17,7 +17,7 @@
 
 use serde_json::Value;
 
-use crate::route::path::FieldPath;
+use crate::model::FieldPath;
 
 /// A comparison operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

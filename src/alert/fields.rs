@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use serde_json::Value;
 
-use crate::route::path::{FieldPath, Step};
+use crate::model::{FieldPath, Step};
 
 /// The Pod's schema, built once (about 200 KiB of JSON).
 static POD: LazyLock<Value> = LazyLock::new(|| {

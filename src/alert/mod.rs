@@ -2,8 +2,8 @@
 //! ([`builtin::holds`]), user rules' expressions ([`expr::Expr`]) checked against the Pod's
 //! fields ([`fields::check`]), their config ([`config::AlertsConfig`]) and validated form
 //! ([`rule::Rule`]), and episodes (fire once after `for`, resolve once, deterministic ids,
-//! deadlines that survive a restart: [`episode::Episodes`]). The pipeline evaluates them in
-//! [`crate::route::engine`].
+//! deadlines that survive a restart: [`episode::Episodes`]). The router evaluates them on
+//! every change; this module knows nothing of routes.
 
 pub mod builtin;
 pub mod config;

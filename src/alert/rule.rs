@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::builtin::{self, Condition, Evidence};
 use super::expr::Expr;
-use crate::route::path::FieldPath;
+use crate::model::FieldPath;
 
 /// What makes a rule hold.
 #[derive(Debug, Clone)]

@@ -15,12 +15,23 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 
 pub use object::{Object, Scope, label_of_stored};
 
-use crate::config::InitialList;
-use crate::event::ChangeKind;
 use crate::kinds::Resource;
+use crate::model::{ChangeKind, KnownObject, ObjectRef};
+
+/// What a fresh start does with pods that already exist.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InitialList {
+    /// Emit each existing pod once as `added`, flagged `k8sinitial=true`.
+    #[default]
+    Emit,
+    /// Remember existing pods without emitting them; their later changes are emitted.
+    Skip,
+}
 
 /// A change worth an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,11 +102,12 @@ impl Classifier {
     }
 
     /// A classifier that continues from saved state: no list counts as initial.
-    pub fn restored(initial: InitialList, known: Vec<crate::store::KnownObject>) -> Classifier {
+    pub fn restored(initial: InitialList, known: Vec<KnownObject>) -> Classifier {
         let mut c = Classifier::new(initial);
         c.restored = true;
         for k in known {
-            c.remember(&k.uid, &k.resource, &k.namespace, &k.name, &k.rv, 0);
+            let o = &k.object;
+            c.remember(&o.uid, &o.resource, &o.namespace, &o.name, &k.rv, 0);
         }
         c
     }
@@ -105,23 +117,6 @@ impl Classifier {
     pub fn retain_resources(&mut self, keys: &[&str]) {
         self.known.retain(|_, k| keys.contains(&&*k.resource));
         self.counts.retain(|r, _| keys.contains(&&**r));
-    }
-
-    /// Applies an event emitted before a restart (replayed from the durable log).
-    pub fn replay(&mut self, e: &crate::event::Event) {
-        match e.kind {
-            ChangeKind::Deleted => {
-                self.forget(e.uid.as_str());
-            }
-            _ => self.remember(
-                &e.uid,
-                &e.resource,
-                &e.namespace,
-                &e.name,
-                &e.rv,
-                self.epoch,
-            ),
-        }
     }
 
     /// Sets one object's known state (replaying a logged state); `gone`: forgets it.
@@ -142,14 +137,16 @@ impl Classifier {
     }
 
     /// The known state, for a snapshot.
-    pub fn known_objects(&self) -> Vec<crate::store::KnownObject> {
+    pub fn known_objects(&self) -> Vec<KnownObject> {
         self.known
             .iter()
-            .map(|(uid, k)| crate::store::KnownObject {
-                uid: uid.to_string(),
-                resource: k.resource.to_string(),
-                namespace: k.namespace.to_string(),
-                name: k.name.to_string(),
+            .map(|(uid, k)| KnownObject {
+                object: ObjectRef {
+                    uid: uid.to_string(),
+                    resource: k.resource.to_string(),
+                    namespace: k.namespace.to_string(),
+                    name: k.name.to_string(),
+                },
                 rv: k.rv.to_string(),
             })
             .collect()
@@ -496,11 +493,13 @@ mod resource_tests {
 
     #[test]
     fn objects_of_resources_no_longer_watched_are_forgotten() {
-        let known = |uid: &str, resource: &str| crate::store::KnownObject {
-            uid: uid.into(),
-            resource: resource.into(),
-            namespace: "ns".into(),
-            name: uid.into(),
+        let known = |uid: &str, resource: &str| KnownObject {
+            object: ObjectRef {
+                uid: uid.into(),
+                resource: resource.into(),
+                namespace: "ns".into(),
+                name: uid.into(),
+            },
             rv: "1".into(),
         };
         let mut c = Classifier::restored(

@@ -13,9 +13,11 @@ mod validate;
 #[cfg(test)]
 mod proptests;
 
+pub use crate::classify::InitialList;
 pub use crate::cluster::KubernetesConfig;
 pub use crate::event::RedactConfig;
 pub use crate::vocab::{DataMode, Issue};
+pub use crate::watch::StreamingList;
 pub use load::{ConfigError, load, load_str};
 pub use resources::{ResourceConfig, ResourceScope, default_resources};
 pub use routing::{MAX_ROUTES, Routing, union_selector};
@@ -228,28 +230,6 @@ impl Default for WatchConfig {
             resync_seconds: None,
         }
     }
-}
-
-/// What a fresh start does with pods that already exist.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum InitialList {
-    /// Emit each existing pod once as `added`, flagged `k8sinitial=true`.
-    #[default]
-    Emit,
-    /// Remember existing pods without emitting them; their later changes are emitted.
-    Skip,
-}
-
-/// Whether the initial state is requested as a watch stream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StreamingList {
-    /// Use it; fall back to paginated lists if the apiserver rejects it.
-    #[default]
-    Auto,
-    /// Always use paginated lists.
-    Off,
 }
 
 /// How events are encoded.

@@ -8,7 +8,7 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
-use super::validate::{Issue, is_dns_label};
+use crate::vocab::{Issue, is_dns_label};
 
 /// One watched resource. In the file: a name (`deploy`, `jobs.v1.batch`,
 /// `widgets.example.com`) or a map with `resource` and overrides.

@@ -41,7 +41,7 @@ pub(super) fn routes_and_rules(
         .collect();
     let mut routes = Vec::new();
     for (name, r) in &config.routes {
-        if !super::validate::is_name(name) {
+        if !crate::vocab::is_name(name) {
             issues.push(Issue::new(
                 format!("routes.{name}"),
                 "route names are letters, digits, '-' and '_'",

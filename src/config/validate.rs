@@ -8,7 +8,7 @@ use super::{
 };
 use crate::ha::Election;
 use crate::sinks::ValidSink;
-pub use crate::vocab::{Issue, is_dns_label, is_name};
+use crate::vocab::{Issue, is_dns_label, is_name};
 
 /// Every problem found in a config.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

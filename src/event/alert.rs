@@ -9,9 +9,10 @@
 use bytes::Bytes;
 use serde_json::json;
 
-use super::{ChangeKind, Event, SCHEMA_ALERT};
+use super::{Event, SCHEMA_ALERT};
 use crate::alert::episode::{Episode, alert_id};
 use crate::alert::rule::Rule;
+use crate::model::ChangeKind;
 
 /// The event of `kind` (firing or resolved) for episode `ep` of `rule`.
 pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -> Event {

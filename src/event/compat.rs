@@ -9,7 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ChangeKind, Event};
+use super::Event;
+use crate::model::ChangeKind;
 
 /// A compatibility shape for events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

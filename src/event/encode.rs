@@ -219,7 +219,7 @@ pub(crate) fn reference(change: &Change) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::ChangeKind;
+    use crate::model::ChangeKind;
     use std::sync::Arc;
 
     const REDACTED: &str = "<redacted>";

@@ -6,7 +6,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use crate::event::ChangeKind;
+use crate::model::ChangeKind;
 
 /// The data modes, in the order of [`Resource::schemas`].
 const MODES: [&str; 3] = ["full", "summary", "reference"];

@@ -12,7 +12,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::labels::*;
-use crate::event::ChangeKind;
+use crate::model::ChangeKind;
 
 fn delay_histogram() -> Histogram {
     // 1 ms to ~65 s.

@@ -16,8 +16,9 @@ use std::time::Duration;
 use crate::classify::{Classifier, label_of_stored};
 use crate::config::{InitialList, StateConfig};
 use crate::event::Event;
+use crate::model::ChangeKind;
 use crate::ops::Ops;
-use crate::route::engine::{PodState, Router};
+use crate::route::engine::{ObjectState, Router};
 use crate::sinks::{KeeperFeed, Kept, Step};
 use crate::store::{Record, Snapshot, Store, StoreError, StoreSettings};
 use crate::watch::Observed;
@@ -138,7 +139,15 @@ impl Durable {
             match record {
                 // With a router, the pod states below are the known state.
                 Record::Event { event, from_watch } if router.is_none() => {
-                    classifier.replay(&event);
+                    // A logged event moves its object's known state as it did when emitted.
+                    classifier.restore_object(
+                        &event.uid,
+                        &event.resource,
+                        &event.namespace,
+                        &event.name,
+                        &event.rv,
+                        event.kind == ChangeKind::Deleted,
+                    );
                     if from_watch {
                         let label = event.scope_key(durable.per_namespace);
                         durable.positions.insert(label, Some(event.rv.clone()));
@@ -150,7 +159,7 @@ impl Durable {
                         .positions
                         .insert(label_of_stored(scope.as_deref()).into(), rv);
                 }
-                Record::Pod {
+                Record::State {
                     state, from_watch, ..
                 } => {
                     classifier.restore_object(
@@ -274,7 +283,7 @@ impl Durable {
 
     /// The scope label of a logged routing state (derived for a Pod's logged before other
     /// kinds were watched).
-    fn state_scope(&self, state: &PodState) -> Arc<str> {
+    fn state_scope(&self, state: &ObjectState) -> Arc<str> {
         if !state.scope.is_empty() {
             state.scope.as_str().into()
         } else if self.per_namespace {
@@ -344,7 +353,7 @@ impl Durable {
 
     /// With a router: logs one pod's state after a change (or a timer); `from_watch` moves
     /// its scope's watch position to the state's resourceVersion.
-    pub fn pod(&mut self, state: PodState, from_watch: bool) {
+    pub fn state(&mut self, state: ObjectState, from_watch: bool) {
         if from_watch && self.keeps_positions() {
             let scope = self.state_scope(&state);
             self.positions.insert(scope, Some(state.rv.clone()));
@@ -357,7 +366,7 @@ impl Durable {
             return;
         };
         let seq = store.take_seq();
-        self.batch.push(Record::Pod {
+        self.batch.push(Record::State {
             seq,
             state: Arc::new(state),
             from_watch,

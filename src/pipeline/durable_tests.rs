@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::classify::Change;
-use crate::event::ChangeKind;
+use crate::model::ChangeKind;
 use crate::route::engine::Router;
 use crate::store::FsyncPolicy;
 use crate::store::record_tests_event as event;
@@ -39,12 +39,18 @@ fn ns() -> crate::classify::Scope {
     crate::classify::Scope::new(crate::kinds::Resource::pods(), Some("ns"))
 }
 
+/// Moves `c`'s known state as a logged event does after a restart.
+fn mirror(c: &mut Classifier, e: &Event) {
+    let gone = e.kind == ChangeKind::Deleted;
+    c.restore_object(&e.uid, &e.resource, &e.namespace, &e.name, &e.rv, gone);
+}
+
 /// Logs `events` as seen on the watch, mirroring them into `classifier` as the bridge does.
 async fn log_watched(d: &mut Durable, c: &mut Classifier, events: Vec<Event>) -> Vec<Arc<Event>> {
     let mut out = Vec::new();
     for e in events {
         let e = d.event(e, true);
-        c.replay(&e);
+        mirror(c, &e);
         out.push(e);
     }
     d.commit().await.unwrap();
@@ -96,7 +102,7 @@ async fn a_list_under_way_at_the_crash_means_listing_again() {
     let mut c = start.classifier;
     d.observed(&Observed::ListStart { scope: ns() });
     let e = d.event(event(0, "u1", "20", ChangeKind::Added), false);
-    c.replay(&e);
+    mirror(&mut c, &e);
     d.commit().await.unwrap();
     drop(d);
     let (_, start) = Durable::open(settings(Some(dir.clone()), &["a"]))
@@ -197,7 +203,7 @@ async fn with_routes_a_crash_restores_pod_states_alert_timers_and_only_each_sink
         }
     }
     for s in routed.states {
-        d.pod(s, true);
+        d.state(s, true);
     }
     d.commit().await.unwrap();
     d.acked("a", logged[0].seq);
@@ -277,7 +283,7 @@ async fn beside_an_exactly_once_sink_routes_hand_it_whole_steps_and_start_from_i
         }
     }
     for s in routed.states {
-        d.pod(s, true);
+        d.state(s, true);
     }
     d.commit().await.unwrap();
     let step = steps.try_recv().expect("a step per batch");

@@ -11,6 +11,7 @@
 mod bridge;
 mod durable;
 mod elected;
+mod fanout;
 mod feed;
 mod resources;
 mod routed;
@@ -268,14 +269,17 @@ async fn bridge(
         classifier: start.classifier,
         encoder,
         pending: start.pending.into_iter().collect(),
-        routes: start.router.map(|router| {
-            let feeds = config
-                .routing
-                .as_ref()
-                .map(|r| r.feeds.clone())
-                .unwrap_or_default();
-            Routes::new(router, &feeds, config.encoding.data)
-        }),
+        routes: match start.router {
+            Some(router) => {
+                let feeds = config
+                    .routing
+                    .as_ref()
+                    .map(|r| r.feeds.clone())
+                    .unwrap_or_default();
+                Routes::new(router, &feeds, config.encoding.data)
+            }
+            None => Routes::trivial(),
+        },
         ops,
         grace: grace
             .unwrap_or_else(|| Grace::new(Duration::from_secs(config.shutdown.grace_seconds))),

@@ -1,20 +1,21 @@
-//! The bridge's side of routes and alert rules: each classified change goes through the
-//! [`Router`], whose outputs become events (one per route that takes the change, in the
-//! route's data mode, linking to the route's previous event; one per alert transition and
-//! route), each addressed to its route's sinks; the pod's new state is logged after its
-//! events, so a crash between the two re-observes the change rather than losing an event.
+//! The route-and-encode stage: each classified change goes through the [`Router`] (or, with
+//! no routes and no alert rules, the trivial router that sends it to every sink), whose
+//! outputs become events (one per route that takes the change, in the route's data mode,
+//! linking to the route's previous event; one per alert transition and route), each
+//! addressed to its sinks ([`To`]), and the objects' new routing states. It returns what
+//! it made ([`Emitted`]) and calls nothing back: the bridge numbers and logs the events,
+//! then the states, so a crash between the two re-observes the change rather than losing an
+//! event.
 //!
-//! Entry point: [`Routes::change`]; [`Routes::tick`] when an alert timer is due. Both paths,
-//! with routes and without, encode a change through [`encode_at`].
+//! Entry point: [`Routes::change`]; [`Routes::tick`] when an alert timer is due.
 
 use std::sync::Arc;
 
-use super::durable::Durable;
-use super::stats::Stats;
 use crate::classify::Change;
 use crate::config::DataMode;
-use crate::event::{ChangeKind, Encoder, Event, alert_event};
-use crate::route::engine::{Out, Routed, Router};
+use crate::event::{Encoder, Event, alert_event};
+use crate::model::ChangeKind;
+use crate::route::engine::{ObjectState, Out, Routed, Router};
 
 /// Which sinks an event goes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,9 +39,21 @@ impl To {
     }
 }
 
-/// The router and what the bridge needs to turn its outputs into events.
+/// What one change (or one alert timer) became, in the order it is logged.
+#[derive(Debug, Default)]
+pub struct Emitted {
+    /// The events and the sinks that take each; `true`: the event moves its scope's watch
+    /// position (without a router, where no object state does).
+    pub events: Vec<(Event, To, bool)>,
+    /// The objects' routing states after the events; `true`: the state moves its scope's
+    /// watch position.
+    pub states: Vec<(ObjectState, bool)>,
+}
+
+/// The router, if routes or alert rules are configured, and what the stage needs to turn
+/// its outputs into events.
 pub struct Routes {
-    router: Router,
+    router: Option<Router>,
     /// Per route: its name (which events carry), data mode and sinks.
     names: Vec<Arc<str>>,
     modes: Vec<DataMode>,
@@ -48,6 +61,16 @@ pub struct Routes {
 }
 
 impl Routes {
+    /// No routes and no alert rules: every change becomes one event for every sink.
+    pub fn trivial() -> Routes {
+        Routes {
+            router: None,
+            names: Vec::new(),
+            modes: Vec::new(),
+            sinks: Vec::new(),
+        }
+    }
+
     /// `feeds` gives each route's sinks as indices into the sinks in config order;
     /// `default_mode` is `encoding.data`.
     pub fn new(router: Router, feeds: &[Vec<usize>], default_mode: DataMode) -> Routes {
@@ -67,73 +90,60 @@ impl Routes {
             .map(|f| f.iter().filter(|i| **i < 64).fold(0u64, |b, i| b | 1 << i))
             .collect();
         Routes {
-            router,
+            router: Some(router),
             names,
             modes,
             sinks,
         }
     }
 
-    pub fn router(&self) -> &Router {
-        &self.router
+    /// The router, unless the stage is trivial.
+    pub fn router(&self) -> Option<&Router> {
+        self.router.as_ref()
     }
 
     /// When the next alert timer is due (ms since the epoch).
     pub fn next_deadline(&self) -> Option<i64> {
-        self.router.next_deadline()
+        self.router.as_ref().and_then(Router::next_deadline)
     }
 
-    /// Routes one change: its events are numbered and logged, then the pod's state.
-    pub fn change(
-        &mut self,
-        change: &Change,
-        from_watch: bool,
-        encoder: &Encoder,
-        durable: &mut Durable,
-        stats: &mut Stats,
-        out: &mut Vec<(Arc<Event>, To)>,
-    ) {
-        stats.changed(change.kind, change.inferred);
+    /// Routes and encodes one change.
+    pub fn change(&mut self, change: &Change, from_watch: bool, encoder: &Encoder) -> Emitted {
         // One instant for the change: its events' `time` and the alert deadlines counted
         // from it, so a `quiet` resolve is never stamped earlier than `quiet` after the
         // event that kept the episode open. The deadline is the next whole millisecond
         // (the timers' unit), never before the instant itself.
         let observed = jiff::Timestamp::now();
-        let routed = self.router.on_change(change, ceil_ms(observed));
-        self.emit(
-            routed,
-            Some((change, observed)),
-            from_watch,
-            encoder,
-            durable,
-            stats,
-            out,
-        );
+        let Some(router) = self.router.as_mut() else {
+            let event = encode_at(encoder, change, encoder.mode(), observed);
+            return Emitted {
+                events: vec![(event, To::All, from_watch)],
+                states: Vec::new(),
+            };
+        };
+        let routed = router.on_change(change, ceil_ms(observed));
+        self.emit(routed, Some((change, observed)), from_watch, encoder)
     }
 
     /// The alert timers due now fire.
-    pub fn tick(
-        &mut self,
-        encoder: &Encoder,
-        durable: &mut Durable,
-        stats: &mut Stats,
-        out: &mut Vec<(Arc<Event>, To)>,
-    ) {
-        let routed = self.router.tick(now_ms());
-        self.emit(routed, None, false, encoder, durable, stats, out);
+    pub fn tick(&mut self, encoder: &Encoder) -> Emitted {
+        match self.router.as_mut() {
+            Some(router) => {
+                let routed = router.tick(now_ms());
+                self.emit(routed, None, false, encoder)
+            }
+            None => Emitted::default(),
+        }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn emit(
         &self,
         routed: Routed,
         change: Option<(&Change, jiff::Timestamp)>,
         from_watch: bool,
         encoder: &Encoder,
-        durable: &mut Durable,
-        stats: &mut Stats,
-        out: &mut Vec<(Arc<Event>, To)>,
-    ) {
+    ) -> Emitted {
+        let mut emitted = Emitted::default();
         // The change is encoded once per data mode its routes ask for.
         let mut encoded: Vec<(DataMode, Event)> = Vec::new();
         for o in routed.outs {
@@ -168,10 +178,11 @@ impl Routes {
                             (ChangeKind::AlertResolved, ep)
                         }
                     };
-                    let rule = &self.router.rules()[rule];
+                    let Some(rule) = self.router.as_ref().map(|r| &r.rules()[rule]) else {
+                        continue;
+                    };
                     let event = alert_event(encoder.cluster(), kind, ep, rule);
                     tracing::info!(id = %event.id, rule = %rule.name, severity = %rule.severity, subject = %event.subject(), "alert {}", if kind == ChangeKind::AlertFiring { "firing" } else { "resolved" });
-                    stats.alerted(kind);
                     (event, route)
                 }
             };
@@ -182,19 +193,18 @@ impl Routes {
                 }
                 None => To::All,
             };
-            let event = durable.event(event, false);
-            durable.routed(event.seq, &to);
-            out.push((event, to));
+            emitted.events.push((event, to, false));
         }
         for state in routed.states {
             let watched = from_watch && change.as_ref().is_some_and(|(c, _)| c.uid == state.uid);
-            durable.pod(state, watched);
+            emitted.states.push((state, watched));
         }
+        emitted
     }
 }
 
 /// Encodes `change` in data mode `mode`, observed at `observed`.
-pub(super) fn encode_at(
+fn encode_at(
     encoder: &Encoder,
     change: &Change,
     mode: DataMode,

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use crate::event::{ChangeKind, Event};
+use crate::event::Event;
+use crate::model::ChangeKind;
 use crate::ops::{Ops, Outcome, SinkMetrics};
 use crate::sinks::Report;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kube::core::Selector;
 
-use crate::event::ChangeKind;
+use crate::model::ChangeKind;
 use crate::sinks::Secret;
 use crate::sinks::kafka::checkpoint::is_connection_property;
 use crate::sinks::kafka::{KafkaConfig, SaslConfig};

@@ -4,7 +4,7 @@
 use cloudevents::{AttributesReader, Event};
 
 use super::decode::extension_text;
-use crate::event::ChangeKind;
+use crate::model::ChangeKind;
 
 /// Where a record was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -38,7 +38,7 @@ impl Filter {
     /// Whether the event is of a type asked for and its pod's labels match.
     pub fn takes_event(&self, event: &Event) -> bool {
         // A word (`added`) takes that change of every kind; anything else is a whole type.
-        let word = crate::event::ChangeKind::of_type(event.ty()).map(|k| k.word());
+        let word = crate::model::ChangeKind::of_type(event.ty()).map(|k| k.word());
         if !self.types.is_empty()
             && !self
                 .types

@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::path::FieldPath;
+use crate::model::FieldPath;
 
 /// One aspect of a Pod.
 #[derive(Debug, Clone, PartialEq, Eq)]

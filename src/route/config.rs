@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::aspects::Aspect;
 use super::selector;
-use crate::event::ChangeKind;
+use crate::model::ChangeKind;
 use crate::vocab::{DataMode, Issue};
 
 /// One route.

@@ -5,7 +5,7 @@
 //! resolved; when time passes ([`Router::tick`]) it fires the `for` timers that are due.
 //!
 //! Entry point: [`Router::on_change`]. Everything it keeps per pod (a fingerprint, a chain
-//! link and a match per route, and the open episodes) comes back as a [`PodState`] after
+//! link and a match per route, and the open episodes) comes back as a [`ObjectState`] after
 //! each change, which the pipeline logs durably; [`Router::restore`] and [`RouterSnapshot`]
 //! bring it back after a restart, so predicates, chains and pending timers continue.
 
@@ -20,7 +20,8 @@ use crate::alert::episode::{Episode, Episodes, Seen, Transition};
 use crate::alert::rule::Rule;
 use crate::classify::Change;
 use crate::event::redact::redacted_value;
-use crate::event::{ChangeKind, RedactConfig, shape_of};
+use crate::event::{RedactConfig, shape_of};
+use crate::model::ChangeKind;
 
 /// What a route keeps of one pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,7 +36,7 @@ pub struct Mark {
 
 /// One object's routing state after a change: logged, so that a restart continues from it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PodState {
+pub struct ObjectState {
     pub uid: String,
     /// The object's resource key; empty in states logged before other kinds were watched
     /// (Pods).
@@ -82,7 +83,7 @@ pub enum Out {
 #[derive(Debug, Default)]
 pub struct Routed {
     pub outs: Vec<Out>,
-    pub states: Vec<PodState>,
+    pub states: Vec<ObjectState>,
 }
 
 #[derive(Debug, Clone)]
@@ -97,14 +98,10 @@ pub struct Router {
     redact: RedactConfig,
 }
 
-impl PodState {
+impl ObjectState {
     /// The object's resource key (`pods` for a state without one).
     pub fn resource_key(&self) -> &str {
-        if self.resource.is_empty() {
-            "pods"
-        } else {
-            &self.resource
-        }
+        crate::model::legacy::resource_of(&self.resource)
     }
 }
 
@@ -277,7 +274,7 @@ impl Router {
             }
         }
         let gone = change.kind == ChangeKind::Deleted;
-        routed.states.push(PodState {
+        routed.states.push(ObjectState {
             uid: change.uid.clone(),
             resource: change.resource.key().to_string(),
             scope: change.scope.to_string(),
@@ -366,7 +363,7 @@ impl Router {
         if routed.states.iter().any(|s| s.uid == uid) {
             return;
         }
-        routed.states.push(PodState {
+        routed.states.push(ObjectState {
             uid: uid.to_string(),
             resource: resource.to_string(),
             scope: String::new(),
@@ -380,7 +377,7 @@ impl Router {
     }
 
     /// Brings back one pod's state (replaying the durable log).
-    pub fn restore(&mut self, state: &PodState) {
+    pub fn restore(&mut self, state: &ObjectState) {
         if state.gone {
             self.marks.remove(state.uid.as_str());
         } else if !self.routes.is_empty() {

@@ -25,8 +25,8 @@ use super::config::Common;
 use super::dead_letter::DeadLetter;
 use super::queue::{CompatShape, QueueConfig, QueueRx};
 use crate::event::Event;
+use crate::model::KnownObject;
 use crate::ops::Ops;
-use crate::store::KnownObject;
 use crate::vocab::Issue;
 
 /// A sink kind's config (the fields under `sinks.NAME` besides `type`, `queue` and
@@ -96,7 +96,7 @@ pub struct Kept {
     pub known: Vec<KnownObject>,
     /// With routes or alert rules: each object's routing state (route marks, alert
     /// episodes) as committed.
-    pub routing: Vec<crate::route::engine::PodState>,
+    pub routing: Vec<crate::route::engine::ObjectState>,
 }
 
 /// What became of an event a sink took, as its window settles it (in sequence order).
@@ -183,7 +183,7 @@ pub struct Step {
     pub positions: BTreeMap<String, String>,
     /// The routing state of each object the step moved, in order (an object may come twice;
     /// the last one stands).
-    pub states: Vec<Arc<crate::route::engine::PodState>>,
+    pub states: Vec<Arc<crate::route::engine::ObjectState>>,
 }
 
 impl KeeperFeed {

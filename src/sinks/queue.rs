@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
-use crate::event::{ChangeKind, Compat, Event};
+use crate::event::{Compat, Event};
+use crate::model::ChangeKind;
 
 /// A sink's queue settings.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -257,7 +257,7 @@ pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::ChangeKind;
+    use crate::model::ChangeKind;
     use crate::store::record::tests::event;
 
     fn rec(seq: u64) -> Record {

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 pub use log::Log;
 pub use record::Record;
-pub use snapshot::{Cursors, KnownObject, Snapshot};
+pub use snapshot::{Cursors, Snapshot};
 
 use crate::event::Event;
 

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use super::record::tests::event;
 use super::*;
-use crate::event::ChangeKind;
+use crate::model::ChangeKind;
 
 #[derive(Debug, Clone)]
 enum Op {

@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use crate::event::{ChangeKind, Event};
-use crate::route::engine::PodState;
+use crate::event::Event;
+use crate::model::ChangeKind;
+use crate::route::engine::ObjectState;
 
 /// One entry of the log.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,12 +31,12 @@ pub enum Record {
         scope: Option<String>,
         rv: Option<String>,
     },
-    /// With routes or alert rules: one pod's known state after a change (or after one of
-    /// its alert timers fired), whether or not any event went out for it. `from_watch`
+    /// With routes or alert rules: one object's routing state after a change (or after one
+    /// of its alert timers fired), whether or not any event went out for it. `from_watch`
     /// moves its scope's watch position to the state's resourceVersion.
-    Pod {
+    State {
         seq: u64,
-        state: Arc<PodState>,
+        state: Arc<ObjectState>,
         from_watch: bool,
     },
 }
@@ -44,7 +45,7 @@ impl Record {
     pub fn seq(&self) -> u64 {
         match self {
             Record::Event { event, .. } => event.seq,
-            Record::Position { seq, .. } | Record::Pod { seq, .. } => *seq,
+            Record::Position { seq, .. } | Record::State { seq, .. } => *seq,
         }
     }
 
@@ -91,7 +92,7 @@ impl Record {
                 put_opt(out, scope.as_deref());
                 put_opt(out, rv.as_deref());
             }
-            Record::Pod {
+            Record::State {
                 seq,
                 state,
                 from_watch,
@@ -190,7 +191,7 @@ impl Record {
                 let seq = get_u64(&mut b)?;
                 let from_watch = get_u8(&mut b)? != 0;
                 let state = serde_json::from_slice(&get_bytes(&mut b)?).ok()?;
-                Some(Record::Pod {
+                Some(Record::State {
                     seq,
                     state: Arc::new(state),
                     from_watch,
@@ -308,9 +309,9 @@ pub(crate) mod tests {
                 }),
                 from_watch: false,
             },
-            Record::Pod {
+            Record::State {
                 seq: 11,
-                state: Arc::new(PodState {
+                state: Arc::new(ObjectState {
                     uid: "u".into(),
                     resource: "pods".into(),
                     scope: "*".into(),

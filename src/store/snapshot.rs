@@ -10,24 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::log::sync_dir;
 use super::{StoreError, io};
-
-/// One known object, as the classifier keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KnownObject {
-    pub uid: String,
-    /// Its resource's key (`pods`, `deployments.apps`); state written before other kinds were
-    /// watched has none and holds Pods.
-    #[serde(default = "pods")]
-    pub resource: String,
-    /// Empty for a cluster-scoped object.
-    pub namespace: String,
-    pub name: String,
-    pub rv: String,
-}
-
-fn pods() -> String {
-    "pods".to_string()
-}
+use crate::model::KnownObject;
 
 /// The state after every log record below `next_seq`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

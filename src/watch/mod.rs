@@ -27,7 +27,20 @@ pub use resource::{Target, run_resource, scopes};
 pub use source::{Ended, WatchSettings, run};
 pub use stream::{LineOutcome, Stream};
 
+use serde::{Deserialize, Serialize};
+
 use crate::classify::{Object, Scope};
+
+/// Whether the initial state is requested as a watch stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamingList {
+    /// Use it; fall back to paginated lists if the apiserver rejects it.
+    #[default]
+    Auto,
+    /// Always use paginated lists.
+    Off,
+}
 
 /// What a watch reports to the pipeline, in the order it happened.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,10 +21,9 @@ use super::attempt::{Attempt, Cause, Failure, Next, classify};
 use super::parse::parse_list_page;
 use super::request::{ListRequest, WatchRequest};
 use super::stream::{LineOutcome, Stream};
-use super::{Observed, WatchError};
+use super::{Observed, StreamingList, WatchError};
 use crate::backoff::Backoff;
 use crate::classify::Scope;
-use crate::config::StreamingList;
 use crate::kinds::{discovery, resolve};
 use crate::ops::Ops;
 

@@ -137,7 +137,8 @@ pub fn gzip(body: &[u8]) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{ChangeKind, Compat};
+    use crate::event::Compat;
+use crate::model::ChangeKind;
     use std::sync::Arc;
 
     fn event() -> Arc<Event> {

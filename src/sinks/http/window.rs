@@ -217,7 +217,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn event(seq: u64, uid: &str) -> Arc<Event> {
-        Arc::new(crate::store::record_tests_event(seq, uid, "1", crate::event::ChangeKind::Modified))
+        Arc::new(crate::store::record_tests_event(seq, uid, "1", crate::model::ChangeKind::Modified))
     }
 
     fn seqs(events: &[(Arc<Event>, Bytes)]) -> Vec<u64> {

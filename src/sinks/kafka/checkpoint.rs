@@ -17,8 +17,8 @@ use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use crate::alert::episode::Episode;
-use crate::route::engine::{Mark, PodState as RoutingState};
-use crate::store::KnownObject;
+use crate::route::engine::{Mark, ObjectState as RoutingState};
+use crate::model::{KnownObject, ObjectRef, legacy};
 
 /// One sink's position, as committed with its events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,7 +108,7 @@ pub(super) fn apply_checkpoint(
 
 /// The value of an object's record in the state topic (its key is the object's uid).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PodState {
+pub struct StateRecord {
     /// The object's resource key (`deployments.apps`); records written before other kinds
     /// were watched have none and hold Pods, and Pods' records still leave it out.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -131,7 +131,7 @@ pub struct PodState {
     pub episodes: Vec<Episode>,
 }
 
-impl PodState {
+impl StateRecord {
     /// The record's value.
     pub fn to_bytes(&self) -> Vec<u8> {
         // Strings, numbers and maps of them always serialize.
@@ -139,13 +139,9 @@ impl PodState {
     }
 
     /// The record of an object's routing state (the key is its uid).
-    pub fn of_routing(state: &RoutingState) -> PodState {
-        PodState {
-            resource: if state.resource_key() == "pods" {
-                String::new()
-            } else {
-                state.resource.clone()
-            },
+    pub fn of_routing(state: &RoutingState) -> StateRecord {
+        StateRecord {
+            resource: legacy::stored_resource(state.resource_key()).to_string(),
             namespace: state.namespace.clone(),
             name: state.name.clone(),
             rv: state.rv.clone(),
@@ -157,15 +153,15 @@ impl PodState {
 }
 
 /// The known state kept in a compacted state topic: each pod's uid (the key) and its
-/// [`PodState`] (the value); a tombstone (a delete) removes it. Read with `read_committed`
-/// to the end of every partition. A record that is not a [`PodState`] is an error naming
+/// [`StateRecord`] (the value); a tombstone (a delete) removes it. Read with `read_committed`
+/// to the end of every partition. A record that is not a [`StateRecord`] is an error naming
 /// its place.
 pub fn read_known(
     config: &ClientConfig,
     topic: &str,
     limit: Duration,
 ) -> Result<Vec<KnownObject>, CheckpointError> {
-    let mut known: HashMap<String, PodState> = HashMap::new();
+    let mut known: HashMap<String, StateRecord> = HashMap::new();
     let mut corrupt = None;
     read_from(config, topic, &mut HashMap::new(), limit, |m| {
         if corrupt.is_none()
@@ -184,12 +180,12 @@ pub fn read_known(
 pub(super) fn apply_state(
     m: &BorrowedMessage<'_>,
     topic: &str,
-    known: &mut HashMap<String, PodState>,
+    known: &mut HashMap<String, StateRecord>,
 ) -> Result<(), CheckpointError> {
     let Some(uid) = m.key().and_then(|k| std::str::from_utf8(k).ok()) else {
         return Ok(());
     };
-    match m.payload().map(serde_json::from_slice::<PodState>) {
+    match m.payload().map(serde_json::from_slice::<StateRecord>) {
         None => {
             known.remove(uid);
         }
@@ -209,25 +205,23 @@ pub(super) fn apply_state(
 }
 
 /// The known pods of a state read.
-pub(super) fn known_pods(known: &HashMap<String, PodState>) -> Vec<KnownObject> {
+pub(super) fn known_pods(known: &HashMap<String, StateRecord>) -> Vec<KnownObject> {
     known
         .iter()
         .map(|(uid, s)| KnownObject {
-            uid: uid.clone(),
-            resource: if s.resource.is_empty() {
-                "pods".to_string()
-            } else {
-                s.resource.clone()
+            object: ObjectRef {
+                uid: uid.clone(),
+                resource: legacy::resource_of(&s.resource).to_string(),
+                namespace: s.namespace.clone(),
+                name: s.name.clone(),
             },
-            namespace: s.namespace.clone(),
-            name: s.name.clone(),
             rv: s.rv.clone(),
         })
         .collect()
 }
 
 /// The routing states of a state read: the objects with route marks or alert episodes.
-pub(super) fn routing_states(known: &HashMap<String, PodState>) -> Vec<RoutingState> {
+pub(super) fn routing_states(known: &HashMap<String, StateRecord>) -> Vec<RoutingState> {
     known
         .iter()
         .filter(|(_, s)| !s.marks.is_empty() || !s.episodes.is_empty())
@@ -359,24 +353,24 @@ mod tests {
 
     #[test]
     fn a_state_record_of_the_pod_only_version_reads_as_a_pod_and_pods_keep_that_form() {
-        let old: PodState =
+        let old: StateRecord =
             serde_json::from_str(r#"{"namespace":"ns","name":"p","rv":"7"}"#).expect("a state");
         let known = known_pods(&HashMap::from([("u".to_string(), old.clone())]));
-        assert_eq!(known[0].resource, "pods");
+        assert_eq!(known[0].object.resource, "pods");
         assert_eq!(
             String::from_utf8(old.to_bytes()).expect("UTF-8"),
             r#"{"namespace":"ns","name":"p","rv":"7"}"#,
             "a Pod's record is written as before"
         );
-        let node = PodState {
+        let node = StateRecord {
             resource: "nodes".into(),
             namespace: String::new(),
             name: "n".into(),
             rv: "8".into(),
-            ..PodState::default()
+            ..StateRecord::default()
         };
-        let back: PodState = serde_json::from_slice(&node.to_bytes()).expect("a state");
-        assert_eq!(known_pods(&HashMap::from([("n".to_string(), back)]))[0].resource, "nodes");
+        let back: StateRecord = serde_json::from_slice(&node.to_bytes()).expect("a state");
+        assert_eq!(known_pods(&HashMap::from([("n".to_string(), back)]))[0].object.resource, "nodes");
     }
 
     #[test]
@@ -399,18 +393,18 @@ mod tests {
             )
             .expect("an episode"),
         };
-        let record = PodState::of_routing(&state).to_bytes();
-        let back: PodState = serde_json::from_slice(&record).expect("a state");
+        let record = StateRecord::of_routing(&state).to_bytes();
+        let back: StateRecord = serde_json::from_slice(&record).expect("a state");
         let known = HashMap::from([("u1".to_string(), back)]);
         assert_eq!(routing_states(&known), vec![state]);
         assert_eq!(known_pods(&known)[0].rv, "42", "the known state reads it too");
         let plain = HashMap::from([(
             "u2".to_string(),
-            PodState {
+            StateRecord {
                 namespace: "ns".into(),
                 name: "p".into(),
                 rv: "1".into(),
-                ..PodState::default()
+                ..StateRecord::default()
             },
         )]);
         assert!(

@@ -16,12 +16,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::KafkaSettings;
-use super::checkpoint::{Checkpoint, PodState};
+use super::checkpoint::{Checkpoint, StateRecord};
 use super::commit::{Contents, report, transact};
 use super::take_over::take_over;
 use super::txn::Ready;
 use super::txn_config::TxnSettings;
-use crate::event::{ChangeKind, Event};
+use crate::event::Event;
+use crate::model::ChangeKind;
 use crate::sinks::queue::QueueRx;
 use crate::sinks::{Acks, Positions, SinkError};
 
@@ -137,7 +138,7 @@ async fn commit(
             positions.remove(scope);
         }
         let value = (e.kind != ChangeKind::Deleted).then(|| {
-            PodState {
+            StateRecord {
                 resource: if &*e.resource == "pods" {
                     String::new()
                 } else {
@@ -146,7 +147,7 @@ async fn commit(
                 namespace: e.namespace.clone(),
                 name: e.name.clone(),
                 rv: e.rv.clone(),
-                ..PodState::default()
+                ..StateRecord::default()
             }
             .to_bytes()
         });

@@ -153,7 +153,7 @@ pub(super) async fn enqueue(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::ChangeKind;
+    use crate::model::ChangeKind;
 
     #[test]
     fn every_attribute_becomes_its_ce_header_and_datacontenttype_the_content_type() {

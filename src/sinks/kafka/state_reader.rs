@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 
-use super::checkpoint::{self, Checkpoint, CheckpointError, PodState};
+use super::checkpoint::{self, Checkpoint, CheckpointError, StateRecord};
 use crate::sinks::Kept;
 
 /// Where a reader stands in one sink's checkpoint and state topics, and what it has read.
@@ -24,7 +24,7 @@ pub struct StateReader {
     checkpoint_next: HashMap<i32, i64>,
     state_next: HashMap<i32, i64>,
     latest: Option<Checkpoint>,
-    known: HashMap<String, PodState>,
+    known: HashMap<String, StateRecord>,
     /// When it last read to the ends.
     read_at: Option<Instant>,
     /// Records read in its last read.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::KafkaSettings;
-use super::checkpoint::{Checkpoint, PodState};
+use super::checkpoint::{Checkpoint, StateRecord};
 use super::commit::{Contents, report, transact};
 use super::txn::Ready;
 use super::txn_config::TxnSettings;
@@ -129,7 +129,7 @@ async fn commit_complete(
     let fresh: Vec<&Arc<Event>> = batch.iter().filter(|e| e.seq > ready.committed).collect();
     let mut state: HashMap<&str, Option<Vec<u8>>> = HashMap::new();
     for s in steps.iter().flat_map(|s| &s.states) {
-        let value = (!s.gone).then(|| PodState::of_routing(s).to_bytes());
+        let value = (!s.gone).then(|| StateRecord::of_routing(s).to_bytes());
         state.insert(&s.uid, value);
     }
     // `complete` > 0, so there is a last step.

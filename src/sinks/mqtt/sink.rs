@@ -24,7 +24,8 @@ use super::conn::{self, Client, ConnError, Message, Note};
 use super::window::Window;
 use super::{MqttSettings, Protocol};
 use crate::backoff::Backoff;
-use crate::event::{ChangeKind, Event};
+use crate::event::Event;
+use crate::model::ChangeKind;
 use crate::sinks::queue::QueueRx;
 use crate::sinks::{Acks, Sink, SinkError};
 

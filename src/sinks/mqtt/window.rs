@@ -154,7 +154,7 @@ impl Window {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::ChangeKind;
+    use crate::model::ChangeKind;
     use crate::store::record_tests_event as event;
     use bytes::Bytes;
 

@@ -1,0 +1,17 @@
+//! The ground floor: what every stage says about an object and its changes, so that the
+//! watch, the classifier, routing, the events, the durable store, the sinks' checkpoints and
+//! replay share one vocabulary instead of each spelling it out.
+//!
+//! It holds [`ObjectRef`] (which object: resource, namespace, name, uid), [`KnownObject`]
+//! (an object as known at one resourceVersion), [`ChangeKind`] (what happened to it),
+//! [`FieldPath`] (a path into an object's fields) and [`legacy`], the one place that reads
+//! state written when kubecast watched Pods only. It imports nothing of the crate.
+
+mod change;
+pub mod legacy;
+mod object;
+mod path;
+
+pub use change::ChangeKind;
+pub use object::{KnownObject, ObjectRef};
+pub use path::{FieldPath, PathError, Step};
