@@ -76,7 +76,7 @@ impl Facts {
             name: extension_text(event, "k8sname").or_else(|| subject.map(|(_, n)| n.to_string())),
             k8s_kind: extension_text(event, "k8skind").unwrap_or_else(|| "Pod".into()),
             api_version: extension_text(event, "k8sapiversion").unwrap_or_else(|| "v1".into()),
-            resource: super::publish::resource_of_source(event.source().as_str()),
+            resource: resource_of_source(event.source().as_str()),
             rv: extension_text(event, "k8srv"),
             prev_rv: extension_text(event, "k8sprevrv"),
             time_ms: event.time().map(|t| t.timestamp_millis()),
@@ -128,4 +128,22 @@ impl Facts {
 /// (resourceVersions are opaque to clients in general).
 pub fn rv_order(a: &str, b: &str) -> Option<std::cmp::Ordering> {
     Some(a.parse::<u64>().ok()?.cmp(&b.parse::<u64>().ok()?))
+}
+
+/// The resource key (`deployments.apps`, `pods`) of an event's `source`
+/// (`k8s://{cluster}/apis/apps/v1/namespaces/ns/deployments`); `pods` when it is not one
+/// kubecast writes.
+pub(crate) fn resource_of_source(source: &str) -> String {
+    let path = source
+        .strip_prefix("k8s://")
+        .and_then(|rest| rest.split_once('/'))
+        .map(|(_, p)| p)
+        .unwrap_or_default();
+    let parts: Vec<&str> = path.split('/').collect();
+    let plural = parts.last().copied().unwrap_or_default();
+    match parts.first() {
+        Some(&"api") if !plural.is_empty() => plural.to_string(),
+        Some(&"apis") if parts.len() >= 4 => format!("{plural}.{}", parts[1]),
+        _ => crate::model::legacy::pods(),
+    }
 }

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use super::ReplayError;
 use super::decode::{data_bytes, time_text};
-use super::facts::Facts;
+use super::facts::{Facts, resource_of_source};
 use crate::event::Event;
 use crate::model::ChangeKind;
 use crate::sinks::kafka::KafkaConfig;
@@ -171,24 +171,6 @@ impl Publisher {
             Some(why) => Err(ReplayError::Sink(format!("sink `{}`: {why}", self.name))),
             None => Ok(out),
         }
-    }
-}
-
-/// The resource key (`deployments.apps`, `pods`) of an event's `source`
-/// (`k8s://{cluster}/apis/apps/v1/namespaces/ns/deployments`); `pods` when it is not one
-/// kubecast writes.
-pub(crate) fn resource_of_source(source: &str) -> String {
-    let path = source
-        .strip_prefix("k8s://")
-        .and_then(|rest| rest.split_once('/'))
-        .map(|(_, p)| p)
-        .unwrap_or_default();
-    let parts: Vec<&str> = path.split('/').collect();
-    let plural = parts.last().copied().unwrap_or_default();
-    match parts.first() {
-        Some(&"api") if !plural.is_empty() => plural.to_string(),
-        Some(&"apis") if parts.len() >= 4 => format!("{plural}.{}", parts[1]),
-        _ => "pods".to_string(),
     }
 }
 

@@ -13,6 +13,7 @@
 //! sink, truncated from the front; a small segment log with checksummed frames does exactly
 //! that, with an fsync policy we control and recovery we can test by cutting files.
 
+mod config;
 mod log;
 mod record;
 mod snapshot;
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+pub use config::StateConfig;
 pub use log::Log;
 pub use record::Record;
 pub use snapshot::{Cursors, Snapshot};
