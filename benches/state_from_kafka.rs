@@ -1,8 +1,8 @@
 //! How long rebuilding the known state from Kafka takes (issue 11: a restart without a state
 //! directory): N state records (a 36-character uid -> a resourceVersion) are committed to a
 //! compacted-style topic of 4 partitions in transactions of 1,000, plus a tombstone for every
-//! tenth pod, then `checkpoint::read_known` reads them back with `read_committed`. Prints the
-//! seconds for each N; nothing is asserted.
+//! tenth pod, then `checkpoint::read_known` reads them back with `read_committed` and the
+//! pipeline decodes them. Prints the seconds for each N; nothing is asserted.
 //!
 //! `scripts/stack up`, then `cargo bench --bench state_from_kafka -- 10000 100000`.
 
@@ -11,7 +11,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use kubecast::sinks::kafka::checkpoint::{StateRecord, read_known};
+use kubecast::pipeline::kept::StateRecord;
+use kubecast::sinks::kafka::checkpoint::read_known;
 use kubecast::sinks::kafka::txn::Transactions;
 use rdkafka::ClientConfig;
 use support::{Stack, unique_name};
@@ -84,12 +85,15 @@ fn main() {
             config.set("bootstrap.servers", &stack.kafka_bootstrap);
             let started = Instant::now();
             let t = topic.clone();
+            // Read and decoded, as a take-over does.
             let known = tokio::task::spawn_blocking(move || {
-                read_known(&config, &t, Duration::from_secs(600))
+                let read = read_known(&config, &t, Duration::from_secs(600)).expect("read_known");
+                kubecast::pipeline::kept::decode(&read)
+                    .expect("the states decode")
+                    .0
             })
             .await
-            .expect("the reader")
-            .expect("read_known");
+            .expect("the reader");
             let secs = started.elapsed().as_secs_f64();
             println!("| {n} | {} | {secs:.2} |", known.len());
         }

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
 
-use kubecast::sinks::kafka::checkpoint::{Checkpoint, StateRecord, read_known, read_latest};
+use kubecast::pipeline::kept::{StateRecord, decode};
+use kubecast::sinks::kafka::checkpoint::{Checkpoint, read_known, read_latest};
 use kubecast::sinks::kafka::txn::{Transactions, TxnError};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -271,6 +272,7 @@ async fn the_known_state_is_rebuilt_from_committed_state_records_and_tombstones(
         .await
         .expect("the reader")
         .expect("read");
+    let (known, _) = decode(&known).expect("the states decode");
     let mut known: Vec<(String, String, String)> = known
         .into_iter()
         .map(|k| (k.object.uid, k.object.name, k.rv))

@@ -1,11 +1,9 @@
 //! What the pipeline tells the exactly-once sink (the keeper) as it goes: how far every
 //! other sink has settled (it commits nothing beyond, so a restart from its checkpoint
-//! resends them what they lacked), and the watch positions after the last event numbered
-//! (they move without an event when a list completes or a bookmark arrives, and the keeper
-//! commits them so that a restart resumes there instead of listing again).
-//!
-//! With routes or alert rules, it also carries the pipeline's [`Step`]s: the keeper then
-//! commits whole steps with the routing state they leave.
+//! resends them what they lacked), and the pipeline's [`Step`]s: the keeper commits whole
+//! steps with the objects' states and the watch positions they leave (positions move
+//! without an event when a list completes or a bookmark arrives, and a restart resumes
+//! there instead of listing again).
 //!
 //! Entry point: [`Feed`], owned by [`super::durable::Durable`].
 
@@ -14,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, watch};
 
-use crate::sinks::{KeeperFeed, Positions, Step};
+use crate::sinks::{KeeperFeed, Step};
 
 type StepSlot = Arc<Mutex<Option<mpsc::UnboundedReceiver<Step>>>>;
 
@@ -23,9 +21,7 @@ pub struct Feed {
     /// Per other sink, the highest sequence number it settled.
     acked: HashMap<String, u64>,
     settled: watch::Sender<u64>,
-    positions: watch::Sender<Positions>,
-    /// With routes or alert rules beside a keeper: the steps' sender, and the receiver
-    /// until the keeper takes it.
+    /// With a keeper: the steps' sender, and the receiver until the keeper takes it.
     steps: Option<(mpsc::UnboundedSender<Step>, StepSlot)>,
 }
 
@@ -40,31 +36,16 @@ impl Feed {
             .collect();
         // With no other sink, nothing is waited for.
         let all = if acked.is_empty() { u64::MAX } else { from };
+        let steps = keeper.map(|_| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            (tx, Arc::new(Mutex::new(Some(rx))))
+        });
         Feed {
             keeper: keeper.map(str::to_string),
             acked,
             settled: watch::channel(all).0,
-            positions: watch::channel(Positions {
-                seq: from,
-                positions: BTreeMap::new(),
-            })
-            .0,
-            steps: None,
+            steps,
         }
-    }
-
-    /// The keeper commits whole [`Step`]s (with routes or alert rules).
-    pub fn with_steps(mut self) -> Feed {
-        if self.keeper.is_some() {
-            let (tx, rx) = mpsc::unbounded_channel();
-            self.steps = Some((tx, Arc::new(Mutex::new(Some(rx)))));
-        }
-        self
-    }
-
-    /// Whether the keeper takes steps.
-    pub fn has_steps(&self) -> bool {
-        self.steps.is_some()
     }
 
     /// Hands a finished step to the keeper.
@@ -94,24 +75,10 @@ impl Feed {
         }
     }
 
-    /// After event `seq`, the watch positions (by scope label) are `positions`.
-    pub fn moved(&self, seq: u64, positions: &HashMap<Arc<str>, Option<String>>) {
-        let now = Positions {
-            seq,
-            positions: resume_points(positions),
-        };
-        self.positions.send_if_modified(|p| {
-            let changed = *p != now;
-            *p = now;
-            changed
-        });
-    }
-
     /// The keeper's side.
     pub fn subscribe(&self) -> KeeperFeed {
         KeeperFeed {
             settled: self.settled.subscribe(),
-            positions: self.positions.subscribe(),
             steps: self.steps.as_ref().map(|(_, slot)| slot.clone()),
         }
     }
@@ -152,21 +119,15 @@ mod tests {
 
     #[test]
     fn positions_name_each_scope_and_leave_out_those_being_listed() {
-        let feed = Feed::new(&["k".to_string()], Some("k"), 0);
-        let rx = feed.subscribe();
         let mut positions = HashMap::new();
         positions.insert("a".into(), Some("7".to_string()));
         positions.insert("b".into(), None);
-        feed.moved(3, &positions);
-        let p = rx.positions.borrow().clone();
-        assert_eq!(p.seq, 3);
         assert_eq!(
-            p.positions,
+            resume_points(&positions),
             BTreeMap::from([("a".to_string(), "7".to_string())])
         );
         let all: HashMap<std::sync::Arc<str>, Option<String>> =
             HashMap::from([("*".into(), Some("9".to_string()))]);
-        feed.moved(4, &all);
-        assert_eq!(rx.positions.borrow().positions["*"], "9");
+        assert_eq!(resume_points(&all)["*"], "9");
     }
 }

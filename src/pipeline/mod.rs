@@ -13,6 +13,7 @@ mod durable;
 mod elected;
 mod fanout;
 mod feed;
+pub mod kept;
 mod resources;
 mod routed;
 mod stats;
@@ -29,7 +30,6 @@ use tokio::task::JoinSet;
 use crate::config::Validated;
 use crate::event::Encoder;
 use crate::ops::{self, Health, Metrics, Ops};
-use crate::sinks::kafka::ExactlyOnceError;
 use crate::sinks::{self, SinkError};
 use crate::store::StoreError;
 use crate::watch::{self, Observed, Target, WatchError, WatchSettings};
@@ -65,6 +65,8 @@ pub enum PipelineError {
     ElectorGone,
     #[error(transparent)]
     Resource(#[from] ResourceError),
+    #[error(transparent)]
+    Kept(#[from] kept::KeptError),
 }
 
 impl PipelineError {
@@ -76,8 +78,7 @@ impl PipelineError {
 
     /// A newer leader's exactly-once sink fenced this replica's: it may stand by again.
     pub fn is_fenced(&self) -> bool {
-        matches!(self, PipelineError::Sink(e) if e.cause.downcast_ref::<ExactlyOnceError>()
-            .is_some_and(|c| matches!(c, ExactlyOnceError::Fenced { .. })))
+        matches!(self, PipelineError::Sink(e) if e.fenced)
     }
 }
 
@@ -183,7 +184,7 @@ async fn bridge(
     let kept = match &keeper {
         // Taking over waits for unreachable brokers; a shutdown meanwhile ends it.
         Some((_, k)) => tokio::select! {
-            kept = k.take_over(per_namespace) => Some(kept?),
+            kept = k.take_over() => Some(kept?.map(kept::KeptState::decode).transpose()?),
             _ = &mut shutdown => return Ok(Stats::default()),
         },
         None => None,

@@ -25,7 +25,6 @@ use super::config::Common;
 use super::dead_letter::DeadLetter;
 use super::queue::{CompatShape, QueueConfig, QueueRx};
 use crate::event::Event;
-use crate::model::KnownObject;
 use crate::ops::Ops;
 use crate::vocab::Issue;
 
@@ -67,15 +66,14 @@ pub trait Sink: Debug + Send + 'static {
 }
 
 /// Keeps the pipeline's resume point (the last committed event, the watch positions and the
-/// known state as of it) at the sink's destination, in the same unit of work as the events:
-/// what a restart starts from is then exactly what the destination shows.
+/// state of each object as of it) at the sink's destination, in the same unit of work as the
+/// events: what a restart starts from is then exactly what the destination shows. The
+/// objects' states are opaque bytes to the keeper: the pipeline encodes and decodes them.
 pub trait Keeper: Send + Sync {
     /// Takes the destination over from any other replica, so that nothing the others send
     /// from now on becomes visible, then reads what was last committed (`None`: nothing
-    /// ever was). `per_namespace`: the watch positions are per namespace rather than one
-    /// for all. Retries while the destination is unreachable; errors are fatal.
-    fn take_over(&self, per_namespace: bool)
-    -> BoxFuture<'static, Result<Option<Kept>, SinkError>>;
+    /// ever was). Retries while the destination is unreachable; errors are fatal.
+    fn take_over(&self) -> BoxFuture<'static, Result<Option<Kept>, SinkError>>;
 
     /// While this replica stands by: keeps reading what the leader commits, so that a
     /// take-over has only the rest to read. Runs until dropped.
@@ -89,14 +87,11 @@ pub trait Keeper: Send + Sync {
 pub struct Kept {
     /// The sequence number of the last event committed.
     pub seq: u64,
-    /// Per scope (a namespace, or `*` for all namespaces), the resourceVersion the watch
-    /// resumes after; a scope missing here is listed again.
+    /// Per scope label, the resourceVersion the watch resumes after; a scope missing here
+    /// is listed again.
     pub positions: BTreeMap<String, String>,
-    /// Each known pod and the resourceVersion of its last committed event.
-    pub known: Vec<KnownObject>,
-    /// With routes or alert rules: each object's routing state (route marks, alert
-    /// episodes) as committed.
-    pub routing: Vec<crate::route::engine::ObjectState>,
+    /// Each object's state as committed, by key (its uid), as the pipeline encoded it.
+    pub states: Vec<(String, Vec<u8>)>,
 }
 
 /// What became of an event a sink took, as its window settles it (in sequence order).
@@ -140,6 +135,9 @@ pub struct SinkError {
     pub sink: Arc<str>,
     #[source]
     pub cause: Box<dyn std::error::Error + Send + Sync>,
+    /// Another replica took the destination over (a newer leader's keeper fenced this
+    /// one): this replica may stand by again rather than exit.
+    pub fenced: bool,
 }
 
 /// What a sink task reports through. Cheap to clone.
@@ -157,20 +155,16 @@ pub struct Acks {
 pub struct KeeperFeed {
     /// The highest sequence number every sink but the keeper has settled.
     pub settled: watch::Receiver<u64>,
-    /// The watch positions after the last event numbered so far: they move without an
-    /// event when a list completes or a bookmark arrives.
-    pub positions: watch::Receiver<Positions>,
-    /// With routes or alert rules, the pipeline's [`Step`]s, taken once by the keeper: it
-    /// then commits whole steps (see there) instead of following `positions`.
+    /// The pipeline's [`Step`]s, taken once by the keeper (`None` for other sinks and for
+    /// sinks run without a pipeline).
     pub steps: Option<Arc<std::sync::Mutex<Option<mpsc::UnboundedReceiver<Step>>>>>,
 }
 
-/// One batch of the pipeline as a [`Keeper`] commits it under routes or alert rules. A
-/// change there becomes any number of events (one per route that takes it, alerts), some for
-/// other sinks only, and moves its object's routing state; a restart from a checkpoint in the
-/// middle of a change would number its events again differently. So a keeper commits whole
-/// steps: the events up to `upto` that are its own, the routing states and the positions
-/// after them, and the checkpoint `upto`.
+/// One batch of the pipeline as a [`Keeper`] commits it. A change becomes any number of
+/// events (one per route that takes it, alerts), some for other sinks only, and moves its
+/// object's state; a restart from a checkpoint in the middle of a change would number its
+/// events again differently. So a keeper commits whole steps: the events up to `upto` that
+/// are its own, the object states and the positions after them, and the checkpoint `upto`.
 #[derive(Debug, Clone, Default)]
 pub struct Step {
     /// The sequence number of the last event numbered by the end of the step.
@@ -181,9 +175,9 @@ pub struct Step {
     /// The watch positions after the step (per scope label; a scope missing is listed
     /// again).
     pub positions: BTreeMap<String, String>,
-    /// The routing state of each object the step moved, in order (an object may come twice;
-    /// the last one stands).
-    pub states: Vec<Arc<crate::route::engine::ObjectState>>,
+    /// The state of each object the step moved, by key (its uid), in order (an object may
+    /// come twice; the last one stands); `None`: the object is gone. Opaque to the keeper.
+    pub states: Vec<(Arc<str>, Option<Vec<u8>>)>,
 }
 
 impl KeeperFeed {
@@ -192,18 +186,9 @@ impl KeeperFeed {
     pub fn idle() -> KeeperFeed {
         KeeperFeed {
             settled: watch::channel(u64::MAX).1,
-            positions: watch::channel(Positions::default()).1,
             steps: None,
         }
     }
-}
-
-/// The watch positions after event `seq`: per scope (a namespace, or `*`), the
-/// resourceVersion to resume after; a scope missing is listed again.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Positions {
-    pub seq: u64,
-    pub positions: BTreeMap<String, String>,
 }
 
 /// The dead-letter file refused a write: the event would be lost, so the sink stops.
@@ -233,11 +218,6 @@ impl Acks {
         }
     }
 
-    /// The watch positions as the pipeline moves them ([`KeeperFeed::positions`]).
-    pub fn positions(&self) -> watch::Receiver<Positions> {
-        self.feed.positions.clone()
-    }
-
     /// The highest sequence number that every sink but the [`Keeper`] has settled: a
     /// keeper commits no event beyond it, so that a restart from its checkpoint sends the
     /// others everything they had not acknowledged.
@@ -245,8 +225,7 @@ impl Acks {
         self.feed.settled.clone()
     }
 
-    /// With routes or alert rules, the pipeline's steps ([`Step`]): `Some` once, for the
-    /// keeper.
+    /// The pipeline's steps ([`Step`]): `Some` once, for the keeper run by a pipeline.
     pub fn take_steps(&self) -> Option<mpsc::UnboundedReceiver<Step>> {
         let slot = self.feed.steps.as_ref()?;
         // The slot holds a receiver or nothing; a panic elsewhere does not spoil it.
@@ -328,10 +307,24 @@ impl Acks {
 
     /// This sink's fatal error, caused by `cause`.
     pub fn failed(&self, cause: impl std::error::Error + Send + Sync + 'static) -> SinkError {
+        SinkError::new(self.sink.clone(), cause)
+    }
+}
+
+impl SinkError {
+    /// Sink `sink` cannot go on, because of `cause`.
+    pub fn new(sink: Arc<str>, cause: impl std::error::Error + Send + Sync + 'static) -> SinkError {
         SinkError {
-            sink: self.sink.clone(),
+            sink,
             cause: Box::new(cause),
+            fenced: false,
         }
+    }
+
+    /// Marks the error as another replica's take-over ([`SinkError::fenced`]).
+    pub fn fenced(mut self) -> SinkError {
+        self.fenced = true;
+        self
     }
 }
 

@@ -17,9 +17,11 @@ use crate::classify::InitialList;
 use crate::event::Event;
 use crate::ops::Ops;
 use crate::route::engine::{ObjectState, Router};
-use crate::sinks::{KeeperFeed, Kept, Step};
+use crate::sinks::{KeeperFeed, Step};
 use crate::store::StateConfig;
 use crate::store::{Record, Snapshot, Store, StoreError};
+
+use super::kept::{KeptState, StateRecord};
 use crate::watch::Observed;
 
 mod restore;
@@ -44,7 +46,7 @@ pub struct DurableSettings {
     pub ops: Arc<Ops>,
     /// The sink that keeps the resume point in its destination (exactly-once Kafka), with
     /// what it had committed; then there is no state directory.
-    pub keeper: Option<(String, Option<Kept>)>,
+    pub keeper: Option<(String, Option<KeptState>)>,
     /// With routes or alert rules: the router, whose state is restored with the rest.
     pub router: Option<Router>,
 }
@@ -72,10 +74,12 @@ pub struct Durable {
     snapshot_due: bool,
     ops: Arc<Ops>,
     feed: Feed,
-    /// With a keeper that takes steps: the keeper's place among the sinks (index, name), and
-    /// the step under way.
+    /// With a keeper: its place among the sinks (index, name), and the step under way.
     keeper_at: Option<(usize, Arc<str>)>,
     step: Step,
+    /// Without a router, an event is what moves its object's state (for the keeper); with
+    /// one, the router's object states do.
+    states_of_events: bool,
 }
 
 impl Durable {
@@ -154,6 +158,10 @@ impl Durable {
             let scope = event.scope_key(self.per_namespace);
             self.positions.insert(scope, Some(event.rv.clone()));
         }
+        if self.feed.has_keeper() && self.states_of_events {
+            let value = StateRecord::of_event(&event).map(|r| r.to_bytes());
+            self.step.states.push((event.uid.as_str().into(), value));
+        }
         let Some(store) = self.store.as_mut() else {
             event.seq = self.next_seq;
             self.next_seq += 1;
@@ -168,15 +176,17 @@ impl Durable {
         event
     }
 
-    /// With a router: logs one pod's state after a change (or a timer); `from_watch` moves
-    /// its scope's watch position to the state's resourceVersion.
+    /// With a router: logs one object's routing state after a change (or a timer), or hands
+    /// it to the keeper with the step; `from_watch` moves its scope's watch position to the
+    /// state's resourceVersion.
     pub fn state(&mut self, state: ObjectState, from_watch: bool) {
         if from_watch && self.keeps_positions() {
             let scope = self.state_scope(&state);
             self.positions.insert(scope, Some(state.rv.clone()));
         }
-        if self.feed.has_steps() {
-            self.step.states.push(Arc::new(state));
+        if self.feed.has_keeper() {
+            let value = StateRecord::of_state(&state).map(|r| r.to_bytes());
+            self.step.states.push((state.uid.as_str().into(), value));
             return;
         }
         let Some(store) = self.store.as_mut() else {
@@ -230,12 +240,10 @@ impl Durable {
     /// Logs the queued records (synced as `state.fsync` says). Call before the batch's
     /// events go to the sinks.
     pub async fn commit(&mut self) -> Result<(), StoreError> {
-        // No store with a keeper: the events were numbered by `next_seq`. A keeper taking
-        // steps gets the positions with them.
-        if self.feed.has_steps() {
+        // No store with a keeper: the events were numbered by `next_seq`, and the keeper gets
+        // the positions and the objects' states with the step.
+        if self.feed.has_keeper() {
             self.finish_step();
-        } else if self.feed.has_keeper() {
-            self.feed.moved(self.next_seq - 1, &self.positions);
         }
         if self.batch.is_empty() {
             return Ok(());

@@ -11,7 +11,9 @@ use super::{Durable, DurableSettings, Start};
 use crate::classify::{Classifier, InitialList, label_of_stored};
 use crate::model::ChangeKind;
 use crate::route::engine::Router;
-use crate::sinks::{Kept, Step};
+use crate::sinks::Step;
+
+use super::super::kept::KeptState;
 use crate::store::{Record, Store, StoreError, StoreSettings};
 
 impl Durable {
@@ -27,6 +29,7 @@ impl Durable {
             feed: Feed::new(&s.sinks, s.keeper.as_ref().map(|(n, _)| n.as_str()), 0),
             keeper_at: None,
             step: Step::default(),
+            states_of_events: s.router.is_none(),
         };
         let mut router = s.router;
         if let Some((keeper, kept)) = s.keeper {
@@ -136,12 +139,12 @@ impl Durable {
         Ok((durable, start))
     }
 
-    /// Starts from what the keeper had committed (or afresh when it had nothing). With a
-    /// router, the keeper commits whole steps and the routing state with them.
+    /// Starts from what the keeper had committed (or afresh when it had nothing); the keeper
+    /// commits whole steps with the objects' states.
     fn kept(
         mut self,
         keeper: String,
-        kept: Option<Kept>,
+        kept: Option<KeptState>,
         sinks: &[String],
         initial: InitialList,
         resources: &[String],
@@ -151,14 +154,11 @@ impl Durable {
         self.next_seq = from + 1;
         self.step.upto = from;
         self.feed = Feed::new(sinks, Some(&keeper), from);
-        if router.is_some() {
-            self.feed = self.feed.with_steps();
-            let index = sinks
-                .iter()
-                .position(|s| *s == keeper)
-                .unwrap_or(usize::MAX);
-            self.keeper_at = Some((index, keeper.as_str().into()));
-        }
+        let index = sinks
+            .iter()
+            .position(|s| *s == keeper)
+            .unwrap_or(usize::MAX);
+        self.keeper_at = Some((index, keeper.as_str().into()));
         let Some(kept) = kept else {
             let start = Start {
                 classifier: Classifier::new(initial),

@@ -295,17 +295,23 @@ async fn beside_an_exactly_once_sink_routes_hand_it_whole_steps_and_start_from_i
     );
     assert_eq!(step.positions.get("ns").map(String::as_str), Some("10"));
     assert_eq!(step.states.len(), 1);
-    assert_eq!(step.states[0].marks.len(), 2, "a mark per route");
+    let record: crate::pipeline::kept::StateRecord =
+        serde_json::from_slice(step.states[0].1.as_deref().expect("not gone")).unwrap();
+    assert_eq!(record.marks.len(), 2, "a mark per route");
     d.commit().await.unwrap();
     assert!(steps.try_recv().is_err(), "nothing moved, no step");
 
     // A new leader starts from what the keeper committed with that step.
-    let kept = Kept {
+    let kept = crate::sinks::Kept {
         seq: step.upto,
         positions: step.positions.clone(),
-        known: Vec::new(),
-        routing: step.states.iter().map(|s| (**s).clone()).collect(),
+        states: step
+            .states
+            .iter()
+            .filter_map(|(k, v)| Some((k.to_string(), v.clone()?)))
+            .collect(),
     };
+    let kept = crate::pipeline::kept::KeptState::decode(kept).unwrap();
     let (d, start) = keeper(Some(kept)).await.unwrap();
     let r = start.router.expect("a router");
     assert_eq!(

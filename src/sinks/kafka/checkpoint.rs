@@ -3,8 +3,8 @@
 //! corresponds to, written as one record keyed by the sink in the same transaction as the
 //! events, to a compacted topic. After a crash, [`read_latest`] gives the last committed one:
 //! what a `read_committed` consumer has seen ends exactly there. With it, [`read_known`]
-//! rebuilds the known state from the compacted state topic written in the same transactions
-//! (uid -> last delivered resourceVersion, a tombstone on delete). Entry points:
+//! reads the objects' states from the compacted state topic written in the same
+//! transactions (uid -> the state the pipeline encoded, a tombstone on delete). Entry points:
 //! [`Checkpoint`], [`read_latest`], [`read_known`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -16,9 +16,6 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use crate::alert::episode::Episode;
-use crate::route::engine::{Mark, ObjectState as RoutingState};
-use crate::model::{KnownObject, ObjectRef, legacy};
 
 /// One sink's position, as committed with its events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,62 +103,15 @@ pub(super) fn apply_checkpoint(
     Ok(())
 }
 
-/// The value of an object's record in the state topic (its key is the object's uid).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct StateRecord {
-    /// The object's resource key (`deployments.apps`); records written before other kinds
-    /// were watched have none and hold Pods, and Pods' records still leave it out.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub resource: String,
-    /// Empty for a cluster-scoped object.
-    pub namespace: String,
-    pub name: String,
-    /// The resourceVersion of the pod's last event committed.
-    pub rv: String,
-    /// With routes or alert rules: the label of the watch scope the object came from.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub scope: String,
-    /// With routes: each route's mark for the object (its chain link, predicate
-    /// fingerprint and match).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub marks: Vec<Mark>,
-    /// With alert rules: the object's open episodes (pending with their deadlines, firing)
-    /// and the memories of closed ones.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub episodes: Vec<Episode>,
-}
-
-impl StateRecord {
-    /// The record's value.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        // Strings, numbers and maps of them always serialize.
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-
-    /// The record of an object's routing state (the key is its uid).
-    pub fn of_routing(state: &RoutingState) -> StateRecord {
-        StateRecord {
-            resource: legacy::stored_resource(state.resource_key()).to_string(),
-            namespace: state.namespace.clone(),
-            name: state.name.clone(),
-            rv: state.rv.clone(),
-            scope: state.scope.clone(),
-            marks: state.marks.clone(),
-            episodes: state.episodes.clone(),
-        }
-    }
-}
-
-/// The known state kept in a compacted state topic: each pod's uid (the key) and its
-/// [`StateRecord`] (the value); a tombstone (a delete) removes it. Read with `read_committed`
-/// to the end of every partition. A record that is not a [`StateRecord`] is an error naming
-/// its place.
+/// The object states kept in a compacted state topic: each object's key (its uid) and its
+/// state as the pipeline encoded it (the value); a tombstone (a delete) removes it. Read with
+/// `read_committed` to the end of every partition.
 pub fn read_known(
     config: &ClientConfig,
     topic: &str,
     limit: Duration,
-) -> Result<Vec<KnownObject>, CheckpointError> {
-    let mut known: HashMap<String, StateRecord> = HashMap::new();
+) -> Result<Vec<(String, Vec<u8>)>, CheckpointError> {
+    let mut known: HashMap<String, Vec<u8>> = HashMap::new();
     let mut corrupt = None;
     read_from(config, topic, &mut HashMap::new(), limit, |m| {
         if corrupt.is_none()
@@ -172,71 +122,37 @@ pub fn read_known(
     })?;
     match corrupt {
         Some(e) => Err(e),
-        None => Ok(known_pods(&known)),
+        None => Ok(known.into_iter().collect()),
     }
 }
 
-/// Applies one record of the state topic: a pod's state, or (a tombstone) its removal.
+/// Applies one record of the state topic: an object's state, or (a tombstone) its removal.
+/// A key that is not UTF-8 is no object's and is an error naming its place.
 pub(super) fn apply_state(
     m: &BorrowedMessage<'_>,
     topic: &str,
-    known: &mut HashMap<String, StateRecord>,
+    known: &mut HashMap<String, Vec<u8>>,
 ) -> Result<(), CheckpointError> {
-    let Some(uid) = m.key().and_then(|k| std::str::from_utf8(k).ok()) else {
+    let Some(key) = m.key() else {
         return Ok(());
     };
-    match m.payload().map(serde_json::from_slice::<StateRecord>) {
+    let Ok(uid) = std::str::from_utf8(key) else {
+        return Err(CheckpointError::Corrupt {
+            topic: topic.to_string(),
+            partition: m.partition(),
+            offset: m.offset(),
+            reason: "the key is not UTF-8".to_string(),
+        });
+    };
+    match m.payload() {
         None => {
             known.remove(uid);
         }
-        Some(Ok(state)) => {
-            known.insert(uid.to_string(), state);
-        }
-        Some(Err(e)) => {
-            return Err(CheckpointError::Corrupt {
-                topic: topic.to_string(),
-                partition: m.partition(),
-                offset: m.offset(),
-                reason: format!("not a pod's state: {e}"),
-            });
+        Some(state) => {
+            known.insert(uid.to_string(), state.to_vec());
         }
     }
     Ok(())
-}
-
-/// The known pods of a state read.
-pub(super) fn known_pods(known: &HashMap<String, StateRecord>) -> Vec<KnownObject> {
-    known
-        .iter()
-        .map(|(uid, s)| KnownObject {
-            object: ObjectRef {
-                uid: uid.clone(),
-                resource: legacy::resource_of(&s.resource).to_string(),
-                namespace: s.namespace.clone(),
-                name: s.name.clone(),
-            },
-            rv: s.rv.clone(),
-        })
-        .collect()
-}
-
-/// The routing states of a state read: the objects with route marks or alert episodes.
-pub(super) fn routing_states(known: &HashMap<String, StateRecord>) -> Vec<RoutingState> {
-    known
-        .iter()
-        .filter(|(_, s)| !s.marks.is_empty() || !s.episodes.is_empty())
-        .map(|(uid, s)| RoutingState {
-            uid: uid.clone(),
-            resource: s.resource.clone(),
-            scope: s.scope.clone(),
-            namespace: s.namespace.clone(),
-            name: s.name.clone(),
-            rv: s.rv.clone(),
-            gone: false,
-            marks: s.marks.clone(),
-            episodes: s.episodes.clone(),
-        })
-        .collect()
 }
 
 /// The reader's client context: partition ends are how it knows it is done, not errors.
@@ -345,71 +261,4 @@ pub(super) fn read_from(
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_state_record_of_the_pod_only_version_reads_as_a_pod_and_pods_keep_that_form() {
-        let old: StateRecord =
-            serde_json::from_str(r#"{"namespace":"ns","name":"p","rv":"7"}"#).expect("a state");
-        let known = known_pods(&HashMap::from([("u".to_string(), old.clone())]));
-        assert_eq!(known[0].object.resource, "pods");
-        assert_eq!(
-            String::from_utf8(old.to_bytes()).expect("UTF-8"),
-            r#"{"namespace":"ns","name":"p","rv":"7"}"#,
-            "a Pod's record is written as before"
-        );
-        let node = StateRecord {
-            resource: "nodes".into(),
-            namespace: String::new(),
-            name: "n".into(),
-            rv: "8".into(),
-            ..StateRecord::default()
-        };
-        let back: StateRecord = serde_json::from_slice(&node.to_bytes()).expect("a state");
-        assert_eq!(known_pods(&HashMap::from([("n".to_string(), back)]))[0].object.resource, "nodes");
-    }
-
-    #[test]
-    fn a_routing_state_round_trips_through_its_record_with_marks_and_episodes() {
-        let state = RoutingState {
-            uid: "u1".into(),
-            resource: "deployments.apps".into(),
-            scope: "deployments.apps/*".into(),
-            namespace: "ns".into(),
-            name: "web".into(),
-            rv: "42".into(),
-            gone: false,
-            marks: vec![Mark {
-                fp: 7,
-                last: "41".into(),
-                matched: true,
-            }],
-            episodes: serde_json::from_str(
-                r#"[{"rule":"rollout_stuck","uid":"u1","namespace":"ns","name":"web","began_rv":"40","began_at":1000,"deadline":601000,"fired":false,"rv":"42","container":null,"facts":{},"message":"m"}]"#,
-            )
-            .expect("an episode"),
-        };
-        let record = StateRecord::of_routing(&state).to_bytes();
-        let back: StateRecord = serde_json::from_slice(&record).expect("a state");
-        let known = HashMap::from([("u1".to_string(), back)]);
-        assert_eq!(routing_states(&known), vec![state]);
-        assert_eq!(known_pods(&known)[0].rv, "42", "the known state reads it too");
-        let plain = HashMap::from([(
-            "u2".to_string(),
-            StateRecord {
-                namespace: "ns".into(),
-                name: "p".into(),
-                rv: "1".into(),
-                ..StateRecord::default()
-            },
-        )]);
-        assert!(
-            routing_states(&plain).is_empty(),
-            "a record without routes or alerts restores no routing state"
-        );
-    }
 }

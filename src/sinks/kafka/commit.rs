@@ -1,6 +1,5 @@
 //! One exactly-once transaction: the events, their state records and the checkpoint, sent
-//! and committed as one unit, sent again after an abort. Shared by the sink's loops
-//! (`exactly_once.rs` without routes, `steps.rs` with them). Entry points: [`transact`],
+//! and committed as one unit, sent again after an abort. Entry points: [`transact`],
 //! [`report`].
 
 use std::collections::HashMap;
@@ -45,7 +44,7 @@ pub(super) async fn transact(
             }
             Err(e @ (TxnError::Fenced(_) | TxnError::Fatal(_))) => {
                 acks.connected(false);
-                return Err(acks.failed(ExactlyOnceError::of(&txn.id, e)));
+                return Err(ExactlyOnceError::of(&txn.id, e).for_sink(acks.sink().clone()));
             }
             Err(e) => {
                 acks.connected(false);

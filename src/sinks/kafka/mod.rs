@@ -3,7 +3,7 @@
 //! [`KafkaSettings`] is the running sink.
 //!
 //! The files depend on each other one way, from the sink down: `sink` (at least once) and
-//! `exactly_once` (its loop; `steps` with routes or alert rules) over `commit` (one
+//! `exactly_once` (its one loop, committing the pipeline's steps) over `commit` (one
 //! transaction) over `take_over` (fence, read the committed state; `state_reader`,
 //! `checkpoint`) over `txn` (the transactional producer) over `record` (an event as a
 //! record), `producer` and `context` (librdkafka's errors).
@@ -18,7 +18,6 @@ pub mod checkpoint;
 mod exactly_once;
 mod sink;
 mod state_reader;
-mod steps;
 mod take_over;
 pub mod txn;
 mod txn_config;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 
-use super::checkpoint::{self, Checkpoint, CheckpointError, StateRecord};
+use super::checkpoint::{self, Checkpoint, CheckpointError};
 use crate::sinks::Kept;
 
 /// Where a reader stands in one sink's checkpoint and state topics, and what it has read.
@@ -24,7 +24,8 @@ pub struct StateReader {
     checkpoint_next: HashMap<i32, i64>,
     state_next: HashMap<i32, i64>,
     latest: Option<Checkpoint>,
-    known: HashMap<String, StateRecord>,
+    /// Each object's state record (opaque) by key.
+    known: HashMap<String, Vec<u8>>,
     /// When it last read to the ends.
     read_at: Option<Instant>,
     /// Records read in its last read.
@@ -92,8 +93,11 @@ impl StateReader {
         Some(Kept {
             seq: c.seq,
             positions: c.positions.clone(),
-            known: checkpoint::known_pods(&self.known),
-            routing: checkpoint::routing_states(&self.known),
+            states: self
+                .known
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         })
     }
 }

@@ -60,6 +60,13 @@ impl ExactlyOnceError {
             },
         }
     }
+
+    /// The sink's fatal error, marked [`SinkError::fenced`] when another replica fenced it.
+    pub(super) fn for_sink(self, sink: Arc<str>) -> SinkError {
+        let fenced = matches!(self, ExactlyOnceError::Fenced { .. });
+        let e = SinkError::new(sink, self);
+        if fenced { e.fenced() } else { e }
+    }
 }
 
 /// How long a standby's reader stays resumable without reading (module docs of
@@ -87,17 +94,14 @@ impl TxnKeeper {
 }
 
 impl Keeper for TxnKeeper {
-    fn take_over(&self, per_namespace: bool) -> BoxFuture<'static, Result<Option<Kept>, SinkError>> {
+    fn take_over(&self) -> BoxFuture<'static, Result<Option<Kept>, SinkError>> {
         let (settings, sink) = (self.settings.clone(), self.sink.clone());
         Box::pin(async move {
-            let failed = |e: ExactlyOnceError| SinkError {
-                sink: sink.clone(),
-                cause: Box::new(e),
-            };
+            let failed = |e: ExactlyOnceError| e.for_sink(sink.clone());
             let Some(txn) = settings.exactly_once.clone() else {
                 return Ok(None);
             };
-            let (ready, kept) = take_over(&settings, &txn, &sink, per_namespace)
+            let (ready, kept) = take_over(&settings, &txn, &sink)
                 .await
                 .map_err(failed)?;
             *lock(&txn.ready) = Some(ready);
@@ -164,7 +168,6 @@ pub(super) async fn take_over(
     settings: &KafkaSettings,
     txn: &TxnSettings,
     sink: &str,
-    per_namespace: bool,
 ) -> Result<(Ready, Option<Kept>), ExactlyOnceError> {
     let started = std::time::Instant::now();
     let config = client_config(settings);
@@ -220,7 +223,7 @@ pub(super) async fn take_over(
         sink,
         transactional_id = %txn.id,
         committed_seq = kept.as_ref().map_or(0, |k| k.seq),
-        known_pods = kept.as_ref().map_or(0, |k| k.known.len()),
+        known_objects = kept.as_ref().map_or(0, |k| k.states.len()),
         fence_ms = fenced.as_millis() as u64,
         read_ms = (started.elapsed() - fenced).as_millis() as u64,
         warm = was_warm,
@@ -231,7 +234,6 @@ pub(super) async fn take_over(
         txns,
         positions: kept.as_ref().map(|k| k.positions.clone()).unwrap_or_default(),
         committed: kept.as_ref().map_or(0, |k| k.seq),
-        per_namespace,
     };
     Ok((ready, kept))
 }

@@ -64,7 +64,6 @@ pub(crate) struct Ready {
     pub(super) positions: BTreeMap<String, String>,
     /// The last committed event's sequence number.
     pub(super) committed: u64,
-    pub(super) per_namespace: bool,
 }
 
 /// A transactional producer.
