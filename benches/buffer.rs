@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kubecast::event::{Event, SCHEMA_FULL, event_id};
-use kubecast::model::ChangeKind;
+use kubecast::model::{ChangeKind, ObjectRef};
 use kubecast::store::{FsyncPolicy, Record, Snapshot, Store, StoreSettings};
 
 const DATA: usize = 2048;
@@ -27,11 +27,13 @@ fn event(seq: u64) -> Event {
         dataschema: SCHEMA_FULL.into(),
         api_version: "v1".into(),
         k8s_kind: "Pod".into(),
-        resource: "pods".into(),
         scope: "*".into(),
-        uid,
-        namespace: "default".into(),
-        name: format!("web-{seq}"),
+        object: ObjectRef {
+            uid,
+            resource: "pods".into(),
+            namespace: "default".into(),
+            name: format!("web-{seq}"),
+        },
         rv: rv.clone(),
         prev_rv: rv,
         inferred: false,

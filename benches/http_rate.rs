@@ -29,10 +29,10 @@ fn events(n: usize) -> Vec<Arc<Event>> {
         .map(|i| {
             let mut e = template.clone();
             e.seq = i as u64;
-            e.uid = format!("00000000-0000-0000-0000-{:012}", i % 1000);
+            e.object.uid = format!("00000000-0000-0000-0000-{:012}", i % 1000);
             e.rv = format!("{}", 1_000_000 + i);
-            e.id = format!("{}:{}:modified", e.uid, e.rv);
-            e.name = format!("checkout-{:06}", i % 1000);
+            e.id = format!("{}:{}:modified", e.object.uid, e.rv);
+            e.object.name = format!("checkout-{:06}", i % 1000);
             e.data = data.clone();
             Arc::new(e)
         })

@@ -42,8 +42,8 @@ fn events(n: usize) -> Vec<Arc<Event>> {
             let mut e = template.clone();
             let pod = i % PODS;
             e.seq = i as u64 + 1;
-            e.uid = format!("00000000-0000-0000-0000-{pod:012}");
-            e.name = format!("checkout-{pod:06}");
+            e.object.uid = format!("00000000-0000-0000-0000-{pod:012}");
+            e.object.name = format!("checkout-{pod:06}");
             e.rv = format!("{}", 1_000_000 + i);
             e.prev_rv = if i < PODS {
                 String::new()
@@ -55,11 +55,11 @@ fn events(n: usize) -> Vec<Arc<Event>> {
             } else {
                 ChangeKind::Modified
             };
-            e.id = event_id(&e.uid, &e.rv, e.kind);
+            e.id = event_id(&e.object.uid, &e.rv, e.kind);
             e.data = data
                 .replace(&rv_field, &format!("\"resourceVersion\":\"{}\"", e.rv))
-                .replace(&name_field, &format!("\"name\":\"{}\"", e.name))
-                .replace(&uid_field, &format!("\"uid\":\"{}\"", e.uid))
+                .replace(&name_field, &format!("\"name\":\"{}\"", e.object.name))
+                .replace(&uid_field, &format!("\"uid\":\"{}\"", e.object.uid))
                 .into();
             Arc::new(e)
         })

@@ -25,8 +25,8 @@ fn events(n: usize) -> Vec<Arc<Event>> {
             let mut e = template.clone();
             e.seq = i as u64;
             e.rv = format!("{}", 1_000_000 + i);
-            e.id = format!("{}-{}", e.uid, e.rv);
-            e.name = format!("checkout-{:06}", i % 1000);
+            e.id = format!("{}-{}", e.object.uid, e.rv);
+            e.object.name = format!("checkout-{:06}", i % 1000);
             Arc::new(e)
         })
         .collect()

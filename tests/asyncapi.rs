@@ -11,7 +11,7 @@ use std::process::Command;
 
 use bytes::Bytes;
 use kubecast::event::{Event, SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY};
-use kubecast::model::ChangeKind;
+use kubecast::model::{ChangeKind, ObjectRef};
 use rdkafka::message::Headers;
 use serde_json::Value;
 use support::deploy::tool;
@@ -51,11 +51,13 @@ fn event(kind: ChangeKind) -> Event {
         dataschema: SCHEMA_FULL.into(),
         api_version: "v1".into(),
         k8s_kind: "Pod".into(),
-        resource: "pods".into(),
         scope: "*".into(),
-        uid: "u".into(),
-        namespace: "ns".into(),
-        name: "p".into(),
+        object: ObjectRef {
+            uid: "u".into(),
+            resource: "pods".into(),
+            namespace: "ns".into(),
+            name: "p".into(),
+        },
         rv: "1".into(),
         prev_rv: String::new(),
         inferred: false,

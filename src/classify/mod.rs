@@ -143,8 +143,8 @@ impl Classifier {
             .map(|(uid, k)| KnownObject {
                 object: ObjectRef {
                     uid: uid.to_string(),
-                    resource: k.resource.to_string(),
-                    namespace: k.namespace.to_string(),
+                    resource: k.resource.clone(),
+                    namespace: k.namespace.clone(),
                     name: k.name.to_string(),
                 },
                 rv: k.rv.to_string(),

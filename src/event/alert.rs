@@ -12,7 +12,7 @@ use serde_json::json;
 use super::{Event, SCHEMA_ALERT};
 use crate::alert::episode::{Episode, alert_id};
 use crate::alert::rule::Rule;
-use crate::model::ChangeKind;
+use crate::model::{ChangeKind, ObjectRef};
 
 /// The event of `kind` (firing or resolved) for episode `ep` of `rule`.
 pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -> Event {
@@ -56,11 +56,13 @@ pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -
         dataschema: SCHEMA_ALERT.into(),
         api_version: about.api_version.as_str().into(),
         k8s_kind: about.kind.as_str().into(),
-        resource: resource.key().clone(),
         scope: "".into(),
-        uid: about.uid.clone(),
-        namespace: about.namespace.clone(),
-        name: about.name.clone(),
+        object: ObjectRef {
+            uid: about.uid.clone(),
+            resource: resource.key().clone(),
+            namespace: about.namespace.as_str().into(),
+            name: about.name.clone(),
+        },
         rv: ep.rv.clone(),
         // The alert stream's chain: a `firing` links to the last alert event of its rule
         // for this object (empty for the first), a `resolved` to its `firing`.

@@ -42,8 +42,8 @@ impl Compat {
         [
             ("kind", event.k8s_kind.to_string()),
             ("apiversion", event.api_version.to_string()),
-            ("name", event.name.clone()),
-            ("namespace", event.namespace.clone()),
+            ("name", event.object.name.clone()),
+            ("namespace", event.object.namespace.to_string()),
         ]
     }
 }

@@ -9,6 +9,7 @@ use super::redact::Shape;
 use super::{Event, event_id};
 use crate::classify::Change;
 use crate::kinds::{self, Resource};
+use crate::model::ObjectRef;
 use crate::vocab::DataMode;
 
 /// Pods' schema URNs; the files are `schemas/pod-{full,summary,reference}.v1.json`. Other
@@ -99,11 +100,13 @@ impl Encoder {
             dataschema: r.schema_urn(mode),
             api_version: r.api_version().clone(),
             k8s_kind: r.kind_name().clone(),
-            resource: r.key().clone(),
             scope: change.scope.clone(),
-            uid: change.uid.clone(),
-            namespace: change.namespace.clone(),
-            name: change.name.clone(),
+            object: ObjectRef {
+                uid: change.uid.clone(),
+                resource: r.key().clone(),
+                namespace: change.namespace.as_str().into(),
+                name: change.name.clone(),
+            },
             rv: change.rv.clone(),
             prev_rv: change.prev_rv.clone(),
             inferred: change.inferred,

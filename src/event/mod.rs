@@ -25,7 +25,7 @@ pub use encode::{
 };
 pub use redact_config::RedactConfig;
 
-use crate::model::ChangeKind;
+use crate::model::{ChangeKind, ObjectRef};
 
 use std::sync::Arc;
 
@@ -70,16 +70,11 @@ pub struct Event {
     pub api_version: Arc<str>,
     /// The object's kind (`Deployment`): the `k8skind` extension.
     pub k8s_kind: Arc<str>,
-    /// The object's resource key (`deployments.apps`, `pods`): where its known state
-    /// belongs. Not an attribute.
-    pub resource: Arc<str>,
     /// The label of the watch scope it came from ([`crate::classify::Scope::label`]); empty
     /// in events logged before other kinds were watched. Not an attribute.
     pub scope: Arc<str>,
-    pub uid: String,
-    /// Empty for a cluster-scoped object.
-    pub namespace: String,
-    pub name: String,
+    /// Which object (its resource key, where its known state belongs, is no attribute).
+    pub object: ObjectRef,
     /// resourceVersion of the object in this event (the last known one for an inferred delete).
     pub rv: String,
     /// resourceVersion of this pod's previous event; empty on `added`.
@@ -107,11 +102,7 @@ pub struct Event {
 impl Event {
     /// `{namespace}/{name}`, or `{name}` for a cluster-scoped object.
     pub fn subject(&self) -> String {
-        if self.namespace.is_empty() {
-            self.name.clone()
-        } else {
-            format!("{}/{}", self.namespace, self.name)
-        }
+        self.object.subject()
     }
 
     /// [`Event::scope_label`] as a shared string: the event's own, without a copy, unless it
@@ -130,7 +121,7 @@ impl Event {
         if !self.scope.is_empty() {
             &self.scope
         } else if per_namespace {
-            &self.namespace
+            &self.object.namespace
         } else {
             "*"
         }
@@ -154,12 +145,12 @@ impl Event {
             ("time", self.time.clone()),
             ("datacontenttype", DATA_CONTENT_TYPE.to_string()),
             ("dataschema", self.dataschema.to_string()),
-            ("partitionkey", self.uid.clone()),
+            ("partitionkey", self.object.uid.clone()),
             ("k8skind", self.k8s_kind.to_string()),
             ("k8sapiversion", self.api_version.to_string()),
-            ("k8suid", self.uid.clone()),
-            ("k8snamespace", self.namespace.clone()),
-            ("k8sname", self.name.clone()),
+            ("k8suid", self.object.uid.clone()),
+            ("k8snamespace", self.object.namespace.to_string()),
+            ("k8sname", self.object.name.clone()),
             ("k8srv", self.rv.clone()),
             ("k8sprevrv", self.prev_rv.clone()),
         ];
@@ -181,11 +172,11 @@ impl Event {
     /// reference` sends when the event itself is too large for it. Same id and chain.
     pub fn as_reference(&self) -> Event {
         let mut meta = serde_json::Map::new();
-        if !self.namespace.is_empty() {
-            meta.insert("namespace".into(), self.namespace.clone().into());
+        if !self.object.namespace.is_empty() {
+            meta.insert("namespace".into(), (*self.object.namespace).into());
         }
-        meta.insert("name".into(), self.name.clone().into());
-        meta.insert("uid".into(), self.uid.clone().into());
+        meta.insert("name".into(), self.object.name.clone().into());
+        meta.insert("uid".into(), self.object.uid.clone().into());
         meta.insert("resourceVersion".into(), self.rv.clone().into());
         let data = serde_json::json!({
             "apiVersion": &*self.api_version,
@@ -266,11 +257,13 @@ mod tests {
             dataschema: "urn:x".into(),
             api_version: "v1".into(),
             k8s_kind: "Pod".into(),
-            resource: "pods".into(),
             scope: "*".into(),
-            uid: "u1".into(),
-            namespace: "ns".into(),
-            name: "p".into(),
+            object: ObjectRef {
+                uid: "u1".into(),
+                resource: "pods".into(),
+                namespace: "ns".into(),
+                name: "p".into(),
+            },
             rv: "42".into(),
             prev_rv: String::new(),
             inferred: false,
@@ -350,11 +343,9 @@ mod tests {
 
     #[test]
     fn a_cluster_scoped_object_is_its_own_subject() {
-        let e = Event {
-            namespace: String::new(),
-            name: "node-1".into(),
-            ..sample(ChangeKind::Modified)
-        };
+        let mut e = sample(ChangeKind::Modified);
+        e.object.namespace = "".into();
+        e.object.name = "node-1".into();
         assert_eq!(e.subject(), "node-1");
     }
 

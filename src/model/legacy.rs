@@ -11,6 +11,11 @@ pub fn pods() -> String {
     PODS.to_string()
 }
 
+/// [`PODS`] as a shared string: the serde default of an object's `resource`.
+pub fn pods_key() -> std::sync::Arc<str> {
+    PODS.into()
+}
+
 /// The resource a record names, reading an empty one as Pods'.
 pub fn resource_of(stored: &str) -> &str {
     if stored.is_empty() { PODS } else { stored }

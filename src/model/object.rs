@@ -1,6 +1,8 @@
 //! Which object a change is about ([`ObjectRef`]) and an object as known at one
 //! resourceVersion ([`KnownObject`]): the identity every stage shares.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::legacy;
@@ -12,10 +14,10 @@ pub struct ObjectRef {
     pub uid: String,
     /// Its resource's key (`pods`, `deployments.apps`); state written before other kinds were
     /// watched has none and holds Pods ([`legacy::pods`]).
-    #[serde(default = "legacy::pods")]
-    pub resource: String,
+    #[serde(default = "legacy::pods_key")]
+    pub resource: Arc<str>,
     /// Empty for a cluster-scoped object.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     pub name: String,
 }
 
@@ -32,6 +34,11 @@ impl ObjectRef {
     /// `{namespace}/{name}`, or `{name}` for a cluster-scoped object.
     pub fn subject(&self) -> String {
         subject(&self.namespace, &self.name)
+    }
+
+    /// The resource as a record stores it: empty for Pods ([`legacy::stored_resource`]).
+    pub fn stored_resource(&self) -> &str {
+        legacy::stored_resource(&self.resource)
     }
 }
 
@@ -53,7 +60,7 @@ mod tests {
         let old = r#"{"uid":"u","namespace":"ns","name":"a","rv":"7"}"#;
         let k: KnownObject = serde_json::from_str(old).expect("an old snapshot entry");
         assert_eq!(
-            k.object.resource, "pods",
+            &*k.object.resource, "pods",
             "entries before other kinds are Pods'"
         );
         let back = serde_json::to_value(&k).expect("serializes");

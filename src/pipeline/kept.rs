@@ -99,9 +99,9 @@ impl StateRecord {
     /// resourceVersion; `None` (a tombstone) for a delete.
     pub fn of_event(e: &Event) -> Option<StateRecord> {
         (e.kind != ChangeKind::Deleted).then(|| StateRecord {
-            resource: legacy::stored_resource(&e.resource).to_string(),
-            namespace: e.namespace.clone(),
-            name: e.name.clone(),
+            resource: legacy::stored_resource(&e.object.resource).to_string(),
+            namespace: e.object.namespace.to_string(),
+            name: e.object.name.clone(),
             rv: e.rv.clone(),
             ..StateRecord::default()
         })
@@ -111,8 +111,8 @@ impl StateRecord {
         KnownObject {
             object: ObjectRef {
                 uid: uid.to_string(),
-                resource: legacy::resource_of(&self.resource).to_string(),
-                namespace: self.namespace.clone(),
+                resource: legacy::resource_of(&self.resource).into(),
+                namespace: self.namespace.as_str().into(),
                 name: self.name.clone(),
             },
             rv: self.rv.clone(),
@@ -161,7 +161,7 @@ mod tests {
     fn a_state_record_of_the_pod_only_version_reads_as_a_pod_and_pods_keep_that_form() {
         let old = br#"{"namespace":"ns","name":"p","rv":"7"}"#.to_vec();
         let (known, _) = decode(&[("u".to_string(), old.clone())]).expect("decodes");
-        assert_eq!(known[0].object.resource, "pods");
+        assert_eq!(&*known[0].object.resource, "pods");
         let again: StateRecord = serde_json::from_slice(&old).expect("a state");
         assert_eq!(again.to_bytes(), old, "a Pod's record is written as before");
         let node = StateRecord {
@@ -171,7 +171,7 @@ mod tests {
             ..StateRecord::default()
         };
         let (known, _) = decode(&[("n".to_string(), node.to_bytes())]).expect("decodes");
-        assert_eq!(known[0].object.resource, "nodes");
+        assert_eq!(&*known[0].object.resource, "nodes");
     }
 
     #[test]

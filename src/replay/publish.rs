@@ -19,7 +19,7 @@ use super::ReplayError;
 use super::decode::{data_bytes, time_text};
 use super::facts::{Facts, resource_of_source};
 use crate::event::Event;
-use crate::model::ChangeKind;
+use crate::model::{ChangeKind, ObjectRef};
 use crate::sinks::kafka::KafkaConfig;
 use crate::sinks::queue::QueueTx;
 use crate::sinks::{KeeperFeed, Report, SinkKind, Sinks, WhenFull};
@@ -199,16 +199,18 @@ pub fn to_kubecast(event: &CloudEvent, facts: &Facts) -> Option<Event> {
         id: event.id().to_string(),
         kind,
         ty: event.ty().into(),
-        resource: resource_of_source(event.source().as_str()).into(),
         scope: "".into(),
         api_version: text("k8sapiversion", "v1"),
         k8s_kind: text("k8skind", "Pod"),
         source: event.source().to_string(),
         time: time_text(event).unwrap_or_default(),
         dataschema: dataschema.into(),
-        uid: facts.uid.clone()?,
-        namespace: facts.namespace.clone().unwrap_or_default(),
-        name: facts.name.clone().unwrap_or_default(),
+        object: ObjectRef {
+            uid: facts.uid.clone()?,
+            resource: resource_of_source(event.source().as_str()).into(),
+            namespace: facts.namespace.as_deref().unwrap_or_default().into(),
+            name: facts.name.clone().unwrap_or_default(),
+        },
         rv: facts.rv.clone().unwrap_or_default(),
         prev_rv: facts.prev_rv.clone().unwrap_or_default(),
         inferred: flag("k8sinferred"),

@@ -219,10 +219,10 @@ pub struct Vars<'a> {
 impl<'a> Vars<'a> {
     pub fn of(event: &'a crate::event::Event) -> Vars<'a> {
         Vars {
-            namespace: &event.namespace,
-            name: &event.name,
+            namespace: &event.object.namespace,
+            name: &event.object.name,
             kind: &event.k8s_kind,
-            resource: &event.resource,
+            resource: &event.object.resource,
         }
     }
 }

@@ -95,8 +95,8 @@ impl State {
         let pos = self.front;
         self.front += 1;
         self.bytes -= size(&e);
-        if self.modified_at.get(e.uid.as_str()) == Some(&pos) {
-            self.modified_at.remove(e.uid.as_str());
+        if self.modified_at.get(e.object.uid.as_str()) == Some(&pos) {
+            self.modified_at.remove(e.object.uid.as_str());
         }
         Some(e)
     }
@@ -178,7 +178,7 @@ impl QueueTx {
         }
         if c.when_full == WhenFull::Coalesce
             && event.kind == ChangeKind::Modified
-            && let Some(pos) = st.modified_at.get(event.uid.as_str()).copied()
+            && let Some(pos) = st.modified_at.get(event.object.uid.as_str()).copied()
         {
             let idx = (pos - st.front) as usize;
             let old = st.items[idx].clone();
@@ -193,10 +193,10 @@ impl QueueTx {
             let pos = st.front + st.items.len() as u64;
             match event.kind {
                 ChangeKind::Modified if c.when_full == WhenFull::Coalesce => {
-                    st.modified_at.insert(event.uid.clone(), pos);
+                    st.modified_at.insert(event.object.uid.clone(), pos);
                 }
                 _ => {
-                    st.modified_at.remove(event.uid.as_str());
+                    st.modified_at.remove(event.object.uid.as_str());
                 }
             }
             st.bytes += n;
@@ -354,11 +354,11 @@ mod tests {
         assert_eq!(tx.push(a2).await, Ok(Pushed::Coalesced));
         let first = rx.recv().await.unwrap();
         assert_eq!(
-            (first.uid.as_str(), first.rv.as_str(), first.seq),
+            (first.object.uid.as_str(), first.rv.as_str(), first.seq),
             ("a", "3", 1),
             "a's latest state, in a's place"
         );
-        assert_eq!(rx.recv().await.unwrap().uid, "b");
+        assert_eq!(rx.recv().await.unwrap().object.uid, "b");
     }
 
     #[tokio::test]

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::event::Event;
-use crate::model::ChangeKind;
+use crate::model::{ChangeKind, ObjectRef};
 use crate::route::engine::ObjectState;
 
 /// One entry of the log.
@@ -68,12 +68,12 @@ impl Record {
                 });
                 out.put_u8(u8::from(e.inferred) | (u8::from(e.initial) << 1));
                 for s in [
-                    &e.id,
+                    e.id.as_str(),
                     &e.source,
                     &e.time,
-                    &e.uid,
-                    &e.namespace,
-                    &e.name,
+                    &e.object.uid,
+                    &e.object.namespace,
+                    &e.object.name,
                     &e.rv,
                     &e.prev_rv,
                 ] {
@@ -82,7 +82,13 @@ impl Record {
                 put_bytes(out, e.dataschema.as_bytes());
                 put_bytes(out, &e.data);
                 put_opt(out, e.route.as_deref());
-                for s in [&e.ty, &e.api_version, &e.k8s_kind, &e.resource, &e.scope] {
+                for s in [
+                    &e.ty,
+                    &e.api_version,
+                    &e.k8s_kind,
+                    &e.object.resource,
+                    &e.scope,
+                ] {
                     put_bytes(out, s.as_bytes());
                 }
             }
@@ -158,13 +164,16 @@ impl Record {
                     ty,
                     api_version,
                     k8s_kind,
-                    resource,
                     scope,
                     source: next(),
                     time: next(),
-                    uid: next(),
-                    namespace: next(),
-                    name: next(),
+                    // Fields are evaluated in this order: uid, namespace, name as written.
+                    object: ObjectRef {
+                        uid: next(),
+                        resource,
+                        namespace: next().into(),
+                        name: next(),
+                    },
                     rv: next(),
                     prev_rv: next(),
                     dataschema: next().into(),
@@ -260,12 +269,14 @@ pub(crate) mod tests {
             dataschema: crate::event::SCHEMA_FULL.into(),
             api_version: "v1".into(),
             k8s_kind: "Pod".into(),
-            resource: "pods".into(),
             // Derived from the namespace, as for events logged by the Pod-only version.
             scope: "".into(),
-            uid: uid.into(),
-            namespace: "ns".into(),
-            name: format!("pod-{uid}"),
+            object: ObjectRef {
+                uid: uid.into(),
+                resource: "pods".into(),
+                namespace: "ns".into(),
+                name: format!("pod-{uid}"),
+            },
             rv: rv.into(),
             prev_rv: String::new(),
             inferred: kind == ChangeKind::Deleted,
@@ -347,9 +358,9 @@ pub(crate) mod tests {
             &e.id,
             &e.source,
             &e.time,
-            &e.uid,
-            &e.namespace,
-            &e.name,
+            e.object.uid.as_str(),
+            &e.object.namespace,
+            &e.object.name,
             &e.rv,
             &e.prev_rv,
         ] {
@@ -373,7 +384,7 @@ pub(crate) mod tests {
         assert!(from_watch);
         assert_eq!(&*read.ty, "io.k8s.core.v1.pod.modified");
         assert_eq!(
-            (&*read.api_version, &*read.k8s_kind, &*read.resource),
+            (&*read.api_version, &*read.k8s_kind, &*read.object.resource),
             ("v1", "Pod", "pods")
         );
         assert_eq!(
@@ -388,17 +399,17 @@ pub(crate) mod tests {
 
     #[test]
     fn an_event_of_another_kind_keeps_its_type_kind_resource_and_scope() {
-        let e = Event {
+        let mut e = Event {
             ty: "io.k8s.core.v1.node.added".into(),
             api_version: "v1".into(),
             k8s_kind: "Node".into(),
-            resource: "nodes".into(),
             scope: "nodes/*".into(),
-            namespace: String::new(),
             dataschema: "urn:kubecast:schema:node-full:v1".into(),
             from_watch: true,
             ..event(4, "n", "2", ChangeKind::Added)
         };
+        e.object.resource = "nodes".into();
+        e.object.namespace = "".into();
         let r = Record::Event {
             event: Arc::new(e),
             from_watch: true,

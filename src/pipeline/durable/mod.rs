@@ -160,7 +160,9 @@ impl Durable {
         }
         if self.feed.has_keeper() && self.states_of_events {
             let value = StateRecord::of_event(&event).map(|r| r.to_bytes());
-            self.step.states.push((event.uid.as_str().into(), value));
+            self.step
+                .states
+                .push((event.object.uid.as_str().into(), value));
         }
         let Some(store) = self.store.as_mut() else {
             event.seq = self.next_seq;

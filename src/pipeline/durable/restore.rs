@@ -73,10 +73,10 @@ impl Durable {
                 Record::Event { event, from_watch } if router.is_none() => {
                     // A logged event moves its object's known state as it did when emitted.
                     classifier.restore_object(
-                        &event.uid,
-                        &event.resource,
-                        &event.namespace,
-                        &event.name,
+                        &event.object.uid,
+                        &event.object.resource,
+                        &event.object.namespace,
+                        &event.object.name,
                         &event.rv,
                         event.kind == ChangeKind::Deleted,
                     );

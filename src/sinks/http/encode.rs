@@ -37,19 +37,19 @@ pub fn header_bytes(mode: Mode, event: &Event, overrides: &[(String, String)]) -
                 event.id.len(),
                 event.source.len(),
                 event.ty.len(),
-                event.namespace.len() + event.name.len() + 1,
+                event.object.namespace.len() + event.object.name.len() + 1,
                 event.time.len(),
                 event.dataschema.len(),
-                3 * event.uid.len(),
+                3 * event.object.uid.len(),
                 event.k8s_kind.len(),
                 event.api_version.len(),
-                event.namespace.len(),
-                event.name.len(),
+                event.object.namespace.len(),
+                event.object.name.len(),
                 event.rv.len(),
                 event.prev_rv.len(),
             ];
             // The compat shape repeats kind, apiVersion, name and namespace.
-            let compat = event.k8s_kind.len() + event.api_version.len() + event.name.len() + event.namespace.len();
+            let compat = event.k8s_kind.len() + event.api_version.len() + event.object.name.len() + event.object.namespace.len();
             let over: usize = overrides.iter().map(|(k, v)| k.len() + 3 * v.len() + 8).sum();
             3 * (values.iter().sum::<usize>() + compat) + 1024 + over
         }
@@ -181,11 +181,11 @@ use crate::model::ChangeKind;
         e.compat = Some(Compat::Apiserversource);
         let attrs: std::collections::BTreeMap<_, _> = e.attributes().into_iter().collect();
         assert_eq!(attrs["type"], "dev.knative.apiserver.resource.add");
-        assert_eq!((attrs["kind"].as_str(), attrs["name"].as_str()), (&*e.k8s_kind, e.name.as_str()));
+        assert_eq!((attrs["kind"].as_str(), attrs["name"].as_str()), (&*e.k8s_kind, e.object.name.as_str()));
         assert_eq!(attrs["apiversion"], &*e.api_version);
-        assert_eq!(attrs["namespace"], e.namespace);
+        assert_eq!(attrs["namespace"], &*e.object.namespace);
         assert_eq!(attrs["id"], e.id, "kubecast's id is kept");
-        assert_eq!(attrs["k8suid"], e.uid, "kubecast's extensions are kept");
+        assert_eq!(attrs["k8suid"], e.object.uid, "kubecast's extensions are kept");
         e.kind = ChangeKind::Modified;
         assert_eq!(e.as_reference().attributes()[3].1, "dev.knative.apiserver.ref.update");
         e.kind = ChangeKind::Deleted;

@@ -124,7 +124,7 @@ impl Window {
             if e.state != State::Waiting {
                 continue;
             }
-            let key = e.event.uid.as_str();
+            let key = e.event.object.uid.as_str();
             if self.busy.contains(key) || blocked.contains(key) {
                 blocked.insert(key);
                 continue;
@@ -151,7 +151,7 @@ impl Window {
         for &i in &taken {
             let e = &mut self.entries[i];
             e.state = State::Sending;
-            self.busy.insert(e.event.uid.clone());
+            self.busy.insert(e.event.object.uid.clone());
             events.push((e.event.clone(), e.body.clone()));
         }
         self.waiting -= taken.len();
@@ -167,7 +167,7 @@ impl Window {
                     None => State::Delivered,
                     Some(r) => State::Refused(r.to_string()),
                 };
-                let uid = e.event.uid.clone();
+                let uid = e.event.object.uid.clone();
                 self.busy.remove(&uid);
             }
         }
@@ -179,7 +179,7 @@ impl Window {
         for &p in positions {
             if let Some(e) = self.entry(p) {
                 e.state = State::Waiting;
-                let uid = e.event.uid.clone();
+                let uid = e.event.object.uid.clone();
                 self.busy.remove(&uid);
                 self.waiting += 1;
                 self.scan_from = self.scan_from.min(p);
@@ -291,11 +291,11 @@ mod tests {
             let mut step = |w: &mut Window, flying: &mut Vec<Request>, answer: u8, pick: usize| {
                 while flying.len() < 3 {
                     let Some((p, e)) = w.next_request(max_events, 1000, false) else { break };
-                    let mut keys: Vec<&str> = e.iter().map(|(e, _)| e.uid.as_str()).collect();
+                    let mut keys: Vec<&str> = e.iter().map(|(e, _)| e.object.uid.as_str()).collect();
                     keys.dedup();
                     for (_, other) in flying.iter() {
                         for (o, _) in other {
-                            prop_assert!(!keys.contains(&o.uid.as_str()), "two requests of one object at once");
+                            prop_assert!(!keys.contains(&o.object.uid.as_str()), "two requests of one object at once");
                         }
                     }
                     flying.push((p, e));
@@ -306,7 +306,7 @@ mod tests {
                     0 => w.retry(&p),
                     _ => {
                         for (e, _) in &e {
-                            let s = &mut sent[e.uid.parse::<usize>().unwrap()];
+                            let s = &mut sent[e.object.uid.parse::<usize>().unwrap()];
                             prop_assert!(s.last().is_none_or(|l| *l < e.seq), "an object's events overtook each other");
                             s.push(e.seq);
                         }

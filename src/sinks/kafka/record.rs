@@ -131,7 +131,7 @@ pub(super) async fn enqueue(
     }
     let (record, delivery) = Producer::record(&topic);
     let mut record = record
-        .key(event.uid.as_str())
+        .key(event.object.uid.as_str())
         .payload(payload.as_ref())
         .headers(headers);
     let mut wait = Duration::from_millis(1);
