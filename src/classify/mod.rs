@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 pub use object::{Object, Scope, label_of_stored};
 
 use crate::kinds::Resource;
-use crate::model::{ChangeKind, KnownObject, ObjectRef};
+use crate::model::{ChangeKind, KnownObject, ObjectKey, ObjectRef};
 
 /// What a fresh start does with pods that already exist.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,8 +106,7 @@ impl Classifier {
         let mut c = Classifier::new(initial);
         c.restored = true;
         for k in known {
-            let o = &k.object;
-            c.remember(&o.uid, &o.resource, &o.namespace, &o.name, &k.rv, 0);
+            c.remember(k.object.key(), &k.rv, 0);
         }
         c
     }
@@ -120,19 +119,11 @@ impl Classifier {
     }
 
     /// Sets one object's known state (replaying a logged state); `gone`: forgets it.
-    pub fn restore_object(
-        &mut self,
-        uid: &str,
-        resource: &str,
-        namespace: &str,
-        name: &str,
-        rv: &str,
-        gone: bool,
-    ) {
+    pub fn restore_object(&mut self, object: ObjectKey<'_>, rv: &str, gone: bool) {
         if gone {
-            self.forget(uid);
+            self.forget(object.uid);
         } else {
-            self.remember(uid, resource, namespace, name, rv, self.epoch);
+            self.remember(object, rv, self.epoch);
         }
     }
 
@@ -279,15 +270,13 @@ impl Classifier {
         })
     }
 
-    fn remember(
-        &mut self,
-        uid: &str,
-        resource: &str,
-        namespace: &str,
-        name: &str,
-        rv: &str,
-        seen: u32,
-    ) {
+    fn remember(&mut self, object: ObjectKey<'_>, rv: &str, seen: u32) {
+        let ObjectKey {
+            uid,
+            resource,
+            namespace,
+            name,
+        } = object;
         let namespace = self.intern(namespace);
         let resource = self.intern(resource);
         let known = Known {
@@ -306,14 +295,13 @@ impl Classifier {
 
     /// Remembers `o`, an object of `scope`'s resource, as seen in list epoch `seen`.
     fn remember_object(&mut self, scope: &Scope, o: &Object, seen: u32) {
-        self.remember(
-            &o.uid,
-            scope.resource.key(),
-            &o.namespace,
-            &o.name,
-            &o.rv,
-            seen,
-        );
+        let key = ObjectKey {
+            uid: &o.uid,
+            resource: scope.resource.key(),
+            namespace: &o.namespace,
+            name: &o.name,
+        };
+        self.remember(key, &o.rv, seen);
     }
 
     /// Removes `uid` from the known state (and from its resource's count).

@@ -2,7 +2,8 @@
 //! watch, the classifier, routing, the events, the durable store, the sinks' checkpoints and
 //! replay share one vocabulary instead of each spelling it out.
 //!
-//! It holds [`ObjectRef`] (which object: resource, namespace, name, uid), [`KnownObject`]
+//! It holds [`ObjectRef`] (which object: resource, namespace, name, uid; [`ObjectKey`]
+//! borrowed), [`KnownObject`]
 //! (an object as known at one resourceVersion), [`ChangeKind`] (what happened to it),
 //! [`FieldPath`] (a path into an object's fields) and [`legacy`], the one place that reads
 //! state written when kubecast watched Pods only. It imports nothing of the crate.
@@ -13,5 +14,5 @@ mod object;
 mod path;
 
 pub use change::ChangeKind;
-pub use object::{KnownObject, ObjectRef};
+pub use object::{KnownObject, ObjectKey, ObjectRef};
 pub use path::{FieldPath, PathError, Step};

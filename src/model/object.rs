@@ -21,6 +21,17 @@ pub struct ObjectRef {
     pub name: String,
 }
 
+/// An object's identity, borrowed: what a stage passes on without copying its strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectKey<'a> {
+    pub uid: &'a str,
+    /// Its resource's key (`pods`, `deployments.apps`).
+    pub resource: &'a str,
+    /// Empty for a cluster-scoped object.
+    pub namespace: &'a str,
+    pub name: &'a str,
+}
+
 /// An object as known at one resourceVersion: what the classifier keeps per object, what the
 /// snapshot and the exactly-once checkpoint store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +42,16 @@ pub struct KnownObject {
 }
 
 impl ObjectRef {
+    /// Its identity, borrowed.
+    pub fn key(&self) -> ObjectKey<'_> {
+        ObjectKey {
+            uid: &self.uid,
+            resource: &self.resource,
+            namespace: &self.namespace,
+            name: &self.name,
+        }
+    }
+
     /// `{namespace}/{name}`, or `{name}` for a cluster-scoped object.
     pub fn subject(&self) -> String {
         subject(&self.namespace, &self.name)

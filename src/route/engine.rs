@@ -100,6 +100,16 @@ pub struct Router {
 
 impl ObjectState {
     /// The object's resource key (`pods` for a state without one).
+    /// The object's identity, borrowed.
+    pub fn key(&self) -> crate::model::ObjectKey<'_> {
+        crate::model::ObjectKey {
+            uid: &self.uid,
+            resource: self.resource_key(),
+            namespace: &self.namespace,
+            name: &self.name,
+        }
+    }
+
     pub fn resource_key(&self) -> &str {
         crate::model::legacy::resource_of(&self.resource)
     }

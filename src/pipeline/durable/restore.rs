@@ -72,14 +72,8 @@ impl Durable {
                 // With a router, the pod states below are the known state.
                 Record::Event { event, from_watch } if router.is_none() => {
                     // A logged event moves its object's known state as it did when emitted.
-                    classifier.restore_object(
-                        &event.object.uid,
-                        &event.object.resource,
-                        &event.object.namespace,
-                        &event.object.name,
-                        &event.rv,
-                        event.kind == ChangeKind::Deleted,
-                    );
+                    let gone = event.kind == ChangeKind::Deleted;
+                    classifier.restore_object(event.object.key(), &event.rv, gone);
                     if from_watch {
                         let label = event.scope_key(durable.per_namespace);
                         durable.positions.insert(label, Some(event.rv.clone()));
@@ -94,14 +88,7 @@ impl Durable {
                 Record::State {
                     state, from_watch, ..
                 } => {
-                    classifier.restore_object(
-                        &state.uid,
-                        state.resource_key(),
-                        &state.namespace,
-                        &state.name,
-                        &state.rv,
-                        state.gone,
-                    );
+                    classifier.restore_object(state.key(), &state.rv, state.gone);
                     if let Some(r) = router.as_mut() {
                         r.restore(&state);
                     }

@@ -42,14 +42,7 @@ fn ns() -> crate::classify::Scope {
 /// Moves `c`'s known state as a logged event does after a restart.
 fn mirror(c: &mut Classifier, e: &Event) {
     let gone = e.kind == ChangeKind::Deleted;
-    c.restore_object(
-        &e.object.uid,
-        &e.object.resource,
-        &e.object.namespace,
-        &e.object.name,
-        &e.rv,
-        gone,
-    );
+    c.restore_object(e.object.key(), &e.rv, gone);
 }
 
 /// Logs `events` as seen on the watch, mirroring them into `classifier` as the bridge does.
