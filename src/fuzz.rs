@@ -7,9 +7,7 @@
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::event::RedactConfig;
-use crate::event::redact::{Shape, full_data};
-use crate::event::redact_model;
+use crate::redact::{RedactConfig, Shape, full_data, model};
 
 /// A target's body: any bytes in, a panic when its property breaks.
 pub type Body = fn(&[u8]);
@@ -91,7 +89,7 @@ pub fn redaction(data: &[u8]) {
         },
     };
     let got = full_data(rest, &redact, Shape { secret }, "v1", "Pod");
-    let want = redact_model::full_by_value(rest, &redact, secret);
+    let want = model::full_by_value(rest, &redact, secret);
     match (&got, &want) {
         // A last-applied copy holding a number beyond f64: the pass redacts the copy it can
         // read without that number, the model cannot read it and redacts it whole. The marker
@@ -100,8 +98,8 @@ pub fn redaction(data: &[u8]) {
         (Ok(out), Ok(want)) => {
             let out: Value = serde_json::from_slice(out).expect("full data is JSON");
             assert_eq!(
-                redact_model::normalized(out),
-                redact_model::normalized(want.clone()),
+                model::normalized(out),
+                model::normalized(want.clone()),
                 "the pass and its model differ"
             );
         }
@@ -120,7 +118,7 @@ pub fn redaction(data: &[u8]) {
     if obj.to_string().contains(marker) {
         return;
     }
-    let marked = redact_model::marked(obj, marker, secret);
+    let marked = model::marked(obj, marker, secret);
     let bytes = serde_json::to_vec(&marked).expect("a Value serializes");
     let out = full_data(
         &bytes,
@@ -289,10 +287,10 @@ mod tests {
             "../fuzz/regressions/redaction/number-beyond-f64"
         ));
         let obj = br#"{"apiVersion":"v1","kind":"Pod","n":1e400,"spec":{"containers":[{"env":[{"value":"s"}]}]}}"#;
-        let out = crate::event::redact::full_data(
+        let out = crate::redact::full_data(
             obj,
-            &crate::event::RedactConfig::default(),
-            crate::event::redact::Shape::default(),
+            &crate::redact::RedactConfig::default(),
+            crate::redact::Shape::default(),
             "v1",
             "Pod",
         )

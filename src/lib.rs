@@ -56,6 +56,7 @@ pub mod net;
 pub mod ops;
 pub mod pipeline;
 pub mod rbac;
+pub mod redact;
 pub mod replay;
 pub mod route;
 pub mod sinks;

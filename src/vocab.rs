@@ -1,5 +1,5 @@
 //! The words the config and its components share: a validation [`Issue`] (a field path and
-//! what is wrong), the name checks, and the [`DataMode`]. A leaf: it depends on nothing of
+//! what is wrong), the name checks, the [`DataMode`] and the [`Compat`] shape. A leaf: it depends on nothing of
 //! kubecast's, so `config` (which gathers every component's config) and the components
 //! (which report issues in their own validation) both use it and the dependencies run one way.
 
@@ -56,4 +56,12 @@ pub enum DataMode {
     Summary,
     /// Only the object's identity.
     Reference,
+}
+
+/// A compatibility shape for events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compat {
+    /// Knative Eventing's ApiServerSource.
+    Apiserversource,
 }

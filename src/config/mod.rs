@@ -15,7 +15,7 @@ mod proptests;
 
 pub use crate::classify::InitialList;
 pub use crate::cluster::KubernetesConfig;
-pub use crate::event::RedactConfig;
+pub use crate::redact::RedactConfig;
 pub use crate::store::StateConfig;
 pub use crate::vocab::{DataMode, Issue};
 pub use crate::watch::StreamingList;

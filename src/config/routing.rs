@@ -81,8 +81,8 @@ pub(super) fn route_topics(config: &Config) -> BTreeMap<String, Vec<(String, Str
 /// Per sink, the (route, shape) of each route that feeds it and sets a `compat`.
 pub(super) fn route_compat(
     config: &Config,
-) -> BTreeMap<String, Vec<(String, crate::event::Compat)>> {
-    let mut out: BTreeMap<String, Vec<(String, crate::event::Compat)>> = BTreeMap::new();
+) -> BTreeMap<String, Vec<(String, crate::vocab::Compat)>> {
+    let mut out: BTreeMap<String, Vec<(String, crate::vocab::Compat)>> = BTreeMap::new();
     for (name, r) in &config.routes {
         if let Some(c) = r.compat {
             for s in &r.sinks {

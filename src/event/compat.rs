@@ -1,24 +1,16 @@
 //! Compatibility shapes: the attributes another event source gives the same change, so that
 //! the consumers written for it keep matching when kubecast replaces it. Entry point:
-//! [`Compat`], set on an event by the sink that sends it (`compat:` on a sink or a route).
+//! [`Compat`] (the config's value, in `vocab`; its shaping here), set on an event by the sink
+//! that sends it (`compat:` on a sink or a route).
 //!
 //! `apiserversource` is Knative Eventing's ApiServerSource: types
 //! `dev.knative.apiserver.resource.add|update|delete` (`dev.knative.apiserver.ref.*` when
 //! `data` is a reference) and the extensions `kind`, `apiversion`, `name` and `namespace`.
 //! kubecast's own id, source, subject and extensions stay as they are.
 
-use serde::{Deserialize, Serialize};
-
 use super::Event;
 use crate::model::ChangeKind;
-
-/// A compatibility shape for events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Compat {
-    /// Knative Eventing's ApiServerSource.
-    Apiserversource,
-}
+pub use crate::vocab::Compat;
 
 impl Compat {
     /// The `type` of `event` in this shape; `None` keeps kubecast's (alert events).

@@ -4,12 +4,11 @@
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use super::RedactConfig;
-use super::redact::Shape;
 use super::{Event, event_id};
 use crate::classify::Change;
 use crate::kinds::{self, Resource};
 use crate::model::ObjectRef;
+use crate::redact::{RedactConfig, Shape, shape_of};
 use crate::vocab::DataMode;
 
 /// Pods' schema URNs; the files are `schemas/pod-{full,summary,reference}.v1.json`. Other
@@ -159,7 +158,7 @@ impl Encoder {
     }
 
     fn full(&self, r: &Resource, obj: &[u8]) -> Result<Bytes, String> {
-        super::redact::full_data(obj, &self.redact, shape_of(r), r.api_version(), &r.kind)
+        crate::redact::full_data(obj, &self.redact, shape_of(r), r.api_version(), &r.kind)
             .map(Bytes::from)
     }
 
@@ -170,21 +169,14 @@ impl Encoder {
             return summary;
         }
         // A summary is always an object; were it not, nothing of it is sent.
-        super::redact::full_data(
+        crate::redact::full_data(
             &summary,
             &self.redact,
             Shape::default(),
             r.api_version(),
             &r.kind,
         )
-        .unwrap_or_else(|_| super::redact::REDACTED_JSON.to_vec())
-    }
-}
-
-/// What `r`'s objects hold that is redacted beyond what their shape shows.
-pub fn shape_of(r: &Resource) -> Shape {
-    Shape {
-        secret: kinds::of(r).secret_data(),
+        .unwrap_or_else(|_| crate::redact::REDACTED_JSON.to_vec())
     }
 }
 

@@ -8,22 +8,12 @@
 mod alert;
 mod compat;
 mod encode;
-mod json_key;
-pub mod redact;
-mod redact_config;
-#[doc(hidden)]
-pub mod redact_model;
-#[cfg(test)]
-mod redact_proptests;
-#[cfg(test)]
-mod redact_tests;
 
 pub use alert::alert_event;
 pub use compat::Compat;
 pub use encode::{
-    EncodeError, Encoder, SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY, shape_of,
+    EncodeError, Encoder, SCHEMA_ALERT, SCHEMA_FULL, SCHEMA_REFERENCE, SCHEMA_SUMMARY,
 };
-pub use redact_config::RedactConfig;
 
 use crate::model::{ChangeKind, ObjectRef};
 

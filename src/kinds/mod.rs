@@ -1,6 +1,6 @@
 //! What kubecast knows of particular kinds, kept out of the pipeline: each kind's `summary`
 //! data and whether its `data` is secret. Pod specs are found by their shape wherever they sit
-//! (`event::redact`), so no kind needs to say where its pod templates are. The watch, classifier, store,
+//! (`redact`), so no kind needs to say where its pod templates are. The watch, classifier, store,
 //! sinks and replay know no kind; they carry a [`Resource`].
 //!
 //! Entry points: [`Resource`] (a served resource and the contract derived from it),

@@ -1,5 +1,5 @@
 //! Pods: the summary (phase, conditions, container states, node, IPs, labels, owner; schema
-//! `schemas/pod-summary.v1.json`). Its env values are redacted by shape (`event::redact`).
+//! `schemas/pod-summary.v1.json`). Its env values are redacted by shape (`redact`).
 //! A Pod's summary is written straight from its JSON where it can, else from the parsed
 //! object, through the same shell (`pod_shell.rs`).
 

@@ -116,12 +116,12 @@ fn redact_data(event: &mut Event) {
     }
     let secret = extension_text(event, "k8skind").as_deref() == Some("Secret")
         && extension_text(event, "k8sapiversion").as_deref() == Some("v1");
-    let shape = crate::event::redact::Shape { secret };
-    let redact = crate::event::RedactConfig::default();
+    let shape = crate::redact::Shape { secret };
+    let redact = crate::redact::RedactConfig::default();
     let Some(bytes) = data_bytes(event) else {
         return;
     };
-    let Ok(out) = crate::event::redact::redacted(&bytes, &redact, shape) else {
+    let Ok(out) = crate::redact::redacted(&bytes, &redact, shape) else {
         return;
     };
     if out[..] == bytes[..] {

@@ -52,7 +52,7 @@ pub struct RouteConfig {
     /// `apiserversource` (Knative's ApiServerSource types and extensions, beside kubecast's
     /// own). Default: the sink's `compat`, else kubecast's own shape.
     #[serde(default)]
-    pub compat: Option<crate::event::Compat>,
+    pub compat: Option<crate::vocab::Compat>,
 }
 
 /// The event types a route can name, as written.

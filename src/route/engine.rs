@@ -19,9 +19,9 @@ use super::config::Route;
 use crate::alert::episode::{Episode, Episodes, Seen, Transition};
 use crate::alert::rule::Rule;
 use crate::classify::Change;
-use crate::event::redact::redacted_value;
-use crate::event::{RedactConfig, shape_of};
 use crate::model::ChangeKind;
+use crate::redact::redacted_value;
+use crate::redact::{RedactConfig, shape_of};
 
 /// What a route keeps of one pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

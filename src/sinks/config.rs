@@ -42,11 +42,11 @@ pub struct Common {
     /// matching: `apiserversource` (Knative's ApiServerSource types and extensions, beside
     /// kubecast's own id and extensions). Default: none, kubecast's own shape.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compat: Option<crate::event::Compat>,
+    pub compat: Option<crate::vocab::Compat>,
     /// The routes that feed this sink and set a `compat` of their own (route name, shape),
     /// filled in from `routes:` before validation; not a field of the sink.
     #[serde(skip)]
-    pub route_compat: Vec<(String, crate::event::Compat)>,
+    pub route_compat: Vec<(String, crate::vocab::Compat)>,
     /// The topics of the routes that feed this sink and set their own (route name, template),
     /// filled in from `routes:` before validation; not a field of the sink.
     #[serde(skip)]

@@ -1,6 +1,6 @@
 //! The reference model of the redaction pass: the whole object as a `serde_json::Value`,
-//! changed in place, the rules written as plainly as the module docs of `event::redact` say
-//! them. The property tests and the fuzz targets hold [`super::redact::full_data`] to it, and
+//! changed in place, the rules written as plainly as the module docs of `redact` say
+//! them. The property tests and the fuzz targets hold [`super::full_data`] to it, and
 //! [`marked`] places a marker wherever a secret may sit, for the property that none survives.
 //! Entry points: [`full_by_value`], [`marked`], [`normalized`].
 
@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use super::RedactConfig;
 
 const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
-const LAST_APPLIED: &str = super::redact::LAST_APPLIED;
+const LAST_APPLIED: &str = super::LAST_APPLIED;
 
 /// `full` data of `obj` as the model makes it (apiVersion `v1` and kind `Pod` added where
 /// missing); `Err` where `obj` is not a JSON object.

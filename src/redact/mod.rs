@@ -30,8 +30,25 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::json_key::{Key, write_key};
-use super::redact_config::RedactConfig;
+mod config;
+mod json_key;
+#[doc(hidden)]
+pub mod model;
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;
+
+pub use config::RedactConfig;
+
+use json_key::{Key, write_key};
+
+/// What `r`'s objects hold that is redacted beyond what their shape shows.
+pub fn shape_of(r: &crate::kinds::Resource) -> Shape {
+    Shape {
+        secret: crate::kinds::of(r).secret_data(),
+    }
+}
 
 /// What replaces a redacted value, as JSON: the string `<redacted>`.
 pub(crate) const REDACTED_JSON: &[u8] = b"\"<redacted>\"";

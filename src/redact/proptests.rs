@@ -1,4 +1,4 @@
-//! Property tests of `full_data` against its reference model (`redact_model`): the whole
+//! Property tests of `full_data` against its reference model (`redact::model`): the whole
 //! object as a `serde_json::Value`, changed in place. For pod-shaped objects with arbitrary members, keys
 //! and strings (escapes, unicode), container lists at any depth and last-applied copies, both
 //! give the same JSON; for anything else, both refuse.
@@ -6,11 +6,11 @@
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
-const LAST_APPLIED: &str = super::redact::LAST_APPLIED;
+const LAST_APPLIED: &str = super::LAST_APPLIED;
 
 use super::RedactConfig;
-use super::redact::{Shape, full_data};
-use super::redact_model::{full_by_value, normalized};
+use super::model::{full_by_value, normalized};
+use super::{Shape, full_data};
 
 /// Any JSON value, a few levels deep, with strings that need escaping.
 fn any_json() -> impl Strategy<Value = Value> {
@@ -193,7 +193,7 @@ proptest! {
         secret in any::<bool>(),
     ) {
         let marker = "kubecast-redaction-marker";
-        let marked = super::redact_model::marked(pod, marker, secret);
+        let marked = super::model::marked(pod, marker, secret);
         let bytes = serde_json::to_vec(&marked).expect("a Value serializes");
         let out = full_data(&bytes, &RedactConfig::default(), Shape { secret }, "v1", "Pod").expect("an object");
         prop_assert!(!String::from_utf8_lossy(&out).contains(marker), "{}", String::from_utf8_lossy(&out));

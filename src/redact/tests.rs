@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::RedactConfig;
-use super::redact::{Shape, full_data, redacted_value};
+use super::{Shape, full_data, redacted_value};
 
 const SECRET: Shape = Shape { secret: true };
 
@@ -125,7 +125,7 @@ fn every_value_of_a_secret_is_redacted_and_its_keys_kept() {
 
 #[test]
 fn the_last_applied_copy_is_redacted_as_the_object_it_copies() {
-    let key = super::redact::LAST_APPLIED;
+    let key = super::LAST_APPLIED;
     let secret_copy = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
         "data": {"password": "aHVudGVyMg=="}, "stringData": {"token": "plain"}});
     let s = full(
@@ -175,7 +175,7 @@ fn the_last_applied_copy_is_redacted_as_the_object_it_copies() {
 
 #[test]
 fn configured_annotations_and_labels_add_to_the_defaults() {
-    let key = super::redact::LAST_APPLIED;
+    let key = super::LAST_APPLIED;
     let redact = RedactConfig {
         annotations: vec!["example.com/token".into()],
         labels: vec!["owner".into()],
