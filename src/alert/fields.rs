@@ -20,6 +20,26 @@ pub fn check(path: &FieldPath) -> Result<(), String> {
     check_in(&POD, "a Pod", path)
 }
 
+/// Checks `path` against the objects of the resources `names` (kubectl's names): with Pods
+/// only, against the Pod; else against every built-in kind among them that kubecast ships
+/// a schema of, where some may lack it (`status.readyReplicas` on a route of Deployments and
+/// Pods) but none having it is a mistake.
+pub fn check_for(names: &[&str], path: &FieldPath) -> Result<(), String> {
+    let pods = crate::kinds::Resource::pods();
+    if names.iter().all(|n| pods.answers_to(n)) {
+        return check(path);
+    }
+    let results: Vec<Result<(), String>> = names
+        .iter()
+        .filter_map(|n| crate::kinds::schema::shipped_api_type(n))
+        .map(|(what, schema)| check_in(&schema, &what, path))
+        .collect();
+    match results.iter().find(|r| r.is_err()) {
+        Some(Err(e)) if results.iter().all(Result::is_err) => Err(e.clone()),
+        _ => Ok(()),
+    }
+}
+
 /// The same against `root`, the JSON Schema of `object` (`a Deployment`).
 pub fn check_in(root: &Value, object: &str, path: &FieldPath) -> Result<(), String> {
     if root.is_null() {

@@ -43,8 +43,8 @@ pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -
         "beganResourceVersion": ep.began_rv,
         "resourceVersion": ep.rv,
     });
-    if resource.is_pod() {
-        data["pod"] = json!({"namespace": ep.namespace, "name": ep.name, "uid": ep.uid});
+    if let Some(member) = crate::kinds::of(resource).alert_member() {
+        data[member] = json!({"namespace": ep.namespace, "name": ep.name, "uid": ep.uid});
     }
     Event {
         seq: 0,

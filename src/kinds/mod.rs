@@ -8,11 +8,13 @@
 //! [`discovery`] (asking the apiserver what it serves). Supporting a new kind's extras is one
 //! file with a [`Kind`] and one line in [`of`].
 
+pub mod aspects;
 pub mod discovery;
 mod event;
 mod generic;
 mod node;
 mod pod;
+mod pod_aspects;
 mod pod_shell;
 pub mod resolve;
 mod resource;
@@ -39,6 +41,12 @@ pub trait Kind: Sync {
     /// Whether `data` and `stringData` hold secrets (every value is redacted).
     fn secret_data(&self) -> bool {
         false
+    }
+
+    /// The member of an alert's `data` that names the object alerted on (its namespace,
+    /// name and uid), for the kinds whose alerts always had one (`pod`).
+    fn alert_member(&self) -> Option<&'static str> {
+        None
     }
 }
 

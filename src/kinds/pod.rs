@@ -18,6 +18,10 @@ impl Kind for Pod {
     fn summary_from_slice(&self, obj: &[u8], _: &Resource) -> Option<Vec<u8>> {
         super::pod_shell::summary(obj)
     }
+
+    fn alert_member(&self) -> Option<&'static str> {
+        Some("pod")
+    }
 }
 
 #[cfg(test)]

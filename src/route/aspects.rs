@@ -1,30 +1,22 @@
-//! The aspects of a Pod a route's change predicate can name (`phase`, `readiness`,
-//! `container_states`, `restart_counts`, `node`, `ips`, `labels`, `annotations`, `spec`, or
-//! any field by a path such as `status.qosClass` or `spec.containers[*].image`), and a
-//! fingerprint of each: a `modified` event passes a predicate when the fingerprint of one of
-//! its aspects differs from the pod's previous one. Fingerprints are 64-bit FNV-1a hashes of
+//! The aspects of an object a route's change predicate can name (`labels`, `annotations`,
+//! `spec`, `status`, `conditions`, `generation`, `owners`, a kind's own such as a Pod's
+//! `phase` or `readiness` ([`crate::kinds::aspects`]), or any field by a path such as
+//! `status.qosClass` or `spec.containers[*].image`), and a fingerprint of each: a
+//! `modified` event passes a predicate when the fingerprint of one of its aspects differs
+//! from the object's previous one. Fingerprints are 64-bit FNV-1a hashes of
 //! the aspect's JSON (object keys sorted): stable across runs and builds, so they can be kept
 //! in the durable state. Entry points: [`Aspect`], [`fingerprint`].
 
 use serde_json::Value;
 
+use crate::kinds::aspects::{self, Feed, KindAspect};
 use crate::model::FieldPath;
 
-/// One aspect of a Pod.
+/// One aspect of an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Aspect {
-    /// `status.phase`.
-    Phase,
-    /// The `Ready` condition and each container's `ready`.
-    Readiness,
-    /// Each container's state (waiting, running, terminated) with its reason and exit code.
-    ContainerStates,
-    /// Each container's restart count.
-    RestartCounts,
-    /// `spec.nodeName`.
-    Node,
-    /// `status.podIPs` and `status.hostIP`.
-    Ips,
+    /// An aspect only one kind has (a Pod's phase).
+    Kind(&'static KindAspect),
     /// `metadata.labels`.
     Labels,
     /// `metadata.annotations`.
@@ -46,13 +38,10 @@ pub enum Aspect {
 impl Aspect {
     /// The aspect a predicate entry names: one of the names above, or a field path.
     pub fn parse(text: &str) -> Result<Aspect, String> {
+        if let Some(a) = aspects::named(text) {
+            return Ok(Aspect::Kind(a));
+        }
         Ok(match text {
-            "phase" => Aspect::Phase,
-            "readiness" => Aspect::Readiness,
-            "container_states" => Aspect::ContainerStates,
-            "restart_counts" => Aspect::RestartCounts,
-            "node" => Aspect::Node,
-            "ips" => Aspect::Ips,
             "labels" => Aspect::Labels,
             "annotations" => Aspect::Annotations,
             "spec" => Aspect::Spec,
@@ -64,8 +53,11 @@ impl Aspect {
                 Aspect::Path(FieldPath::parse(path).map_err(|e| e.to_string())?)
             }
             other => {
+                let names: Vec<&str> = aspects::all().map(|a| a.name).collect();
+                let of = aspects::all().next().map_or("", |a| a.what);
                 return Err(format!(
-                    "`{other}` is not an aspect (phase, readiness, container_states, restart_counts, node, ips for Pods; labels, annotations, spec, status, conditions, generation, owners for any kind) or a field path (status.qosClass)"
+                    "`{other}` is not an aspect ({} for {of}; labels, annotations, spec, status, conditions, generation, owners for any kind) or a field path (status.qosClass)",
+                    names.join(", ")
                 ));
             }
         })
@@ -73,65 +65,22 @@ impl Aspect {
 }
 
 impl Aspect {
-    /// Whether only Pods have it (refused on a route that can take other kinds).
-    pub fn pod_only(&self) -> bool {
-        matches!(
-            self,
-            Aspect::Phase
-                | Aspect::Readiness
-                | Aspect::ContainerStates
-                | Aspect::RestartCounts
-                | Aspect::Node
-                | Aspect::Ips
-        )
+    /// The kind whose objects alone have it (refused on a route that can take other kinds).
+    pub fn kind_only(&self) -> Option<&'static KindAspect> {
+        match self {
+            Aspect::Kind(a) => Some(a),
+            _ => None,
+        }
     }
 }
 
-/// The fingerprint of `aspect` in `pod` (an object of any kind as JSON; the Pod-only
-/// aspects read a Pod's fields).
+/// The fingerprint of `aspect` in `pod` (an object of any kind as JSON; a kind's own
+/// aspects read that kind's fields).
 pub fn fingerprint(pod: &Value, aspect: &Aspect) -> u64 {
     let status = &pod["status"];
-    let containers = || {
-        ["initContainerStatuses", "containerStatuses"]
-            .into_iter()
-            .flat_map(|list| status[list].as_array().into_iter().flatten())
-    };
     let mut h = Fnv::new();
     match aspect {
-        Aspect::Phase => h.value(&status["phase"]),
-        Aspect::Readiness => {
-            let ready = status["conditions"]
-                .as_array()
-                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
-                .map_or(&Value::Null, |c| &c["status"]);
-            h.value(ready);
-            for c in containers() {
-                h.value(&c["name"]);
-                h.value(&c["ready"]);
-            }
-        }
-        Aspect::ContainerStates => {
-            for c in containers() {
-                h.value(&c["name"]);
-                // The state's kind and why, not its timestamps.
-                if let Some((kind, detail)) = c["state"].as_object().and_then(|m| m.iter().next()) {
-                    h.bytes(kind.as_bytes());
-                    h.value(&detail["reason"]);
-                    h.value(&detail["exitCode"]);
-                }
-            }
-        }
-        Aspect::RestartCounts => {
-            for c in containers() {
-                h.value(&c["name"]);
-                h.value(&c["restartCount"]);
-            }
-        }
-        Aspect::Node => h.value(&pod["spec"]["nodeName"]),
-        Aspect::Ips => {
-            h.value(&status["podIPs"]);
-            h.value(&status["hostIP"]);
-        }
+        Aspect::Kind(a) => (a.feed)(pod, &mut h),
         Aspect::Labels => h.value(&pod["metadata"]["labels"]),
         Aspect::Annotations => h.value(&pod["metadata"]["annotations"]),
         Aspect::Spec => h.value(&pod["spec"]),
@@ -161,7 +110,9 @@ impl Fnv {
     fn new() -> Fnv {
         Fnv(0xcbf2_9ce4_8422_2325)
     }
+}
 
+impl Feed for Fnv {
     fn bytes(&mut self, bytes: &[u8]) {
         for b in bytes {
             self.0 ^= u64::from(*b);

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::aspects::Aspect;
 use super::selector;
+use crate::kinds::aspects::KindAspect;
 use crate::model::ChangeKind;
 use crate::vocab::{DataMode, Issue};
 
@@ -105,10 +106,10 @@ impl RouteConfig {
         }
         // What the route can take: its own resources, else everything watched.
         let takes: &[String] = &self.resources;
-        let only_pods = if takes.is_empty() {
-            watched.iter().all(|w| is_pods(w))
+        let names: Vec<&str> = if takes.is_empty() {
+            watched.to_vec()
         } else {
-            takes.iter().all(|r| is_pods(r))
+            takes.iter().map(String::as_str).collect()
         };
         if self.sinks.is_empty() {
             issues.push(Issue::new(
@@ -164,33 +165,25 @@ impl RouteConfig {
         for (i, c) in self.changes.iter().enumerate() {
             // Paths are checked against the schema of every built-in kind the route can take
             // (a custom resource's is known only once the apiserver was asked: not checked).
-            let names: Vec<&str> = if takes.is_empty() {
-                watched.to_vec()
-            } else {
-                takes.iter().map(String::as_str).collect()
-            };
             let checked = Aspect::parse(c).and_then(|a| match &a {
-                Aspect::Path(p) if only_pods => crate::alert::fields::check(p).map(|()| a),
-                // Some of the kinds may lack it (`status.readyReplicas` on a route of
-                // Deployments and Pods); none having it is a mistake.
-                Aspect::Path(p) => {
-                    let results: Vec<Result<(), String>> = names
-                        .iter()
-                        .filter_map(|n| crate::kinds::schema::shipped_api_type(n))
-                        .map(|(what, schema)| crate::alert::fields::check_in(&schema, &what, p))
-                        .collect();
-                    match results.iter().find(|r| r.is_err()) {
-                        Some(Err(e)) if results.iter().all(Result::is_err) => Err(e.clone()),
-                        _ => Ok(a),
-                    }
-                }
+                Aspect::Path(p) => crate::alert::fields::check_for(&names, p).map(|()| a),
                 _ => Ok(a),
             });
+            let alone = |k: &KindAspect| {
+                let r = (k.resource)();
+                names.iter().all(|n| r.answers_to(n))
+            };
             match checked {
-                Ok(a) if a.pod_only() && !only_pods => issues.push(Issue::new(
-                    format!("{at}.changes[{i}]"),
-                    format!("`{c}` is an aspect of Pods only, and this route can take other kinds; set `resources: [pods]` on the route, or use labels, annotations, spec, status, conditions, generation, owners or a path"),
-                )),
+                Ok(a) if a.kind_only().is_some_and(|k| !alone(k)) => {
+                    let (what, plural) = a
+                        .kind_only()
+                        .map(|k| (k.what, (k.resource)().plural.clone()))
+                        .unwrap_or_default();
+                    issues.push(Issue::new(
+                        format!("{at}.changes[{i}]"),
+                        format!("`{c}` is an aspect of {what} only, and this route can take other kinds; set `resources: [{plural}]` on the route, or use labels, annotations, spec, status, conditions, generation, owners or a path"),
+                    ))
+                }
                 Ok(a) => changes.push(a),
                 Err(e) => issues.push(Issue::new(format!("{at}.changes[{i}]"), e)),
             }
@@ -216,13 +209,6 @@ impl RouteConfig {
             topic: self.topic.clone(),
         })
     }
-}
-
-/// Whether `name` is one of kubectl's names for core/v1 Pods.
-pub fn is_pods(name: &str) -> bool {
-    ["pods", "pod", "po"]
-        .iter()
-        .any(|p| p.eq_ignore_ascii_case(name.trim()))
 }
 
 impl Route {
