@@ -1,7 +1,8 @@
 //! Aspects that only one kind's objects have (a Pod's phase, readiness, container states,
 //! restart counts, node and IPs): what a route's change predicate can name beyond the
 //! aspects every kind has. Each is a name, the resource whose objects have it, and what it
-//! feeds into the aspect's fingerprint. Entry points: [`named`], [`all`].
+//! feeds into the aspect's fingerprint. Entry point: [`KindAspect`]; the kinds' lists are
+//! [`super::own_aspects`].
 
 use std::sync::Arc;
 
@@ -42,13 +43,3 @@ impl PartialEq for KindAspect {
 }
 
 impl Eq for KindAspect {}
-
-/// Every kind's own aspects.
-pub fn all() -> impl Iterator<Item = &'static KindAspect> {
-    super::pod_aspects::ASPECTS.iter()
-}
-
-/// The kind aspect called `name`, if any kind has one.
-pub fn named(name: &str) -> Option<&'static KindAspect> {
-    all().find(|a| a.name == name)
-}

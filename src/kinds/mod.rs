@@ -50,6 +50,16 @@ pub trait Kind: Sync {
     }
 }
 
+/// Every kind's own aspects for route predicates (a Pod's phase, readiness, ...).
+pub fn own_aspects() -> impl Iterator<Item = &'static aspects::KindAspect> {
+    pod_aspects::ASPECTS.iter()
+}
+
+/// The kind aspect called `name`, if any kind has one.
+pub fn own_aspect(name: &str) -> Option<&'static aspects::KindAspect> {
+    own_aspects().find(|a| a.name == name)
+}
+
 /// The extras of `resource`'s kind: a built-in's own, or the generic ones.
 pub fn of(resource: &Resource) -> &'static dyn Kind {
     match (resource.group.as_str(), resource.kind.as_str()) {

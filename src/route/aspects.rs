@@ -1,6 +1,6 @@
 //! The aspects of an object a route's change predicate can name (`labels`, `annotations`,
 //! `spec`, `status`, `conditions`, `generation`, `owners`, a kind's own such as a Pod's
-//! `phase` or `readiness` ([`crate::kinds::aspects`]), or any field by a path such as
+//! `phase` or `readiness` ([`crate::kinds::own_aspects`]), or any field by a path such as
 //! `status.qosClass` or `spec.containers[*].image`), and a fingerprint of each: a
 //! `modified` event passes a predicate when the fingerprint of one of its aspects differs
 //! from the object's previous one. Fingerprints are 64-bit FNV-1a hashes of
@@ -9,7 +9,8 @@
 
 use serde_json::Value;
 
-use crate::kinds::aspects::{self, Feed, KindAspect};
+use crate::kinds::aspects::{Feed, KindAspect};
+use crate::kinds::{own_aspect, own_aspects};
 use crate::model::FieldPath;
 
 /// One aspect of an object.
@@ -38,7 +39,7 @@ pub enum Aspect {
 impl Aspect {
     /// The aspect a predicate entry names: one of the names above, or a field path.
     pub fn parse(text: &str) -> Result<Aspect, String> {
-        if let Some(a) = aspects::named(text) {
+        if let Some(a) = own_aspect(text) {
             return Ok(Aspect::Kind(a));
         }
         Ok(match text {
@@ -53,8 +54,8 @@ impl Aspect {
                 Aspect::Path(FieldPath::parse(path).map_err(|e| e.to_string())?)
             }
             other => {
-                let names: Vec<&str> = aspects::all().map(|a| a.name).collect();
-                let of = aspects::all().next().map_or("", |a| a.what);
+                let names: Vec<&str> = own_aspects().map(|a| a.name).collect();
+                let of = own_aspects().next().map_or("", |a| a.what);
                 return Err(format!(
                     "`{other}` is not an aspect ({} for {of}; labels, annotations, spec, status, conditions, generation, owners for any kind) or a field path (status.qosClass)",
                     names.join(", ")
