@@ -22,7 +22,7 @@ fn event(seq: u64) -> Event {
         id: event_id(&uid, &rv, ChangeKind::Modified),
         kind: ChangeKind::Modified,
         source: "k8s://bench/api/v1/namespaces/default/pods".into(),
-        time: "2026-12-03T00:00:00.000000000Z".into(),
+        time: "2026-12-03T00:00:00.000000000Z".parse().expect("a time"),
         ty: ChangeKind::Modified.event_type().into(),
         dataschema: SCHEMA_FULL.into(),
         api_version: "v1".into(),

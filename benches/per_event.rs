@@ -76,7 +76,7 @@ fn wire_bytes(event: &Event, wire: Wire) -> usize {
                 .attributes()
                 .into_iter()
                 .filter(|(k, _)| *k != "datacontenttype")
-                .map(|(k, v)| (k.to_string(), v))
+                .map(|(k, v)| (k.to_string(), v.into_owned()))
                 .collect();
             properties.len() + event.data.len()
         }

@@ -46,7 +46,7 @@ fn event(kind: ChangeKind) -> Event {
         id: "u:1:added".into(),
         kind,
         source: "k8s://c/api/v1/namespaces/ns/pods".into(),
-        time: "2026-01-01T00:00:00Z".into(),
+        time: "2026-01-01T00:00:00Z".parse().expect("a time"),
         ty: kind.event_type().into(),
         dataschema: SCHEMA_FULL.into(),
         api_version: "v1".into(),

@@ -52,7 +52,7 @@ pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -
         kind,
         ty: kind.event_type().into(),
         source: resource.source(cluster, &ep.namespace),
-        time: jiff::Timestamp::now().to_string(),
+        time: jiff::Timestamp::now(),
         dataschema: SCHEMA_ALERT.into(),
         api_version: about.api_version.as_str().into(),
         k8s_kind: about.kind.as_str().into(),

@@ -8,6 +8,8 @@
 //! `data` is a reference) and the extensions `kind`, `apiversion`, `name` and `namespace`.
 //! kubecast's own id, source, subject and extensions stay as they are.
 
+use std::borrow::Cow;
+
 use super::Event;
 use crate::model::ChangeKind;
 pub use crate::vocab::Compat;
@@ -29,13 +31,13 @@ impl Compat {
     }
 
     /// The extensions this shape adds to `event`'s own.
-    pub fn extensions(self, event: &Event) -> [(&'static str, String); 4] {
+    pub fn extensions(self, event: &Event) -> [(&'static str, Cow<'_, str>); 4] {
         let Compat::Apiserversource = self;
         [
-            ("kind", event.k8s_kind.to_string()),
-            ("apiversion", event.api_version.to_string()),
-            ("name", event.object.name.clone()),
-            ("namespace", event.object.namespace.to_string()),
+            ("kind", Cow::Borrowed(&*event.k8s_kind)),
+            ("apiversion", Cow::Borrowed(&*event.api_version)),
+            ("name", Cow::Borrowed(event.object.name.as_str())),
+            ("namespace", Cow::Borrowed(&*event.object.namespace)),
         ]
     }
 }

@@ -95,7 +95,7 @@ impl Encoder {
             kind: change.kind,
             ty: r.event_type(change.kind),
             source: r.source(&self.cluster, &change.namespace),
-            time: observed.to_string(),
+            time: observed,
             dataschema: r.schema_urn(mode),
             api_version: r.api_version().clone(),
             k8s_kind: r.kind_name().clone(),

@@ -17,6 +17,7 @@ pub use encode::{
 
 use crate::model::{ChangeKind, ObjectRef};
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -52,8 +53,8 @@ pub struct Event {
     /// `k8s://{cluster}` and the collection's API path
     /// (`k8s://prod/apis/apps/v1/namespaces/shop/deployments`).
     pub source: String,
-    /// RFC 3339 time at which kubecast observed the change.
-    pub time: String,
+    /// When kubecast observed the change; a sink writes it as RFC 3339.
+    pub time: jiff::Timestamp,
     /// URN of the JSON Schema that `data` follows.
     pub dataschema: Arc<str>,
     /// The object's `apiVersion` (`apps/v1`): the `k8sapiversion` extension.
@@ -119,37 +120,40 @@ impl Event {
 
     /// Every attribute but `data`, as (name, value) pairs in a fixed order, for binary mode.
     /// Booleans are `true`/`false`; `k8sinferred` appears on deletes only and `k8sinitial`
-    /// on adds only.
-    pub fn attributes(&self) -> Vec<(&'static str, String)> {
+    /// on adds only. The values are borrowed from the event where they are its own strings.
+    pub fn attributes(&self) -> Vec<(&'static str, Cow<'_, str>)> {
+        let flag = |b: bool| Cow::Borrowed(if b { "true" } else { "false" });
         let mut out = vec![
-            ("specversion", "1.0".to_string()),
-            ("id", self.id.clone()),
-            ("source", self.source.clone()),
+            ("specversion", Cow::Borrowed("1.0")),
+            ("id", Cow::Borrowed(self.id.as_str())),
+            ("source", Cow::Borrowed(self.source.as_str())),
             (
                 "type",
-                self.compat
-                    .and_then(|c| c.event_type(self))
-                    .map_or_else(|| self.ty.to_string(), str::to_string),
+                Cow::Borrowed(
+                    self.compat
+                        .and_then(|c| c.event_type(self))
+                        .unwrap_or(&self.ty),
+                ),
             ),
-            ("subject", self.subject()),
-            ("time", self.time.clone()),
-            ("datacontenttype", DATA_CONTENT_TYPE.to_string()),
-            ("dataschema", self.dataschema.to_string()),
-            ("partitionkey", self.object.uid.clone()),
-            ("k8skind", self.k8s_kind.to_string()),
-            ("k8sapiversion", self.api_version.to_string()),
-            ("k8suid", self.object.uid.clone()),
-            ("k8snamespace", self.object.namespace.to_string()),
-            ("k8sname", self.object.name.clone()),
-            ("k8srv", self.rv.clone()),
-            ("k8sprevrv", self.prev_rv.clone()),
+            ("subject", Cow::Owned(self.subject())),
+            ("time", Cow::Owned(self.time.to_string())),
+            ("datacontenttype", Cow::Borrowed(DATA_CONTENT_TYPE)),
+            ("dataschema", Cow::Borrowed(&*self.dataschema)),
+            ("partitionkey", Cow::Borrowed(self.object.uid.as_str())),
+            ("k8skind", Cow::Borrowed(&*self.k8s_kind)),
+            ("k8sapiversion", Cow::Borrowed(&*self.api_version)),
+            ("k8suid", Cow::Borrowed(self.object.uid.as_str())),
+            ("k8snamespace", Cow::Borrowed(&*self.object.namespace)),
+            ("k8sname", Cow::Borrowed(self.object.name.as_str())),
+            ("k8srv", Cow::Borrowed(self.rv.as_str())),
+            ("k8sprevrv", Cow::Borrowed(self.prev_rv.as_str())),
         ];
         if self.truncated {
-            out.push(("k8struncated", "true".to_string()));
+            out.push(("k8struncated", flag(true)));
         }
         match self.kind {
-            ChangeKind::Added => out.push(("k8sinitial", self.initial.to_string())),
-            ChangeKind::Deleted => out.push(("k8sinferred", self.inferred.to_string())),
+            ChangeKind::Added => out.push(("k8sinitial", flag(self.initial))),
+            ChangeKind::Deleted => out.push(("k8sinferred", flag(self.inferred))),
             ChangeKind::Modified | ChangeKind::AlertFiring | ChangeKind::AlertResolved => {}
         }
         if let Some(c) = self.compat {
@@ -199,12 +203,12 @@ impl Event {
             .into_iter()
             .map(|(k, v)| {
                 // Booleans are JSON booleans in structured mode.
-                let v = match (k, v.as_str()) {
+                let v = match (k, &*v) {
                     ("k8sinitial" | "k8sinferred" | "k8struncated", "true") => {
                         serde_json::Value::Bool(true)
                     }
                     ("k8sinitial" | "k8sinferred", "false") => serde_json::Value::Bool(false),
-                    _ => serde_json::Value::String(v),
+                    _ => serde_json::Value::String(v.into_owned()),
                 };
                 (k, v)
             })
@@ -243,7 +247,7 @@ mod tests {
             kind,
             ty: kind.event_type().into(),
             source: "k8s://c/api/v1/namespaces/ns/pods".into(),
-            time: "2026-01-01T00:00:00Z".into(),
+            time: "2026-01-01T00:00:00Z".parse().expect("a time"),
             dataschema: "urn:x".into(),
             api_version: "v1".into(),
             k8s_kind: "Pod".into(),
@@ -322,10 +326,7 @@ mod tests {
             (d["kind"].as_str(), d["metadata"]["uid"].as_str()),
             (Some("ConfigMap"), Some("u1"))
         );
-        assert!(
-            r.attributes()
-                .contains(&("k8struncated", "true".to_string()))
-        );
+        assert!(r.attributes().contains(&("k8struncated", "true".into())));
         let v: serde_json::Value = serde_json::from_slice(&r.structured_json()).expect("JSON");
         assert_eq!(v["k8struncated"], true);
         assert!(!e.attributes().iter().any(|(k, _)| *k == "k8struncated"));

@@ -26,8 +26,6 @@ struct Outgoing {
     to: To,
     /// The index of the next sink to hand it to.
     next: usize,
-    /// When the change was observed (the event's `time`), parsed once for all sinks.
-    observed: Option<jiff::Timestamp>,
 }
 
 /// Each sink's queue and the events not yet in all of the queues that take them.
@@ -57,12 +55,7 @@ impl Fanout {
 
     /// Queues `event` for the sinks `to`.
     pub fn push(&mut self, event: Arc<Event>, to: To) {
-        self.outbox.push_back(Outgoing {
-            observed: event.time.parse().ok(),
-            event,
-            to,
-            next: 0,
-        });
+        self.outbox.push_back(Outgoing { event, to, next: 0 });
     }
 
     /// Closes the queues (the sinks then finish what they hold); returns the sinks' names.
@@ -151,7 +144,7 @@ impl Fanout {
 /// next sink.
 fn hand_over(stats: &mut Stats, ops: &Ops, sink: &str, out: &mut Outgoing, pushed: Pushed) {
     match pushed {
-        Pushed::Queued => stats.handed(sink, &out.event, out.observed),
+        Pushed::Queued => stats.handed(sink, &out.event, Some(out.event.time)),
         Pushed::Coalesced => stats.coalesced(sink),
         Pushed::Dropped => {
             stats.dropped(sink);

@@ -203,7 +203,7 @@ pub fn to_kubecast(event: &CloudEvent, facts: &Facts) -> Option<Event> {
         api_version: text("k8sapiversion", "v1"),
         k8s_kind: text("k8skind", "Pod"),
         source: event.source().to_string(),
-        time: time_text(event).unwrap_or_default(),
+        time: time_text(event)?.parse().ok()?,
         dataschema: dataschema.into(),
         object: ObjectRef {
             uid: facts.uid.clone()?,

@@ -67,10 +67,11 @@ impl Record {
                     ChangeKind::AlertResolved => 4,
                 });
                 out.put_u8(u8::from(e.inferred) | (u8::from(e.initial) << 1));
+                let time = e.time.to_string();
                 for s in [
                     e.id.as_str(),
                     &e.source,
-                    &e.time,
+                    &time,
                     &e.object.uid,
                     &e.object.namespace,
                     &e.object.name,
@@ -166,7 +167,9 @@ impl Record {
                     k8s_kind,
                     scope,
                     source: next(),
-                    time: next(),
+                    // A time that does not parse makes the record unreadable, as any
+                    // damaged field does.
+                    time: next().parse().ok()?,
                     // Fields are evaluated in this order: uid, namespace, name as written.
                     object: ObjectRef {
                         uid: next(),
@@ -265,7 +268,7 @@ pub(crate) mod tests {
             kind,
             ty: kind.event_type().into(),
             source: "k8s://c/api/v1/namespaces/ns/pods".into(),
-            time: "2026-01-01T00:00:00Z".into(),
+            time: "2026-01-01T00:00:00Z".parse().expect("a time"),
             dataschema: crate::event::SCHEMA_FULL.into(),
             api_version: "v1".into(),
             k8s_kind: "Pod".into(),
@@ -354,10 +357,11 @@ pub(crate) mod tests {
         out.put_u8(1);
         out.put_u8(1);
         out.put_u8(0);
+        let time = e.time.to_string();
         for s in [
             &e.id,
             &e.source,
-            &e.time,
+            &time,
             e.object.uid.as_str(),
             &e.object.namespace,
             &e.object.name,

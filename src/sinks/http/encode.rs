@@ -38,7 +38,8 @@ pub fn header_bytes(mode: Mode, event: &Event, overrides: &[(String, String)]) -
                 event.source.len(),
                 event.ty.len(),
                 event.object.namespace.len() + event.object.name.len() + 1,
-                event.time.len(),
+                // RFC 3339 with nanoseconds.
+                35,
                 event.dataschema.len(),
                 3 * event.object.uid.len(),
                 event.k8s_kind.len(),
@@ -181,7 +182,7 @@ use crate::model::ChangeKind;
         e.compat = Some(Compat::Apiserversource);
         let attrs: std::collections::BTreeMap<_, _> = e.attributes().into_iter().collect();
         assert_eq!(attrs["type"], "dev.knative.apiserver.resource.add");
-        assert_eq!((attrs["kind"].as_str(), attrs["name"].as_str()), (&*e.k8s_kind, e.object.name.as_str()));
+        assert_eq!((&*attrs["kind"], &*attrs["name"]), (&*e.k8s_kind, e.object.name.as_str()));
         assert_eq!(attrs["apiversion"], &*e.api_version);
         assert_eq!(attrs["namespace"], &*e.object.namespace);
         assert_eq!(attrs["id"], e.id, "kubecast's id is kept");

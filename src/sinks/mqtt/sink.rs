@@ -46,9 +46,9 @@ fn messages(s: &MqttSettings, event: &Event) -> Vec<Message> {
             let mut content_type = None;
             for (k, v) in event.attributes() {
                 if k == "datacontenttype" {
-                    content_type = Some(v);
+                    content_type = Some(v.into_owned());
                 } else {
-                    properties.push((k.to_string(), v));
+                    properties.push((k.to_string(), v.into_owned()));
                 }
             }
             Message {
