@@ -1,8 +1,8 @@
 //! Handing freed memory back to the operating system after a list. A full list (at start, or
 //! after `410 Gone`) builds and drops a working set many times the known state (each object's
 //! JSON, its event, the batch on its way to the sinks); glibc's allocator keeps what was freed
-//! in its arenas, so the process stayed at its peak size (BENCHMARKS.md, issue 10's memory
-//! table). Entry point: [`after_list`].
+//! in its arenas, so the process stayed at its peak size (BENCHMARKS.md, the memory table
+//! through a full re-list). Entry point: [`after_list`].
 
 /// Asks the allocator to return free memory to the operating system, on the blocking pool (it
 /// walks every arena). A no-op where the C library is not glibc.

@@ -6,7 +6,7 @@
 //! other kinds were watched (tag 1) are read as Pods' events; new ones (tag 4) carry the
 //! object's type, apiVersion, kind, resource and watch scope. A `Position` record moves a
 //! scope's watch position: to a bookmark's or a finished list's resourceVersion, or to
-//! "list again" while a list is under way. Replaying the records after a snapshot therefore
+//! "list again" while a list is in progress. Replaying the records after a snapshot therefore
 //! rebuilds both the known state and the resume point, consistent with each other.
 
 use std::sync::Arc;
