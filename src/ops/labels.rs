@@ -92,7 +92,9 @@ pub(super) struct RestartLabel {
 /// A watch scope's labels: `*` or `shop` are Pods' scopes; `deployments.apps/*` another
 /// resource's.
 pub(super) fn scope_label(scope: &str) -> ScopeLabel {
-    let (resource, ns) = scope.split_once('/').unwrap_or(("pods", scope));
+    let (resource, ns) = scope
+        .split_once('/')
+        .unwrap_or((crate::model::legacy::PODS, scope));
     ScopeLabel {
         scope: ns.to_string(),
         resource: resource.to_string(),

@@ -307,7 +307,7 @@ impl Metrics {
                     resource: r.to_string(),
                 })
                 .set(n);
-            if *r == "pods" {
+            if *r == crate::model::legacy::PODS {
                 self.known_pods.set(n);
             }
         }

@@ -152,7 +152,7 @@ impl Record {
                         kind.event_type().into(),
                         "v1".into(),
                         "Pod".into(),
-                        "pods".into(),
+                        crate::model::legacy::PODS.into(),
                         "".into(),
                     ]
                 };
