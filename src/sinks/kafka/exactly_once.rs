@@ -39,6 +39,8 @@ struct Held {
     /// The pipeline's steps; `None` for a sink run without a pipeline, where each event is
     /// a step of its own.
     feed: Option<mpsc::UnboundedReceiver<Step>>,
+    /// Whether the pipeline may still send steps.
+    feed_open: bool,
 }
 
 /// Runs the sink until its queue closes and every complete step is committed.
@@ -62,6 +64,7 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
         steps: VecDeque::new(),
         queue_open: true,
         feed: acks.take_steps(),
+        feed_open: true,
     };
     loop {
         if !held.take(&mut rx, None).await {
@@ -94,8 +97,8 @@ impl Held {
         };
         let step = async {
             match self.feed.as_mut() {
-                Some(feed) => feed.recv().await,
-                None => std::future::pending().await,
+                Some(feed) if self.feed_open => feed.recv().await,
+                _ => std::future::pending().await,
             }
         };
         tokio::select! {
@@ -116,8 +119,9 @@ impl Held {
             },
             s = step => match s {
                 Some(s) => self.steps.push_back(s),
-                // The pipeline is stopping; the queue closes next.
-                None => self.feed = None,
+                // The pipeline is stopping; the queue closes next. Events after this belong
+                // to no step and are not committed.
+                None => self.feed_open = false,
             },
             _ = linger => return false,
         }
