@@ -248,7 +248,10 @@ pub type Script = dyn Fn(usize, &Seen) -> (u16, Vec<(&'static str, String)>, Str
 pub struct FakeReceiver {
     pub url: String,
     pub seen: Arc<Mutex<Vec<Seen>>>,
-    /// Requests taken and not answered yet.
+    /// The POSTs taken whole, answered or not (one cut off by a kill before its answer is
+    /// here and never in `seen`).
+    received: Arc<Mutex<Vec<Seen>>>,
+    /// Requests taken whole and not answered yet.
     active: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -266,6 +269,8 @@ impl FakeReceiver {
             .expect("binding the fake receiver");
         let url = format!("http://{}/", listener.local_addr().expect("address"));
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let received: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let taken = received.clone();
         let posts = Arc::new(AtomicUsize::new(0));
         let active = Arc::new(AtomicUsize::new(0));
         let record = seen.clone();
@@ -275,22 +280,23 @@ impl FakeReceiver {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
-                let (record, script, posts, active) = (
+                let (record, script, posts, active, taken) = (
                     record.clone(),
                     script.clone(),
                     posts.clone(),
                     active.clone(),
+                    taken.clone(),
                 );
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let (record, script, posts, active) = (
+                        let (record, script, posts, active, taken) = (
                             record.clone(),
                             script.clone(),
                             posts.clone(),
                             active.clone(),
+                            taken.clone(),
                         );
                         async move {
-                            let concurrent = active.fetch_add(1, Ordering::SeqCst) + 1;
                             let method = req.method().to_string();
                             let path = req
                                 .uri()
@@ -313,6 +319,8 @@ impl FakeReceiver {
                                 .await
                                 .map(|b| b.to_bytes())
                                 .unwrap_or_default();
+                            // Counted in flight once it is taken whole.
+                            let concurrent = active.fetch_add(1, Ordering::SeqCst) + 1;
                             let mut seen = Seen {
                                 method,
                                 path,
@@ -323,6 +331,7 @@ impl FakeReceiver {
                                 concurrent,
                             };
                             let (status, extra, text) = if seen.method == "POST" {
+                                taken.lock().unwrap().push(seen.clone());
                                 let n = posts.fetch_add(1, Ordering::SeqCst);
                                 tokio::time::sleep(delay).await;
                                 script(n, &seen)
@@ -351,9 +360,15 @@ impl FakeReceiver {
         FakeReceiver {
             url,
             seen,
+            received,
             active: in_flight,
             task,
         }
+    }
+
+    /// The POSTs taken whole, in the order they came, answered or not.
+    pub fn received(&self) -> Vec<Seen> {
+        self.received.lock().unwrap().clone()
     }
 
     /// Requests taken and not answered yet.
