@@ -144,7 +144,7 @@ impl Fanout {
 /// next sink.
 fn hand_over(stats: &mut Stats, ops: &Ops, sink: &str, out: &mut Outgoing, pushed: Pushed) {
     match pushed {
-        Pushed::Queued => stats.handed(sink, &out.event, Some(out.event.time)),
+        Pushed::Queued => stats.handed(sink, &out.event),
         Pushed::Coalesced => stats.coalesced(sink),
         Pushed::Dropped => {
             stats.dropped(sink);

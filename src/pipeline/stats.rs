@@ -21,7 +21,7 @@ pub struct SinkStats {
     pub dropped: u64,
     /// Handed to the sink and not yet settled: (seq, data bytes, when the change was
     /// observed), oldest first.
-    outstanding: VecDeque<(u64, usize, Option<jiff::Timestamp>)>,
+    outstanding: VecDeque<(u64, usize, jiff::Timestamp)>,
     outstanding_bytes: usize,
     /// The most events and data bytes the sink held at once.
     pub peak_events: usize,
@@ -53,9 +53,7 @@ impl SinkStats {
         while self.outstanding.front().is_some_and(|(s, _, _)| *s <= seq) {
             if let Some((_, bytes, observed)) = self.outstanding.pop_front() {
                 self.outstanding_bytes -= bytes;
-                if let Some(t) = observed {
-                    delays.push(now.duration_since(t).as_secs_f64().max(0.0));
-                }
+                delays.push(now.duration_since(observed).as_secs_f64().max(0.0));
             }
         }
         delays
@@ -163,10 +161,10 @@ impl Stats {
         s.record(Outcome::dropped);
     }
 
-    /// `e`, observed at `observed`, went into `sink`'s queue.
-    pub fn handed(&mut self, sink: &str, e: &Event, observed: Option<jiff::Timestamp>) {
+    /// `e` went into `sink`'s queue; its delivery delay counts from its `time`.
+    pub fn handed(&mut self, sink: &str, e: &Event) {
         let s = self.sink(sink);
-        s.outstanding.push_back((e.seq, e.data.len(), observed));
+        s.outstanding.push_back((e.seq, e.data.len(), e.time));
         s.outstanding_bytes += e.data.len();
         s.peak_events = s.peak_events.max(s.outstanding.len());
         s.peak_bytes = s.peak_bytes.max(s.outstanding_bytes);

@@ -21,7 +21,7 @@ pub(super) struct Contents<'a> {
     /// The events (the sink's own).
     pub events: &'a [&'a Arc<Event>],
     /// Per object uid, its state record (`None`: a tombstone).
-    pub state: &'a HashMap<&'a str, Option<Vec<u8>>>,
+    pub state: &'a HashMap<&'a str, Option<&'a [u8]>>,
     /// The checkpoint record's value.
     pub checkpoint: &'a [u8],
 }
@@ -97,7 +97,7 @@ async fn attempt(
         sent.push(delivery);
         let record = record.key(*uid);
         let record = match value {
-            Some(v) => record.payload(&v[..]),
+            Some(v) => record.payload(*v),
             None => record,
         };
         txns.send(record).map_err(|(e, _)| e)?;

@@ -156,9 +156,9 @@ async fn commit_complete(
     let own = held.events.iter().take_while(|e| e.seq <= upto).count();
     let batch: Vec<Arc<Event>> = held.events.drain(..own).collect();
     let fresh: Vec<&Arc<Event>> = batch.iter().filter(|e| e.seq > ready.committed).collect();
-    let mut state: HashMap<&str, Option<Vec<u8>>> = HashMap::new();
+    let mut state: HashMap<&str, Option<&[u8]>> = HashMap::new();
     for (key, value) in steps.iter().flat_map(|s| &s.states) {
-        state.insert(key, value.clone());
+        state.insert(key, value.as_deref());
     }
     // Without a pipeline, steps carry no positions: the committed ones stand.
     let positions = match (&held.feed, steps.last()) {
