@@ -8,6 +8,8 @@
 //!
 //! For each phase: the write rate reached, CPU ms per 1,000 events (user + system of the
 //! bridge's process over the phase and its catch-up; and with nothing changing, per second),
+//! the bridge's context switches per change (its live threads', with a line per thread on
+//! stderr) and its threads,
 //! for Kafka bridges the broker's CPU over the same span and the bytes the topic's log grew by
 //! per change (the broker shares the machine, so compression is judged on all three),
 //! how many written changes had not yet reached the consumer when the writes stopped and how
@@ -164,6 +166,10 @@ struct Row {
     p50: f64,
     p99: f64,
     max: f64,
+    /// The bridge's context switches per change over the phase (its live threads').
+    switches_per_change: f64,
+    /// The bridge's threads at the end of the phase.
+    threads: u64,
     /// The broker's CPU ms per 1,000 events over the same span (Kafka bridges).
     broker_ms_per_1000: f64,
     /// What the topic's log on the broker's disk grew by, per change (Kafka bridges).
@@ -212,6 +218,31 @@ impl Broker<'_> {
     }
 }
 
+/// Per thread name, the context switches per change between two readings (threads that
+/// started during the phase count from zero), most first.
+fn switches_by_thread(
+    before: &[(String, u64, u64)],
+    after: &[(String, u64, u64)],
+    changes: usize,
+) -> Vec<(String, f64)> {
+    let mut by: HashMap<String, u64> = HashMap::new();
+    for (name, s, _) in after {
+        *by.entry(name.clone()).or_default() += s;
+    }
+    for (name, s, _) in before {
+        if let Some(n) = by.get_mut(name) {
+            *n = n.saturating_sub(*s);
+        }
+    }
+    let mut out: Vec<(String, f64)> = by
+        .into_iter()
+        .map(|(n, s)| (n, s as f64 / changes.max(1) as f64))
+        .filter(|(_, s)| *s >= 0.005)
+        .collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
+}
+
 /// One phase of churn against a running bridge.
 #[allow(clippy::too_many_arguments)]
 async fn phase(
@@ -227,6 +258,7 @@ async fn phase(
     broker: &Broker<'_>,
 ) -> Row {
     let cpu0 = proc::cpu_seconds(pid).unwrap_or(f64::NAN);
+    let threads0 = proc::thread_counts(pid);
     let (broker_cpu0, bytes0) = (broker.cpu(), broker.topic_bytes());
     let started = Instant::now();
     let sent = churn(api, pods, rate, seconds, base).await;
@@ -248,6 +280,9 @@ async fn phase(
     }
     let caught_up = stopped.elapsed().as_secs_f64();
     let cpu = proc::cpu_seconds(pid).unwrap_or(f64::NAN) - cpu0;
+    let threads1 = proc::thread_counts(pid);
+    let switches = switches_by_thread(&threads0, &threads1, sent.len());
+    eprintln!("churn: {bridge} {phase}: context switches per change by thread: {switches:?}");
     let broker_cpu = broker.cpu() - broker_cpu0;
     let disk = broker.topic_bytes() - bytes0;
     let arrivals = arrivals.lock().expect("arrivals");
@@ -269,6 +304,8 @@ async fn phase(
         p50: pct(0.5),
         p99: pct(0.99),
         max: pct(1.0),
+        switches_per_change: switches.iter().map(|(_, s)| s).sum(),
+        threads: proc::threads(pid).unwrap_or(0),
         broker_ms_per_1000: broker_cpu * 1000.0 / (sent.len() as f64 / 1000.0),
         disk_bytes_per_event: disk / sent.len() as f64,
     };
@@ -393,9 +430,10 @@ fn main() {
             })
             .await;
             let pid = child.id().expect("a running bridge");
-            let idle = proc::cpu_seconds(pid).unwrap_or(f64::NAN);
+            // Nothing changes for these 5 s; the live threads' CPU to the nanosecond.
+            let idle = proc::cpu_seconds_fine(pid);
             tokio::time::sleep(Duration::from_secs(5)).await;
-            let idle = (proc::cpu_seconds(pid).unwrap_or(f64::NAN) - idle) * 1000.0 / 5.0;
+            let idle = (proc::cpu_seconds_fine(pid) - idle) * 1000.0 / 5.0;
             let broker = Broker {
                 pid: std::fs::read_to_string(stack.dir.join("kafka/pid"))
                     .ok()
@@ -419,12 +457,12 @@ fn main() {
         }
 
         println!("Status churn over {pods} pods, {seconds} s per phase; paced at {rate}/s, then 64 writes in flight.\n");
-        println!("| bridge | phase | writes/s | CPU ms per 1,000 events | idle CPU ms/s | behind when the writes stopped | caught up after | delay p50 | p99 | max | broker CPU ms per 1,000 | topic bytes on disk per change |");
-        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+        println!("| bridge | phase | writes/s | CPU ms per 1,000 events | idle CPU ms/s | context switches per change | threads | behind when the writes stopped | caught up after | delay p50 | p99 | max | broker CPU ms per 1,000 | topic bytes on disk per change |");
+        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
         for r in &rows {
             println!(
-                "| {} | {} | {:.0} | {:.0} | {:.1} | {} | {:.2} s | {:.1} ms | {:.1} ms | {:.1} ms | {:.0} | {:.0} |",
-                r.bridge, r.phase, r.write_rate, r.cpu_ms_per_1000, r.idle_ms_per_s, r.behind_at_stop, r.caught_up, r.p50, r.p99, r.max, r.broker_ms_per_1000, r.disk_bytes_per_event
+                "| {} | {} | {:.0} | {:.0} | {:.2} | {:.1} | {} | {} | {:.2} s | {:.1} ms | {:.1} ms | {:.1} ms | {:.0} | {:.0} |",
+                r.bridge, r.phase, r.write_rate, r.cpu_ms_per_1000, r.idle_ms_per_s, r.switches_per_change, r.threads, r.behind_at_stop, r.caught_up, r.p50, r.p99, r.max, r.broker_ms_per_1000, r.disk_bytes_per_event
             );
         }
         support::pods::delete_each(&api, (0..pods).map(bridges::pod_name)).await;

@@ -2,9 +2,14 @@
 //! franz-go and with the CloudEvents SDK's sarama sender) each bridge the initial list of N
 //! realistic pods from the local stack's real apiserver into its real Kafka, in the same run.
 //! For each: seconds until the topic holds N records (every one acknowledged by the broker),
-//! events/s, CPU seconds (user + system of the process), peak and final resident memory.
+//! events/s, CPU seconds (user + system of the process), peak and final resident memory, then
+//! its idle CPU with the N objects known and nothing changing (10 s, the live threads' CPU to
+//! the nanosecond) and its threads.
 //! The apiserver's own time to send the list (`curl` of the whole list to /dev/null) is the
-//! physical limit. Prints a Markdown table for BENCHMARKS.md; nothing is asserted.
+//! physical limit; it sends the same list streamed (a watch with `sendInitialEvents`, how
+//! kubecast lists by default) more slowly, so that time is measured too, and kubecast runs
+//! twice: streaming, and with paginated lists (`streaming_list: off`). Prints a Markdown
+//! table for BENCHMARKS.md; nothing is asserted.
 //!
 //! Run through `bench/run [N]` (it builds the baseline and brings the stack up).
 
@@ -23,42 +28,87 @@ use rdkafka::consumer::BaseConsumer;
 use support::{Stack, proc, unique_name};
 use tokio::process::Child;
 
-/// Seconds the apiserver needs to send the whole list: `curl` to /dev/null, best of three.
-fn list_seconds(stack: &Stack, ns: &str) -> f64 {
+/// `curl` of `path` on the stack's apiserver as the admin, JSON, its output piped.
+fn curl(stack: &Stack, path: &str, args: &[&str]) -> std::process::Command {
     let pki = stack.dir.join("pki");
     let server = std::fs::read_to_string(&stack.kubeconfig)
         .expect("the kubeconfig")
         .lines()
         .find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string))
         .expect("the kubeconfig's server");
+    let mut command = std::process::Command::new("curl");
+    command
+        .args(args)
+        // Not curl's own user agent: the apiserver pretty-prints JSON for it.
+        .args(["-A", "kubecast-bench", "-H", "Accept: application/json"])
+        .arg("--cacert")
+        .arg(pki.join("ca.crt"))
+        .arg("--cert")
+        .arg(pki.join("admin.crt"))
+        .arg("--key")
+        .arg(pki.join("admin.key"))
+        .arg(format!("{server}{path}"))
+        .stdout(std::process::Stdio::piped());
+    command
+}
+
+/// Seconds the apiserver needs to send the whole list: `curl` to /dev/null, best of three.
+fn list_seconds(stack: &Stack, ns: &str) -> f64 {
+    let path = format!("/api/v1/namespaces/{ns}/pods");
     (0..3)
         .map(|_| {
-            let out = std::process::Command::new("curl")
-                .args([
+            let out = curl(
+                stack,
+                &path,
+                &[
                     "-sS",
                     "-o",
                     "/dev/null",
                     "-w",
                     "%{time_total} %{size_download}",
-                ])
-                // Not curl's own user agent: the apiserver pretty-prints JSON for it.
-                .args(["-A", "kubecast-bench", "-H", "Accept: application/json"])
-                .arg("--cacert")
-                .arg(pki.join("ca.crt"))
-                .arg("--cert")
-                .arg(pki.join("admin.crt"))
-                .arg("--key")
-                .arg(pki.join("admin.key"))
-                .arg(format!("{server}/api/v1/namespaces/{ns}/pods"))
-                .output()
-                .expect("running curl");
+                ],
+            )
+            .output()
+            .expect("running curl");
             let text = String::from_utf8_lossy(&out.stdout).to_string();
-            let mut parts = text.split_whitespace();
-            let secs: f64 = parts
+            let secs: f64 = text
+                .split_whitespace()
                 .next()
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(f64::NAN);
             eprintln!("e2e: curl of the list: {text} (seconds, bytes)");
+            secs
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Seconds the apiserver needs to send the same list streamed (a watch with
+/// `sendInitialEvents=true`, as kubecast lists by default), up to the bookmark that ends the
+/// initial events: `curl` read line by line, best of three.
+fn streamed_list_seconds(stack: &Stack, ns: &str) -> f64 {
+    use std::io::BufRead;
+    let path = format!(
+        "/api/v1/namespaces/{ns}/pods?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=120"
+    );
+    (0..3)
+        .map(|_| {
+            let started = Instant::now();
+            let mut child = curl(stack, &path, &["-sS", "-N"])
+                .spawn()
+                .expect("running curl");
+            let out = child.stdout.take().expect("curl's output");
+            let end = std::io::BufReader::with_capacity(1 << 20, out)
+                .split(b'\n')
+                .map_while(Result::ok)
+                .any(|line| {
+                    line.starts_with(br#"{"type":"BOOKMARK""#)
+                        && line.windows(18).any(|w| w == b"initial-events-end")
+                });
+            let secs = started.elapsed().as_secs_f64();
+            let _ = child.kill();
+            let _ = child.wait();
+            assert!(end, "the streamed list of {ns} ended without its bookmark");
+            eprintln!("e2e: curl of the streamed list: {secs:.3} s");
             secs
         })
         .fold(f64::INFINITY, f64::min)
@@ -70,6 +120,9 @@ struct Row {
     cpu: f64,
     rss_kib: u64,
     peak_kib: u64,
+    /// CPU ms per second after the list, nothing changing.
+    idle_ms_per_s: f64,
+    threads: u64,
 }
 
 /// Runs one bridge until `topic` holds `n` records; returns its figures.
@@ -99,6 +152,10 @@ async fn run(
     let cpu = proc::cpu_seconds(pid).unwrap_or(f64::NAN);
     let rss_kib = proc::status_kib(pid, "VmRSS").unwrap_or(0);
     let peak_kib = proc::status_kib(pid, "VmHWM").unwrap_or(0);
+    let idle = proc::cpu_seconds_fine(pid);
+    tokio::time::sleep(IDLE).await;
+    let idle_ms_per_s = (proc::cpu_seconds_fine(pid) - idle) * 1000.0 / IDLE.as_secs_f64();
+    let threads = proc::threads(pid).unwrap_or(0);
     bridges::stop(child).await;
     let row = Row {
         bridge: bridge.to_string(),
@@ -106,9 +163,11 @@ async fn run(
         cpu,
         rss_kib,
         peak_kib,
+        idle_ms_per_s,
+        threads,
     };
     eprintln!(
-        "e2e: {bridge}: {n} records in {seconds:.2} s, CPU {cpu:.2} s, RSS {} KiB, peak {} KiB",
+        "e2e: {bridge}: {n} records in {seconds:.2} s, CPU {cpu:.2} s, RSS {} KiB, peak {} KiB, idle {idle_ms_per_s:.2} ms/s, {threads} threads",
         row.rss_kib, row.peak_kib
     );
     row
@@ -146,6 +205,7 @@ fn main() {
         }
         eprintln!("e2e: namespace {ns}");
         let list = list_seconds(&stack, &ns);
+        let streamed = streamed_list_seconds(&stack, &ns);
         let dir = support::kubecast::scratch_dir("e2e");
         let mut rows = Vec::new();
 
@@ -157,26 +217,41 @@ fn main() {
         let (child, log) = bridges::kubecast(&stack, &dir, &ns, &sink);
         rows.push(run("kubecast", child, &stack, &topic, n, &log).await);
 
+        // The same with paginated lists (`streaming_list: off`).
+        let topic = unique_name("e2e-kubecast-paginated");
+        let paginated = dir.join("paginated");
+        std::fs::create_dir_all(&paginated).expect("a scratch directory");
+        let config = format!(
+            "cluster: bench\nwatch:\n  namespaces: [{ns}]\n  initial_list: emit\n  streaming_list: off\nstate:\n  dir: {}\n  fsync: always\nsinks:\n  out:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n",
+            paginated.join("state").display(),
+            stack.kafka_bootstrap
+        );
+        let (child, log) = bridges::spawn_kubecast(&stack, &paginated, &config, "kubecast.log");
+        rows.push(run("kubecast (streaming_list: off)", child, &stack, &topic, n, &log).await);
+
         for sender in ["franz", "sarama"] {
             let topic = unique_name(&format!("e2e-baseline-{sender}"));
             let (child, log) = bridges::baseline(&stack, &dir, &ns, &topic, sender);
             rows.push(run(&format!("baseline ({sender})"), child, &stack, &topic, n, &log).await);
         }
 
-        println!("Initial list of {n} pods into Kafka; the apiserver sends the list in {list:.2} s (curl, best of 3).\n");
-        println!("| bridge | seconds | x list time | events/s | CPU s | CPU ms per 1,000 events | RSS after | peak RSS |");
-        println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+        println!("Initial list of {n} pods into Kafka; the apiserver sends the list in {list:.2} s, streamed in {streamed:.2} s (curl, best of 3).\n");
+        println!("| bridge | seconds | x list time | x streamed list time | events/s | CPU s | CPU ms per 1,000 events | RSS after | peak RSS | idle CPU ms/s, {n} known | threads |");
+        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
         for r in &rows {
             println!(
-                "| {} | {:.2} | {:.2} | {:.0} | {:.2} | {:.0} | {:.1} MiB | {:.1} MiB |",
+                "| {} | {:.2} | {:.2} | {:.2} | {:.0} | {:.2} | {:.0} | {:.1} MiB | {:.1} MiB | {:.2} | {} |",
                 r.bridge,
                 r.seconds,
                 r.seconds / list,
+                r.seconds / streamed,
                 n as f64 / r.seconds,
                 r.cpu,
                 r.cpu * 1000.0 / (n as f64 / 1000.0),
                 r.rss_kib as f64 / 1024.0,
-                r.peak_kib as f64 / 1024.0
+                r.peak_kib as f64 / 1024.0,
+                r.idle_ms_per_s,
+                r.threads
             );
         }
 
