@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio::time::Interval;
+use tokio::time::{Instant, Sleep};
 
 use super::durable::Durable;
 use super::fanout::{Fanout, drain, settle};
@@ -81,7 +81,11 @@ pub struct Bridge {
     watches: JoinSet<Result<(), WatchError>>,
     observed: mpsc::Receiver<Observed>,
     resources: Vec<Arc<str>>,
-    upkeep: Interval,
+    /// The next upkeep, armed for `upkeep_at`: only when something is due (see
+    /// [`Bridge::arm_upkeep`]), so an idle kubecast sleeps.
+    upkeep: std::pin::Pin<Box<Sleep>>,
+    upkeep_at: Instant,
+    last_upkeep: Instant,
     stats: Stats,
     durable: Durable,
     classifier: Classifier,
@@ -103,10 +107,21 @@ pub struct Bridge {
 /// run empty (a busy cluster).
 const TRIM_WITHIN: Duration = Duration::from_secs(5);
 
+/// How often upkeep runs while the sinks drain what a list emitted (to return its memory as
+/// soon as they have it).
+const TRIM_CHECK: Duration = Duration::from_millis(200);
+
+/// The shortest time between two upkeeps, however much is due: a bound, so nothing due in
+/// the past can make the loop spin.
+const UPKEEP_AT_MOST: Duration = Duration::from_millis(50);
+
+/// The longest upkeep waits when nothing is due: the state directory's free space (a metric)
+/// stays this fresh.
+const UPKEEP_AT_LEAST: Duration = Duration::from_secs(10);
+
 impl Bridge {
     pub fn new(parts: Parts) -> Bridge {
-        let mut upkeep = tokio::time::interval(Duration::from_millis(200));
-        upkeep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let now = Instant::now();
         let stats = Stats::new(
             parts.sinks.queues.iter().map(|(n, _)| &**n),
             parts.ops.clone(),
@@ -126,7 +141,9 @@ impl Bridge {
             watches: parts.watches,
             observed: parts.observed,
             resources: parts.resources,
-            upkeep,
+            upkeep: Box::pin(tokio::time::sleep_until(now)),
+            upkeep_at: now,
+            last_upkeep: now,
             durable: parts.durable,
             classifier: parts.classifier,
             encoder: parts.encoder,
@@ -151,8 +168,43 @@ impl Bridge {
             let wait = u64::try_from(at.saturating_sub(now_ms())).unwrap_or(0);
             self.timer
                 .as_mut()
-                .reset(tokio::time::Instant::now() + Duration::from_millis(wait));
+                .reset(Instant::now() + Duration::from_millis(wait));
         }
+    }
+
+    /// Arms the upkeep for the earliest of: what the state directory has due, the check for
+    /// a list's freed memory, and [`UPKEEP_AT_LEAST`] after the last one; never sooner than
+    /// [`UPKEEP_AT_MOST`] after it.
+    fn arm_upkeep(&mut self) {
+        let trim = self.trim_by.map(|by| by.min(self.last_upkeep + TRIM_CHECK));
+        let at = [
+            self.durable.next_due().map(Instant::from_std),
+            trim,
+            Some(self.last_upkeep + UPKEEP_AT_LEAST),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(self.last_upkeep + UPKEEP_AT_LEAST)
+        .max(self.last_upkeep + UPKEEP_AT_MOST);
+        if at != self.upkeep_at {
+            self.upkeep_at = at;
+            self.upkeep.as_mut().reset(at);
+        }
+    }
+
+    /// The known-objects gauge per resource: those resolved at start, and any found since (a
+    /// custom resource whose CRD came later).
+    fn report_known(&self) {
+        let counts = self.classifier.counts();
+        let mut keys: Vec<&str> = self.resources.iter().map(|r| &**r).collect();
+        keys.extend(
+            counts
+                .keys()
+                .map(|k| &**k)
+                .filter(|k| !self.resources.iter().any(|r| &**r == *k)),
+        );
+        self.ops.metrics.known_objects(&keys, counts);
     }
 
     /// Runs until `shutdown` completes (then the sinks drain what they hold) or a fatal
@@ -161,6 +213,7 @@ impl Bridge {
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<Stats, PipelineError> {
         tracing::info!(sinks = self.fanout.sinks(), "kubecast started");
         tokio::pin!(shutdown);
+        self.report_known();
         let outcome = loop {
             let blocked = match self.fanout.pump(
                 &mut self.reports,
@@ -172,6 +225,7 @@ impl Bridge {
                 Err(e) => break Halt::Failed(e),
             };
             self.arm_timer();
+            self.arm_upkeep();
             let timer_due = self.timer_at.is_some() && self.fanout.is_empty();
             let step = tokio::select! {
                 biased;
@@ -181,13 +235,8 @@ impl Bridge {
                     settle(&mut self.stats, &mut self.durable, &report);
                     Ok(())
                 }
-                _ = self.upkeep.tick() => {
-                    // The resources resolved at start, and any found since (a custom resource
-                    // whose CRD came later).
-                    let counts = self.classifier.counts();
-                    let mut keys: Vec<&str> = self.resources.iter().map(|r| &**r).collect();
-                    keys.extend(counts.keys().map(|k| &**k).filter(|k| !self.resources.iter().any(|r| &**r == *k)));
-                    self.ops.metrics.known_objects(&keys, counts);
+                _ = &mut self.upkeep => {
+                    self.last_upkeep = Instant::now();
                     self.trim_after_list();
                     self.durable.maintain(&self.classifier, self.routes.router()).await.map_err(Halt::from)
                 }
@@ -255,9 +304,9 @@ impl Bridge {
         // stored.
         self.durable.commit().await?;
         self.release();
+        self.report_known();
         if listed {
-            self.trim_by
-                .get_or_insert(tokio::time::Instant::now() + TRIM_WITHIN);
+            self.trim_by.get_or_insert(Instant::now() + TRIM_WITHIN);
         }
         Ok(())
     }
@@ -267,7 +316,7 @@ impl Bridge {
     fn trim_after_list(&mut self) {
         let Some(by) = self.trim_by else { return };
         let drained = self.fanout.is_empty() && self.stats.held_events() == 0;
-        if drained || tokio::time::Instant::now() >= by {
+        if drained || Instant::now() >= by {
             self.trim_by = None;
             super::trim::after_list();
         }
@@ -324,7 +373,7 @@ impl Bridge {
         let names = self.fanout.close();
         let mut first_error = outcome.err();
         let mut ended = Vec::new();
-        let deadline = tokio::time::Instant::now() + self.grace.get();
+        let deadline = Instant::now() + self.grace.get();
         loop {
             match tokio::time::timeout_at(deadline, self.tasks.join_next()).await {
                 Ok(Some(Ok(exit))) => {

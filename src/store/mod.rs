@@ -71,6 +71,11 @@ fn io<'a>(
     }
 }
 
+/// How soon after a sink's cursor moves it is saved: the cursors of a busy sink are written
+/// a few times a second, not once per acknowledgement. A crash loses at most this much of a
+/// cursor's progress, and the events after the saved cursor are sent again with their ids.
+const CURSORS_WITHIN: Duration = Duration::from_millis(200);
+
 /// When appended records are synced to disk.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -111,7 +116,8 @@ pub struct Store {
     settings: StoreSettings,
     log: Log,
     cursors: Cursors,
-    cursors_dirty: bool,
+    /// Since when a cursor moved that is not saved yet.
+    cursors_dirty: Option<Instant>,
     unsynced: bool,
     last_sync: Instant,
     last_snapshot: Instant,
@@ -177,7 +183,7 @@ impl Store {
             settings,
             log,
             cursors,
-            cursors_dirty: false,
+            cursors_dirty: None,
             unsynced: false,
             last_sync: Instant::now(),
             last_snapshot: Instant::now(),
@@ -230,7 +236,7 @@ impl Store {
             && seq > *c
         {
             *c = seq;
-            self.cursors_dirty = true;
+            self.cursors_dirty.get_or_insert_with(Instant::now);
         }
     }
 
@@ -250,9 +256,29 @@ impl Store {
     }
 
     /// Whether [`Store::maintain`] should be given a snapshot now (`force`: regardless of
-    /// the interval).
+    /// the interval): the interval has passed and something was logged since the last one
+    /// (a snapshot of what did not change would only cost the disk and the CPU).
     pub fn snapshot_due(&self, force: bool) -> bool {
-        force || self.last_snapshot.elapsed() >= self.settings.snapshot_interval
+        force
+            || (self.logged_since_snapshot()
+                && self.last_snapshot.elapsed() >= self.settings.snapshot_interval)
+    }
+
+    fn logged_since_snapshot(&self) -> bool {
+        self.log.next_seq() > self.snapshot_seq
+    }
+
+    /// When [`Store::maintain`] has something to do next (the interval fsync of what is not
+    /// synced, a moved cursor to save, a snapshot of what was logged since the last one);
+    /// `None` when nothing is waiting, so an idle kubecast is not woken for upkeep.
+    pub fn next_due(&self) -> Option<Instant> {
+        let fsync = (self.settings.fsync == FsyncPolicy::Interval && self.unsynced)
+            .then(|| self.last_sync + self.settings.fsync_interval);
+        let cursors = self.cursors_dirty.map(|since| since + CURSORS_WITHIN);
+        let snapshot = self
+            .logged_since_snapshot()
+            .then(|| self.last_snapshot + self.settings.snapshot_interval);
+        [fsync, cursors, snapshot].into_iter().flatten().min()
     }
 
     /// Periodic upkeep: the interval fsync, saving cursors, and writing `snapshot` (taken
@@ -263,9 +289,9 @@ impl Store {
         {
             self.sync()?;
         }
-        if self.cursors_dirty {
+        if self.cursors_dirty.is_some() {
             snapshot::write(&self.settings.dir, snapshot::CURSORS, &self.cursors)?;
-            self.cursors_dirty = false;
+            self.cursors_dirty = None;
         }
         if let Some(snap) = snapshot {
             // Everything the snapshot covers must be on disk before the snapshot says so.
