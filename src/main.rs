@@ -181,7 +181,11 @@ fn run(args: RunArgs) -> ExitCode {
     // kube and rumqttc share rustls; ring is its only crypto provider in this build. It can
     // only fail if a provider was installed already, which is just as good.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One thread runs the whole pipeline (the watches, the event loop, the sinks' tasks,
+    // the reactor): a change goes from the watch's socket to the sink's producer without a
+    // thread hand-off, and a change costs a few context switches instead of twenty
+    // (BENCHMARKS.md). Disk and blocking Kafka calls go to tokio's blocking pool.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

@@ -4,10 +4,10 @@
 //!
 //! Entry point: [`Durable::open`]. Without `state.dir` it keeps nothing (events are numbered
 //! by a counter of this process) and the rest is a no-op, so the pipeline reads the same
-//! either way. Disk work (appends, fsyncs, snapshots, compaction) never runs on a runtime
-//! worker: on the thread of a multi-threaded runtime's `block_on` (where `kubecast run`'s
-//! event loop lives) it runs in place, elsewhere on tokio's blocking pool. The event loop
-//! awaits it either way, so the store is never used by two at once.
+//! either way. A batch's append and fsync run in place on the event loop's thread (it awaits
+//! them anyway); snapshots, compaction and closing run on tokio's blocking pool, so a large
+//! snapshot never holds up the watches and sinks sharing `kubecast run`'s one thread. The
+//! event loop awaits the disk work either way, so the store is never used by two at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -114,15 +114,19 @@ impl Durable {
         }
     }
 
-    /// Runs `f` on the store where blocking is allowed; a no-op without a store.
+    /// Runs `f` on the store where blocking is allowed; a no-op without a store. `short`
+    /// work (a batch's append and its fsync) runs right here on a current-thread runtime
+    /// (`kubecast run`'s), and the rest (snapshots, compaction, closing) on tokio's blocking
+    /// pool there.
     ///
     /// The event loop awaits the disk work, so it gains nothing from running it on another
-    /// thread; on a multi-threaded runtime `block_in_place` runs it right here (on the
-    /// `block_on` thread, which is no worker, with no hand-off at all), which saves the two
-    /// thread wake-ups of a trip through the blocking pool per batch (BENCHMARKS.md, issue
-    /// 24). A current-thread runtime (the in-process tests) must not block: the pool there.
+    /// thread: a trip through the blocking pool costs two thread wake-ups per batch
+    /// (BENCHMARKS.md, issue 24), while a batch's append holds the loop's thread no longer
+    /// than the loop would wait for it anyway. On a multi-threaded runtime `block_in_place`
+    /// runs it right here.
     async fn blocking(
         &mut self,
+        short: bool,
         f: impl FnOnce(&mut Store) -> Result<(), StoreError> + Send + 'static,
     ) -> Result<(), StoreError> {
         let Some(mut store) = self.store.take() else {
@@ -132,6 +136,9 @@ impl Durable {
             == tokio::runtime::RuntimeFlavor::MultiThread;
         let (store, result) = if multi_threaded {
             let result = tokio::task::block_in_place(|| f(&mut store));
+            (store, result)
+        } else if short {
+            let result = f(&mut store);
             (store, result)
         } else {
             tokio::task::spawn_blocking(move || {
@@ -251,7 +258,7 @@ impl Durable {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.batch);
-        self.blocking(move |store| store.append(&batch)).await
+        self.blocking(true, move |store| store.append(&batch)).await
     }
 
     /// Hands the step under way to the keeper when it moved anything.
@@ -284,7 +291,18 @@ impl Durable {
         }
     }
 
-    /// Periodic upkeep: interval syncs, cursors, snapshots, compaction.
+    /// When [`Durable::maintain`] has something to do next; `None` when nothing waits (or
+    /// without a store).
+    pub fn next_due(&self) -> Option<std::time::Instant> {
+        let store = self.store.as_ref()?;
+        if self.snapshot_due {
+            return Some(std::time::Instant::now());
+        }
+        store.next_due()
+    }
+
+    /// Upkeep when [`Durable::next_due`] says so: interval syncs, cursors, snapshots,
+    /// compaction.
     pub async fn maintain(
         &mut self,
         classifier: &Classifier,
@@ -299,7 +317,10 @@ impl Durable {
         let snap = store
             .snapshot_due(force)
             .then(|| snapshot(store.next_seq(), classifier, router, &self.positions));
-        self.blocking(move |store| store.maintain(snap)).await?;
+        // Cursors, an interval fsync, compaction: short, in place; a snapshot off the loop.
+        let short = snap.is_none();
+        self.blocking(short, move |store| store.maintain(snap))
+            .await?;
         if let Some((free, size)) = self.store.as_ref().and_then(Store::disk_space) {
             self.ops.metrics.buffer_disk(free, size);
         }
@@ -316,7 +337,7 @@ impl Durable {
             return Ok(());
         };
         let snap = snapshot(store.next_seq(), classifier, router, &self.positions);
-        self.blocking(move |store| store.close(snap)).await
+        self.blocking(false, move |store| store.close(snap)).await
     }
 }
 
