@@ -254,18 +254,20 @@ impl Watch {
         {
             return Ok(Next::Closed);
         }
-        let mut token: Option<String> = None;
         let mut list_rv: Option<String> = None;
         let mut count = 0usize;
-        loop {
-            let req = ListRequest {
+        let page_request = |token: Option<&str>| {
+            ListRequest {
                 label_selector: s.label_selector.as_deref(),
                 field_selector: s.field_selector.as_deref(),
                 limit: s.page_size,
-                continue_token: token.as_deref(),
+                continue_token: token,
             }
-            .to_http(&self.scope);
-            let body = match self.client.request_text(req).await {
+            .to_http(&self.scope)
+        };
+        let mut fetched = self.client.request_text(page_request(None)).await;
+        loop {
+            let body = match fetched {
                 Ok(b) => Bytes::from(b),
                 // A continue token that expired mid-list (410) starts the list over.
                 Err(e) => return classify(e, &self.scope),
@@ -281,20 +283,31 @@ impl Watch {
             }
             list_rv.get_or_insert(page.rv);
             count += page.objects.len();
-            for object in page.objects {
-                if !self
-                    .send(Observed::Listed {
-                        scope: self.scope.clone(),
-                        object,
-                    })
-                    .await
-                {
-                    return Ok(Next::Closed);
+            // The next page is asked for while this one's objects are handed on, so the
+            // apiserver prepares it while the pipeline takes these.
+            let next = async {
+                match page.continue_token.as_deref() {
+                    Some(token) => Some(self.client.request_text(page_request(Some(token))).await),
+                    None => None,
                 }
+            };
+            let scope = &self.scope;
+            let hand_on = async {
+                for object in page.objects {
+                    let scope = scope.clone();
+                    if !self.send(Observed::Listed { scope, object }).await {
+                        return false;
+                    }
+                }
+                true
+            };
+            let (next, handed) = tokio::join!(next, hand_on);
+            if !handed {
+                return Ok(Next::Closed);
             }
-            token = page.continue_token;
-            if token.is_none() {
-                break;
+            match next {
+                Some(n) => fetched = n,
+                None => break,
             }
         }
         let rv = list_rv.unwrap_or_default();
