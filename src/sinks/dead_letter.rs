@@ -23,27 +23,31 @@ impl DeadLetter {
         }
     }
 
-    /// The JSON line of a dead letter: who, why, and the whole event in structured form.
+    /// The JSON line of a dead letter: who, why, and the whole event in structured form
+    /// (its structured JSON as the sink would send it, written in place, not parsed again).
     pub fn line(sink: &str, event: &Event, reason: &str, with_data: bool) -> Vec<u8> {
-        let event_json: serde_json::Value = if with_data {
-            serde_json::from_slice(&event.structured_json()).unwrap_or_default()
-        } else {
-            let attrs: serde_json::Map<String, serde_json::Value> = event
-                .attributes()
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), json!(v)))
-                .collect();
-            serde_json::Value::Object(attrs)
-        };
-        let mut line = json!({
-            "sink": sink,
-            "reason": reason,
-            "time": jiff::Timestamp::now().to_string(),
-            "event": event_json,
-        })
-        .to_string()
-        .into_bytes();
-        line.push(b'\n');
+        let data = with_data.then(|| event.structured_json());
+        let mut line = Vec::with_capacity(data.as_ref().map_or(0, Vec::len) + 256);
+        // The keys in the order serde_json's maps write them (alphabetical).
+        line.extend_from_slice(br#"{"event":"#);
+        match data {
+            Some(json) => line.extend_from_slice(&json),
+            None => {
+                let attrs: serde_json::Map<String, serde_json::Value> = event
+                    .attributes()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), json!(v)))
+                    .collect();
+                push_json(&mut line, &attrs);
+            }
+        }
+        line.extend_from_slice(br#","reason":"#);
+        push_json(&mut line, reason);
+        line.extend_from_slice(br#","sink":"#);
+        push_json(&mut line, sink);
+        line.extend_from_slice(br#","time":"#);
+        push_json(&mut line, &jiff::Timestamp::now().to_string());
+        line.extend_from_slice(b"}\n");
         line
     }
 
@@ -70,5 +74,42 @@ impl DeadLetter {
             f.sync_data().await?;
         }
         Ok(())
+    }
+}
+
+/// Appends `value`'s JSON to `out`.
+fn push_json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
+    // Strings and maps with string keys always serialise, and a Vec takes every write.
+    serde_json::to_writer(out, value).expect("a string or a string-keyed map serialises");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ChangeKind;
+    use crate::store::record_tests_event as event;
+
+    #[test]
+    fn a_dead_letter_line_is_one_json_object_holding_the_structured_event() {
+        let e = event(7, "u-1", "42", ChangeKind::Modified);
+        let line = DeadLetter::line("out", &e, "too \"large\"", true);
+        assert_eq!(line.last(), Some(&b'\n'));
+        assert_eq!(line.iter().filter(|b| **b == b'\n').count(), 1);
+        let v: serde_json::Value = serde_json::from_slice(&line).expect("one JSON object");
+        let structured: serde_json::Value =
+            serde_json::from_slice(&e.structured_json()).expect("structured JSON");
+        assert_eq!(v["event"], structured);
+        assert_eq!(v["sink"], "out");
+        assert_eq!(v["reason"], "too \"large\"");
+        assert!(v["time"].as_str().is_some_and(|t| t.parse::<jiff::Timestamp>().is_ok()));
+    }
+
+    #[test]
+    fn a_dead_letter_line_without_data_holds_the_attributes_only() {
+        let e = event(7, "u-1", "42", ChangeKind::Modified);
+        let line = DeadLetter::line("out", &e, "why", false);
+        let v: serde_json::Value = serde_json::from_slice(&line).expect("one JSON object");
+        assert_eq!(v["event"]["id"], e.id.as_str());
+        assert!(v["event"].get("data").is_none());
     }
 }
