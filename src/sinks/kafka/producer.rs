@@ -155,6 +155,9 @@ impl Producer {
         let producer: Arc<BaseProducer<Context>> = Arc::new(config.create_with_context(context)?);
         let wake = Arc::new(Notify::new());
         let queue = ReportQueue::enable(&producer, wake.clone());
+        // librdkafka calls back only when the queue turns non-empty: what it already holds
+        // (an error raised while the producer started) is served at once.
+        wake.notify_one();
         let shared = Arc::new_cyclic(|me: &Weak<Shared>| Shared {
             serve: runtime.spawn(serve_reports(me.clone(), wake)),
             queue: Some(queue),
