@@ -114,6 +114,9 @@ fn streamed_list_seconds(stack: &Stack, ns: &str) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// How long a bridge is watched idle after its list.
+const IDLE: Duration = Duration::from_secs(10);
+
 struct Row {
     bridge: String,
     seconds: f64,

@@ -77,6 +77,7 @@ pub fn spawn(program: &Path, args: &[String], log: &Path) -> Child {
         .env("RUST_LOG", "info")
         // kubecast reads every KUBECAST_* variable as a config override.
         .env_remove("KUBECAST_BENCH_BASELINE")
+        .env_remove("KUBECAST_TEST_BINARY")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(err)
@@ -131,13 +132,14 @@ fn start_kubecast(
     spawn_kubecast(stack, dir, &config, "kubecast.log")
 }
 
-/// This build's kubecast with `config` (written into `dir`), logging to `dir/log`.
+/// This build's kubecast (or `KUBECAST_TEST_BINARY`'s, another build to compare) with
+/// `config` (written into `dir`), logging to `dir/log`.
 pub fn spawn_kubecast(stack: &Stack, dir: &Path, config: &str, log: &str) -> (Child, PathBuf) {
     let config_path = dir.join("kubecast.yaml");
     std::fs::write(&config_path, config).expect("writing the config");
     let log = dir.join(log);
     let child = spawn(
-        Path::new(env!("CARGO_BIN_EXE_kubecast")),
+        &crate::support::kubecast::binary(),
         &[
             "run".into(),
             "--config".into(),

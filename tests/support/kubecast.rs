@@ -30,7 +30,7 @@ pub fn scratch_dir(prefix: &str) -> PathBuf {
 
 /// The kubecast binary `run` starts: this build's, or `KUBECAST_TEST_BINARY` (another
 /// build's, to measure it the same way: BENCHMARKS.md's before-and-after figures).
-fn binary() -> PathBuf {
+pub fn binary() -> PathBuf {
     std::env::var_os("KUBECAST_TEST_BINARY")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kubecast")))
