@@ -113,11 +113,11 @@ const TRIM_CHECK: Duration = Duration::from_millis(200);
 
 /// The shortest time between two upkeeps, however much is due: a bound, so nothing due in
 /// the past can make the loop spin.
-const UPKEEP_AT_MOST: Duration = Duration::from_millis(50);
+const UPKEEP_MIN_GAP: Duration = Duration::from_millis(50);
 
 /// The longest upkeep waits when nothing is due: the state directory's free space (a metric)
 /// stays this fresh.
-const UPKEEP_AT_LEAST: Duration = Duration::from_secs(10);
+const UPKEEP_MAX_GAP: Duration = Duration::from_secs(10);
 
 impl Bridge {
     pub fn new(parts: Parts) -> Bridge {
@@ -173,20 +173,20 @@ impl Bridge {
     }
 
     /// Arms the upkeep for the earliest of: what the state directory has due, the check for
-    /// a list's freed memory, and [`UPKEEP_AT_LEAST`] after the last one; never sooner than
-    /// [`UPKEEP_AT_MOST`] after it.
+    /// a list's freed memory, and [`UPKEEP_MAX_GAP`] after the last one; never sooner than
+    /// [`UPKEEP_MIN_GAP`] after it.
     fn arm_upkeep(&mut self) {
         let trim = self.trim_by.map(|by| by.min(self.last_upkeep + TRIM_CHECK));
         let at = [
             self.durable.next_due().map(Instant::from_std),
             trim,
-            Some(self.last_upkeep + UPKEEP_AT_LEAST),
+            Some(self.last_upkeep + UPKEEP_MAX_GAP),
         ]
         .into_iter()
         .flatten()
         .min()
-        .unwrap_or(self.last_upkeep + UPKEEP_AT_LEAST)
-        .max(self.last_upkeep + UPKEEP_AT_MOST);
+        .unwrap_or(self.last_upkeep + UPKEEP_MAX_GAP)
+        .max(self.last_upkeep + UPKEEP_MIN_GAP);
         if at != self.upkeep_at {
             self.upkeep_at = at;
             self.upkeep.as_mut().reset(at);

@@ -132,18 +132,34 @@ unsafe extern "C" fn reports_waiting(_rk: *mut rdsys::rd_kafka_t, opaque: *mut c
 async fn serve_reports(shared: Weak<Shared>, wake: Arc<Notify>) {
     loop {
         wake.notified().await;
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        let (Some(producer), Some(queue)) = (shared.producer.as_deref(), &shared.queue) else {
-            return;
-        };
-        // `poll` serves one event (a batch of reports) at a time.
-        while queue.length() > 0 {
-            producer.poll(Duration::ZERO);
+        loop {
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            let (Some(producer), Some(queue)) = (shared.producer.as_deref(), &shared.queue)
+            else {
+                return;
+            };
+            // `poll` serves one event (a batch of reports) at a time.
+            let mut served = 0;
+            while served < SERVE_AT_ONCE && queue.length() > 0 {
+                producer.poll(Duration::ZERO);
+                served += 1;
+            }
+            if served < SERVE_AT_ONCE {
+                break;
+            }
+            // More keep coming: the tasks sharing the thread (the sinks these reports wake,
+            // the event loop) get their turn first.
+            drop(shared);
+            tokio::task::yield_now().await;
         }
     }
 }
+
+/// How many report events [`serve_reports`] serves before it lets the other tasks of its
+/// thread run.
+const SERVE_AT_ONCE: usize = 64;
 
 impl Producer {
     /// Creates the producer from `config` and starts the task serving its reports (on the
