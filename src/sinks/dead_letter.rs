@@ -101,7 +101,11 @@ mod tests {
         assert_eq!(v["event"], structured);
         assert_eq!(v["sink"], "out");
         assert_eq!(v["reason"], "too \"large\"");
-        assert!(v["time"].as_str().is_some_and(|t| t.parse::<jiff::Timestamp>().is_ok()));
+        assert!(
+            v["time"]
+                .as_str()
+                .is_some_and(|t| t.parse::<jiff::Timestamp>().is_ok())
+        );
     }
 
     #[test]
