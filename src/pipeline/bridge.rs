@@ -22,6 +22,7 @@ use super::routed::{Emitted, Routes, To, now_ms};
 use super::{Grace, PipelineError, Stats};
 use crate::classify::{Change, Classifier};
 use crate::event::{Encoder, Event};
+use crate::model::ChangeKind;
 use crate::ops::Ops;
 use crate::sinks::{Report, SinkExit, Sinks};
 use crate::store::StoreError;
@@ -281,6 +282,7 @@ impl Bridge {
             }
         }
         let listed = items.iter().any(|i| matches!(i, Observed::ListDone { .. }));
+        let mut known_moved = false;
         for item in items {
             let from_watch = matches!(item, Observed::Applied { .. } | Observed::Deleted { .. });
             let position = matches!(
@@ -292,6 +294,8 @@ impl Bridge {
             )
             .then(|| item.clone());
             for change in classify(&mut self.classifier, item) {
+                // Only an added or deleted object changes how many are known.
+                known_moved |= change.kind != ChangeKind::Modified;
                 self.stats.changed(change.kind, change.inferred);
                 let emitted = self.routes.change(&change, from_watch, &self.encoder);
                 self.log(emitted);
@@ -304,7 +308,9 @@ impl Bridge {
         // stored.
         self.durable.commit().await?;
         self.release();
-        self.report_known();
+        if known_moved {
+            self.report_known();
+        }
         if listed {
             self.trim_by.get_or_insert(Instant::now() + TRIM_WITHIN);
         }

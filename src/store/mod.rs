@@ -305,9 +305,4 @@ impl Store {
         self.log.compact(below)?;
         Ok(())
     }
-
-    /// Syncs everything, saves the cursors and `snapshot` (on shutdown).
-    pub fn close(&mut self, snapshot: Snapshot) -> Result<(), StoreError> {
-        self.maintain(Some(snapshot))
-    }
 }

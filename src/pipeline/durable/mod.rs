@@ -327,17 +327,14 @@ impl Durable {
         Ok(())
     }
 
-    /// Everything to disk, on shutdown.
+    /// Everything to disk, on shutdown: the upkeep with a snapshot, whatever is due.
     pub async fn close(
         &mut self,
         classifier: &Classifier,
         router: Option<&Router>,
     ) -> Result<(), StoreError> {
-        let Some(store) = self.store.as_ref() else {
-            return Ok(());
-        };
-        let snap = snapshot(store.next_seq(), classifier, router, &self.positions);
-        self.blocking(false, move |store| store.close(snap)).await
+        self.snapshot_due = true;
+        self.maintain(classifier, router).await
     }
 }
 
