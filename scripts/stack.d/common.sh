@@ -85,6 +85,7 @@ canonical_component() {
     kwok | nodes) echo kwok ;;
     kafka) echo kafka ;;
     mosquitto | mqtt) echo mosquitto ;;
+    kube-apiserver-[0-9]*) echo "$1" ;;
     *) die "unknown component '$1'; expected one of: ${COMPONENTS[*]}" ;;
     esac
 }

@@ -117,8 +117,15 @@ EOF
     mv -f "$STATE/kubeconfig.tmp.$$" "$STATE/kubeconfig"
 }
 
+# The alpha features the stack's apiserver serves: server-side sharded list and watch
+# (`shardSelector`), which kubecast's shards ask for.
+FEATURE_GATES=${KUBECAST_STACK_FEATURE_GATES-ShardedListAndWatch=true}
+
+# Starts the stack's kube-apiserver; with arguments NAME PORT GATES, another one over the same
+# etcd (`scripts/stack apiserver PORT`), e.g. without the sharding gate, as an older
+# apiserver would answer.
 start_kube_apiserver() {
-    local bin
+    local bin name=${1:-kube-apiserver} port=${2:-$APISERVER_PORT} gates=${3-$FEATURE_GATES}
     bin=$(kube_apiserver_binary)
     ensure_pki
     write_kubeconfig
@@ -128,10 +135,10 @@ start_kube_apiserver() {
     # The controller-manager runs no serviceaccount controller, so nothing would create the
     # `default` ServiceAccount that the ServiceAccount admission plugin insists on; and no
     # endpoint reconciler is needed.
-    spawn kube-apiserver "$bin" \
-        --bind-address="$HOST" --advertise-address="$HOST" --secure-port="$APISERVER_PORT" \
+    spawn "$name" "$bin" \
+        --bind-address="$HOST" --advertise-address="$HOST" --secure-port="$port" \
         --etcd-servers="http://$HOST:$ETCD_PORT" --etcd-compaction-interval="$COMPACTION_INTERVAL" \
-        --cert-dir="$STATE/kube-apiserver/certs" \
+        --cert-dir="$STATE/$name/certs" ${gates:+--feature-gates="$gates"} \
         --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
         --client-ca-file="$PKI/ca.crt" \
         --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
@@ -148,6 +155,12 @@ kube_curl() {
 }
 
 check_kube_apiserver() { [[ $(kube_curl /readyz) == ok ]]; }
+
+# Another apiserver (`scripts/stack apiserver PORT`), named kube-apiserver-PORT.
+check_kube_apiserver_port() {
+    curl -fsS --max-time 3 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+        "https://$HOST:$1/readyz" | grep -qx ok
+}
 
 version_kube_apiserver() { kube_curl /version | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p'; }
 
