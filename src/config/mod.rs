@@ -65,6 +65,9 @@ pub struct Config {
     /// Several replicas with one leader (README, "High availability").
     #[serde(default)]
     pub leader_election: crate::ha::LeaderElectionConfig,
+    /// The objects split into shards that the replicas share (README, "High availability").
+    #[serde(default)]
+    pub sharding: crate::ha::ShardingConfig,
     /// Which events go to which sinks, keyed by a name of your choice (README, "Routes").
     /// Default: none, meaning every sink gets every event.
     #[serde(default)]

@@ -43,6 +43,12 @@ pub struct Validated {
     pub shutdown: ShutdownConfig,
     /// With `leader_election.enabled`, how to elect.
     pub leader_election: Option<Election>,
+    /// `sharding.shards`: 1 unless leader election is on.
+    pub shards: u32,
+    /// The shard this config runs (validated for it by [`Config::validate_shard`]): its
+    /// watches ask for the shard's objects only, and its sinks' transactional ids, checkpoints
+    /// and sessions are the shard's. `None`: every object.
+    pub shard: Option<crate::model::Shard>,
     /// With `routes` or `alerts`, the validated routes and rules.
     pub routing: Option<super::Routing>,
     /// The config this came from: a replica validates it again for each term it leads
@@ -53,6 +59,15 @@ pub struct Validated {
 impl Config {
     /// Checks every value without touching the network or the disk.
     pub fn validate(self) -> Result<Validated, ValidationError> {
+        self.validate_shard(None)
+    }
+
+    /// As [`Config::validate`], for the replica that holds `shard`: its sinks are the shard's
+    /// (a transactional id, checkpoint key and MQTT session of its own).
+    pub fn validate_shard(
+        self,
+        shard: Option<crate::model::Shard>,
+    ) -> Result<Validated, ValidationError> {
         let source = self.clone();
         let mut issues = Vec::new();
         if !is_dns_label(&self.cluster) {
@@ -147,6 +162,7 @@ impl Config {
             let mut sink = sink.clone();
             sink.common.route_topics = route_topics.remove(name).unwrap_or_default();
             sink.common.route_compat = route_compat.remove(name).unwrap_or_default();
+            sink.common.shard = shard;
             match sink.validate(name, &self.cluster) {
                 Ok(v) => sinks.push((name.clone(), v)),
                 Err(more) => issues.extend(more),
@@ -157,6 +173,9 @@ impl Config {
             super::routing::feeds(&self, routes, rules, &sinks, &mut issues)
         });
         let leader_election = self.leader_election.validate(&mut issues);
+        let shards = self
+            .sharding
+            .validate(leader_election.is_some(), &mut issues);
         if leader_election.is_some() && !sinks.iter().any(|(_, v)| v.sink.keeper().is_some()) {
             issues.push(Issue::new(
                 "leader_election.enabled",
@@ -207,6 +226,8 @@ impl Config {
             metrics_address,
             shutdown: self.shutdown,
             leader_election,
+            shards,
+            shard,
             routing,
             source,
         })

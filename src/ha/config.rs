@@ -1,4 +1,5 @@
-//! `leader_election:` in the config, and its validated form [`Election`].
+//! `leader_election:` and `sharding:` in the config, and the validated form of the first,
+//! [`Election`].
 
 use std::time::Duration;
 
@@ -46,6 +47,53 @@ impl Default for LeaderElectionConfig {
             lease_duration_ms: default_lease_duration_ms(),
             retry_period_ms: default_retry_period_ms(),
         }
+    }
+}
+
+/// `sharding:`: the cluster's objects split by the hash of their uid into `shards` equal
+/// ranges, each published by one replica at a time (README, "High availability").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardingConfig {
+    /// How many shards. Each is a Lease (`{leader_election.lease}-shard-{i}`) that one replica
+    /// holds; replicas balance the shards between them. More than 1 needs
+    /// `leader_election.enabled`. Default: 1 (one replica publishes everything).
+    #[serde(default = "default_shards")]
+    pub shards: u32,
+}
+
+impl Default for ShardingConfig {
+    fn default() -> ShardingConfig {
+        ShardingConfig {
+            shards: default_shards(),
+        }
+    }
+}
+
+fn default_shards() -> u32 {
+    1
+}
+
+/// The most shards: each is a watch per resource and a Kafka producer on the replica that
+/// holds it.
+pub const MAX_SHARDS: u32 = 256;
+
+impl ShardingConfig {
+    /// The number of shards, or the issues found; `elected` says whether leader election is
+    /// on (shards are Leases).
+    pub fn validate(&self, elected: bool, issues: &mut Vec<Issue>) -> u32 {
+        if !(1..=MAX_SHARDS).contains(&self.shards) {
+            issues.push(Issue::new(
+                "sharding.shards",
+                format!("must be between 1 and {MAX_SHARDS}"),
+            ));
+        } else if self.shards > 1 && !elected {
+            issues.push(Issue::new(
+                "sharding.shards",
+                "more than 1 needs leader_election.enabled: each shard is a Lease the replicas take and hand over",
+            ));
+        }
+        self.shards.clamp(1, MAX_SHARDS)
     }
 }
 

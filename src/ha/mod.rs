@@ -4,5 +4,5 @@
 mod config;
 mod lease;
 
-pub use config::{Election, LeaderElectionConfig};
+pub use config::{Election, LeaderElectionConfig, MAX_SHARDS, ShardingConfig};
 pub use lease::{Elector, LeaseError, LeaseSettings};

@@ -100,3 +100,20 @@ pub(super) fn scope_label(scope: &str) -> ScopeLabel {
         resource: resource.to_string(),
     }
 }
+
+/// Who filters a sharded watch's objects by shard (`kubecast_watch_shard_filter`).
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)] // The values are the label values.
+pub(super) enum FilterPlace {
+    /// The apiserver (sharded list and watch).
+    server,
+    /// kubecast, by the same hash: the apiserver sent every object.
+    client,
+}
+
+/// A resource's shard filter and where it runs.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ShardFilterLabel {
+    pub(super) resource: String,
+    pub(super) r#where: FilterPlace,
+}

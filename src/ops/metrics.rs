@@ -88,6 +88,8 @@ pub struct Metrics {
     fsync: Histogram,
     leader: Gauge,
     terms: Counter,
+    shard_filter: Family<ShardFilterLabel, Gauge>,
+    shards_owned: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -130,6 +132,8 @@ impl Metrics {
             fsync: fsync_histogram(),
             leader: Gauge::default(),
             terms: Counter::default(),
+            shard_filter: Family::default(),
+            shards_owned: Gauge::default(),
         };
         m.by_kind = [Kind::added, Kind::modified, Kind::deleted]
             .map(|k| m.observed.get_or_create(&TypeLabel { r#type: k }).clone());
@@ -239,6 +243,16 @@ impl Metrics {
             "leader_terms",
             "With leader_election: terms this replica started leading",
             m.terms.clone(),
+        );
+        r.register(
+            "watch_shard_filter",
+            "With sharding: 1 for each resource and where its objects are filtered by shard (server: the apiserver; client: kubecast, the apiserver sent every object)",
+            m.shard_filter.clone(),
+        );
+        r.register(
+            "shards_owned",
+            "With sharding: the shards this replica holds",
+            m.shards_owned.clone(),
         );
         r.register(
             "buffer_bytes",
@@ -420,6 +434,25 @@ impl Metrics {
 
     pub fn fsync(&self, seconds: f64) {
         self.fsync.observe(seconds);
+    }
+
+    /// A sharded watch of `resource` found who filters its objects by shard: the apiserver
+    /// (`server`) or kubecast. Whether this is the first time for the resource and place.
+    pub fn shard_filter(&self, resource: &str, server: bool) -> bool {
+        let label = ShardFilterLabel {
+            resource: resource.to_string(),
+            r#where: if server {
+                FilterPlace::server
+            } else {
+                FilterPlace::client
+            },
+        };
+        self.shard_filter.get_or_create(&label).set(1) == 0
+    }
+
+    /// How many shards this replica holds.
+    pub fn shards_owned(&self, n: usize) {
+        self.shards_owned.set(n as i64);
     }
 }
 

@@ -43,6 +43,18 @@ impl KeptState {
     }
 }
 
+impl KeptState {
+    /// The part of it that is `shard`'s: the shards' objects share the keeper's state topic
+    /// (an object's record is keyed by its uid, which hashes into one shard only).
+    pub fn of_shard(mut self, shard: Option<crate::model::Shard>) -> KeptState {
+        if let Some(shard) = shard {
+            self.known.retain(|k| shard.contains(&k.object.uid));
+            self.routing.retain(|r| shard.contains(&r.uid));
+        }
+        self
+    }
+}
+
 /// The value of an object's record in the keeper's state (its key is the object's uid).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StateRecord {

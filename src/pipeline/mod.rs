@@ -184,7 +184,12 @@ async fn bridge(
     let kept = match &keeper {
         // Taking over waits for unreachable brokers; a shutdown meanwhile ends it.
         Some((_, k)) => tokio::select! {
-            kept = k.take_over() => Some(kept?.map(kept::KeptState::decode).transpose()?),
+            kept = k.take_over() => Some(
+                kept?
+                    .map(kept::KeptState::decode)
+                    .transpose()?
+                    .map(|k| k.of_shard(config.shard)),
+            ),
             _ = &mut shutdown => return Ok(Stats::default()),
         },
         None => None,
@@ -236,6 +241,7 @@ async fn bridge(
                 .resync_seconds
                 .map(|s| Duration::from_secs(u64::from(s))),
             ops: ops.clone(),
+            shard: config.shard,
         });
         if let Target::Resolved(r) = &p.target {
             // Not ready until each scope has listed, from the start.

@@ -51,6 +51,10 @@ pub struct Common {
     /// filled in from `routes:` before validation; not a field of the sink.
     #[serde(skip)]
     pub route_topics: Vec<(String, String)>,
+    /// The shard this sink publishes (`sharding`), set at validation; not a field of the
+    /// sink. A shard's sink has its own transactional id, checkpoint and MQTT session.
+    #[serde(skip)]
+    pub shard: Option<crate::model::Shard>,
 }
 
 /// What a sink does with an event too large for it.

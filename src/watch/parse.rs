@@ -284,6 +284,8 @@ pub struct ListPage {
     pub objects: Vec<Object>,
     pub rv: String,
     pub continue_token: Option<String>,
+    /// The apiserver echoed a shard selector (`metadata.shardInfo`): it filtered the list.
+    pub sharded: bool,
 }
 
 #[derive(Deserialize)]
@@ -292,6 +294,8 @@ struct ListMeta<'a> {
     resource_version: Option<Cow<'a, str>>,
     #[serde(borrow, default, rename = "continue")]
     continue_token: Option<Cow<'a, str>>,
+    #[serde(default, rename = "shardInfo")]
+    shard_info: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -325,6 +329,7 @@ pub fn parse_list_page(body: Bytes) -> Result<(ListPage, Vec<ParseError>), Parse
             field: "metadata.resourceVersion",
         })?
         .into_owned();
+    let sharded = list.metadata.shard_info.is_some();
     let continue_token = list
         .metadata
         .continue_token
@@ -335,6 +340,7 @@ pub fn parse_list_page(body: Bytes) -> Result<(ListPage, Vec<ParseError>), Parse
             objects,
             rv,
             continue_token,
+            sharded,
         },
         bad,
     ))
@@ -343,6 +349,16 @@ pub fn parse_list_page(body: Bytes) -> Result<(ListPage, Vec<ParseError>), Parse
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_the_apiserver_sharded_says_so_and_one_it_did_not_does_not() {
+        let sharded = r#"{"metadata":{"resourceVersion":"5","shardInfo":{"selector":"shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"}},"items":[]}"#;
+        let (page, _) = parse_list_page(Bytes::from(sharded)).unwrap();
+        assert!(page.sharded);
+        let plain = r#"{"metadata":{"resourceVersion":"5"},"items":[]}"#;
+        let (page, _) = parse_list_page(Bytes::from(plain)).unwrap();
+        assert!(!page.sharded);
+    }
 
     #[test]
     fn metadata_is_found_after_kind_and_api_version_in_either_order_or_first() {

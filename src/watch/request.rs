@@ -30,12 +30,16 @@ fn selectors(
     q: &mut form_urlencoded::Serializer<'_, String>,
     label: Option<&str>,
     field: Option<&str>,
+    shard: Option<&str>,
 ) {
     if let Some(l) = label {
         q.append_pair("labelSelector", l);
     }
     if let Some(f) = field {
         q.append_pair("fieldSelector", f);
+    }
+    if let Some(s) = shard {
+        q.append_pair("shardSelector", s);
     }
 }
 
@@ -44,6 +48,8 @@ fn selectors(
 pub struct ListRequest<'a> {
     pub label_selector: Option<&'a str>,
     pub field_selector: Option<&'a str>,
+    /// The shard's `shardSelector` ([`crate::model::Shard::selector`]).
+    pub shard_selector: Option<&'a str>,
     pub limit: u32,
     /// The `continue` token of the previous page.
     pub continue_token: Option<&'a str>,
@@ -52,7 +58,12 @@ pub struct ListRequest<'a> {
 impl ListRequest<'_> {
     pub fn to_http(&self, scope: &Scope) -> Request<Vec<u8>> {
         let mut q = form_urlencoded::Serializer::new(String::new());
-        selectors(&mut q, self.label_selector, self.field_selector);
+        selectors(
+            &mut q,
+            self.label_selector,
+            self.field_selector,
+            self.shard_selector,
+        );
         q.append_pair("limit", &self.limit.to_string());
         if let Some(c) = self.continue_token {
             q.append_pair("continue", c);
@@ -66,6 +77,8 @@ impl ListRequest<'_> {
 pub struct WatchRequest<'a> {
     pub label_selector: Option<&'a str>,
     pub field_selector: Option<&'a str>,
+    /// The shard's `shardSelector`.
+    pub shard_selector: Option<&'a str>,
     /// Where to resume; `None` with `initial_events` asks for the current state first.
     pub resource_version: Option<&'a str>,
     /// Ask for every existing pod as `ADDED` first, ended by a bookmark.
@@ -77,7 +90,12 @@ impl WatchRequest<'_> {
     pub fn to_http(&self, scope: &Scope) -> Request<Vec<u8>> {
         let mut q = form_urlencoded::Serializer::new(String::new());
         q.append_pair("watch", "true");
-        selectors(&mut q, self.label_selector, self.field_selector);
+        selectors(
+            &mut q,
+            self.label_selector,
+            self.field_selector,
+            self.shard_selector,
+        );
         q.append_pair("allowWatchBookmarks", "true");
         q.append_pair("timeoutSeconds", &self.timeout_seconds.to_string());
         if self.initial_events {
@@ -100,6 +118,7 @@ mod tests {
             field_selector: None,
             limit: 50,
             continue_token: Some("abc=="),
+            ..Default::default()
         }
         .to_http(&Scope::new(crate::kinds::Resource::pods(), Some("team-a")));
         assert_eq!(
@@ -127,6 +146,30 @@ mod tests {
             assert!(uri.contains(part), "{uri} lacks {part}");
         }
         assert_eq!(r.headers()[http::header::ACCEPT_ENCODING], "identity");
+    }
+
+    #[test]
+    fn a_shards_list_and_watch_carry_its_shard_selector() {
+        let selector = crate::model::Shard::new(1, 2).unwrap().selector();
+        let scope = Scope::all_pods();
+        let list = ListRequest {
+            shard_selector: Some(&selector),
+            limit: 10,
+            ..Default::default()
+        }
+        .to_http(&scope);
+        let watch = WatchRequest {
+            shard_selector: Some(&selector),
+            resource_version: Some("7"),
+            timeout_seconds: 60,
+            ..Default::default()
+        }
+        .to_http(&scope);
+        let encoded = "shardSelector=shardRange%28object.metadata.uid%2C+%270x8000000000000000%27%2C+%270x10000000000000000%27%29";
+        for r in [list, watch] {
+            let uri = r.uri().to_string();
+            assert!(uri.contains(encoded), "{uri}");
+        }
     }
 
     #[test]

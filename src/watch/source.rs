@@ -25,6 +25,7 @@ use super::{Observed, StreamingList, WatchError};
 use crate::backoff::Backoff;
 use crate::classify::Scope;
 use crate::kinds::{discovery, resolve};
+use crate::model::Shard;
 use crate::ops::Ops;
 
 /// How the watches of one resource run; shared by its scopes.
@@ -45,6 +46,10 @@ pub struct WatchSettings {
     /// Where requests, lists and 410s are counted, and readiness is told when a scope has
     /// synced.
     pub ops: Arc<Ops>,
+    /// With `sharding`, the one shard whose objects this watch passes on: asked of the
+    /// apiserver (`shardSelector`) and checked again here, since an apiserver without
+    /// sharded list and watch sends everything.
+    pub shard: Option<Shard>,
 }
 
 /// What discovery says of a resource whose watch or list answered 404.
@@ -79,9 +84,12 @@ pub async fn run(
     resume: Option<String>,
     out: mpsc::Sender<Observed>,
 ) -> Result<Ended, WatchError> {
+    let shard_selector = settings.shard.map(|s| s.selector());
     let mut w = Watch {
         client,
         scope,
+        shard_selector,
+        filter_known: false,
         settings,
         out,
         position: resume,
@@ -94,6 +102,10 @@ pub async fn run(
 struct Watch {
     client: kube::Client,
     scope: Scope,
+    /// The shard's `shardSelector`, with `sharding`.
+    shard_selector: Option<String>,
+    /// Whether it is known yet who filters by shard (the apiserver or kubecast).
+    filter_known: bool,
     settings: Arc<WatchSettings>,
     out: mpsc::Sender<Observed>,
     /// The resourceVersion everything up to which has been passed on: where the next watch
@@ -119,6 +131,9 @@ impl Watch {
             .resync
             .map(|d| tokio::time::Instant::now() + d);
         loop {
+            if self.shard_selector.is_some() && !self.filter_known {
+                self.filter_known = self.probe_shard_filter().await;
+            }
             let attempt = match (self.position.clone(), streaming) {
                 (Some(from), _) => self.watch(from, false).await,
                 (None, true) => self.watch(String::new(), true).await,
@@ -242,6 +257,43 @@ impl Watch {
         self.out.send(item).await.is_ok()
     }
 
+    /// Whether `item` is this watch's to pass on: everything but the objects of other shards.
+    fn in_shard(&self, item: &Observed) -> bool {
+        in_shard(self.settings.shard, item)
+    }
+
+    /// Asks for one object of the shard to learn whether the apiserver filters by shard (it
+    /// echoes the selector in `metadata.shardInfo`); says so once per resource, at INFO and
+    /// in `kubecast_watch_shard_filter`. Objects of other shards are dropped here either way.
+    /// `false` when the apiserver could not be asked (asked again before the next attempt).
+    async fn probe_shard_filter(&mut self) -> bool {
+        let s = self.settings.clone();
+        let req = ListRequest {
+            label_selector: s.label_selector.as_deref(),
+            field_selector: s.field_selector.as_deref(),
+            shard_selector: self.shard_selector.as_deref(),
+            limit: 1,
+            continue_token: None,
+        }
+        .to_http(&self.scope);
+        let sharded = match self.client.request_text(req).await {
+            Ok(body) => match parse_list_page(Bytes::from(body)) {
+                Ok((page, _)) => page.sharded,
+                Err(_) => return false,
+            },
+            Err(_) => return false,
+        };
+        let resource = self.scope.resource.key().to_string();
+        if s.ops.metrics.shard_filter(&resource, sharded) {
+            if sharded {
+                tracing::info!(%resource, "the apiserver filters this resource's list and watch by shard");
+            } else {
+                tracing::info!(%resource, "the apiserver does not filter this resource by shard (sharded list and watch off, or an older apiserver): kubecast receives every object and keeps its shard's");
+            }
+        }
+        true
+    }
+
     /// A paginated list, then `ListDone` with the list's resourceVersion.
     async fn list(&mut self) -> Attempt {
         let s = self.settings.clone();
@@ -260,6 +312,7 @@ impl Watch {
             ListRequest {
                 label_selector: s.label_selector.as_deref(),
                 field_selector: s.field_selector.as_deref(),
+                shard_selector: self.shard_selector.as_deref(),
                 limit: s.page_size,
                 continue_token: token,
             }
@@ -294,8 +347,11 @@ impl Watch {
             let scope = &self.scope;
             let hand_on = async {
                 for object in page.objects {
-                    let scope = scope.clone();
-                    if !self.send(Observed::Listed { scope, object }).await {
+                    let item = Observed::Listed {
+                        scope: scope.clone(),
+                        object,
+                    };
+                    if self.in_shard(&item) && !self.send(item).await {
                         return false;
                     }
                 }
@@ -332,6 +388,7 @@ impl Watch {
         let req = WatchRequest {
             label_selector: s.label_selector.as_deref(),
             field_selector: s.field_selector.as_deref(),
+            shard_selector: self.shard_selector.as_deref(),
             resource_version: if initial { None } else { Some(&from) },
             initial_events: initial,
             timeout_seconds: s.timeout_seconds,
@@ -439,9 +496,23 @@ impl Watch {
                     });
                 }
             };
-            if self.out.send(item).await.is_err() {
+            if in_shard(s.shard, &item) && self.out.send(item).await.is_err() {
                 return Ok(Next::Closed);
             }
         }
+    }
+}
+
+/// Whether `item` is for `shard` (always, without one): an object is when its uid hashes into
+/// the shard's range.
+fn in_shard(shard: Option<Shard>, item: &Observed) -> bool {
+    let Some(shard) = shard else {
+        return true;
+    };
+    match item {
+        Observed::Listed { object, .. }
+        | Observed::Applied { object, .. }
+        | Observed::Deleted { object, .. } => shard.contains(&object.uid),
+        _ => true,
     }
 }

@@ -295,8 +295,13 @@ impl KafkaConfig {
         }
         let exactly_once = self.exactly_once.then(|| {
             let sink = at.strip_prefix("sinks.").unwrap_or(at);
-            self.transactions
-                .settings(at, sink, cluster, valid_topic, &mut issues)
+            let mut txn = self
+                .transactions
+                .settings(at, sink, cluster, valid_topic, &mut issues);
+            if let Some(shard) = common.shard {
+                txn.shard(shard);
+            }
+            txn
         });
         match topic {
             Some(topic) if issues.is_empty() => Ok(KafkaSettings {

@@ -15,12 +15,13 @@ use crate::vocab::Issue;
 #[serde(deny_unknown_fields)]
 pub struct TransactionsConfig {
     /// The `transactional.id` every replica of this sink shares: the replica that starts
-    /// last fences the others, which can then commit nothing more. Default:
-    /// `kubecast.{cluster}.{sink}`.
+    /// last fences the others, which can then commit nothing more. With `sharding`, each
+    /// shard's is this followed by `-{i}`. Default: `kubecast.{cluster}.{sink}`.
     #[serde(default)]
     pub id: Option<String>,
     /// Compacted topic of the sinks' checkpoints, one record per sink keyed
-    /// `{cluster}/{sink}`; created (compacted) when missing. Default: `kubecast.checkpoints`.
+    /// `{cluster}/{sink}` (with `sharding`, per shard: `{cluster}/{sink}/shard-{i}-of-{n}`);
+    /// created (compacted) when missing. Default: `kubecast.checkpoints`.
     #[serde(default = "default_checkpoint_topic")]
     pub checkpoint_topic: String,
     /// Compacted topic of the known state (object uid -> namespace, name and last delivered
@@ -102,6 +103,21 @@ impl std::fmt::Debug for TxnSettings {
             .field("max_events", &self.max_events)
             .field("linger", &self.linger)
             .finish_non_exhaustive()
+    }
+}
+
+impl TxnSettings {
+    /// Makes these the settings of one shard's sink: its own transactional id (a shard that
+    /// moves fences its previous holder only) and checkpoint. The checkpoint's key names the
+    /// shard count too: positions saved for other ranges are not this shard's, so a changed
+    /// count starts each shard with a list, compared with the known state it reads. The state
+    /// topic is shared (an object's record is keyed by its uid, which is in one shard only).
+    pub fn shard(&mut self, shard: crate::model::Shard) {
+        self.id = format!("{}-{}", self.id, shard.index);
+        self.checkpoint_key = format!(
+            "{}/shard-{}-of-{}",
+            self.checkpoint_key, shard.index, shard.count
+        );
     }
 }
 

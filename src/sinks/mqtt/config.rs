@@ -27,7 +27,8 @@ pub struct MqttConfig {
     /// when the pod is deleted. Default: false.
     #[serde(default)]
     pub retain: bool,
-    /// MQTT client id. Default: `kubecast-{cluster}`.
+    /// MQTT client id. With `sharding`, each shard's session is this followed by
+    /// `-shard-{i}`. Default: `kubecast-{cluster}`.
     #[serde(default)]
     pub client_id: Option<String>,
     /// User name. Default: none.
@@ -213,10 +214,16 @@ impl MqttConfig {
                 protocol: self.protocol,
                 topic,
                 retain: self.retain,
-                client_id: self
-                    .client_id
-                    .clone()
-                    .unwrap_or_else(|| format!("kubecast-{cluster}")),
+                client_id: {
+                    let id = self
+                        .client_id
+                        .clone()
+                        .unwrap_or_else(|| format!("kubecast-{cluster}"));
+                    match common.shard {
+                        Some(s) => format!("{id}-shard-{}", s.index),
+                        None => id,
+                    }
+                },
                 credentials: self
                     .username
                     .clone()
