@@ -4,7 +4,7 @@
 //! connected (an MQTT sink in a quiet cluster) is not ready. Entry point: [`Health`].
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What readiness waits for.
@@ -25,6 +25,9 @@ pub struct Health {
     sinks: Mutex<BTreeMap<String, bool>>,
     /// Why a sink that is not connected is not, where it knows more than that.
     sink_why: Mutex<BTreeMap<String, String>>,
+    /// With `sharding`: the readiness of each shard this replica holds, which is its
+    /// readiness (`None` without shards).
+    parts: Mutex<Option<BTreeMap<u32, Arc<Health>>>>,
 }
 
 impl Health {
@@ -41,7 +44,35 @@ impl Health {
             waiting: Mutex::new(Default::default()),
             sinks: Mutex::new(sinks.into_iter().map(|s| (s, false)).collect()),
             sink_why: Mutex::new(BTreeMap::new()),
+            parts: Mutex::new(None),
         }
+    }
+
+    /// This replica's readiness is its shards' from now on: ready while it holds none
+    /// (ready to take some over), else when every shard it holds is.
+    pub fn sharded(&self) {
+        lock(&self.parts).get_or_insert_with(BTreeMap::new);
+    }
+
+    /// This replica holds shard `part`, whose readiness is `health`.
+    pub fn hold(&self, part: u32, health: Arc<Health>) {
+        lock(&self.parts)
+            .get_or_insert_with(BTreeMap::new)
+            .insert(part, health);
+    }
+
+    /// This replica no longer holds shard `part`.
+    pub fn release(&self, part: u32) {
+        if let Some(parts) = lock(&self.parts).as_mut() {
+            parts.remove(&part);
+        }
+    }
+
+    /// With `sharding`, the shards this replica holds, as `/readyz` names them.
+    pub fn held(&self) -> Option<Vec<u32>> {
+        lock(&self.parts)
+            .as_ref()
+            .map(|parts| parts.keys().copied().collect())
     }
 
     /// A watch of the scope labelled `scope` starts: it is not synced until its list is done
@@ -98,6 +129,14 @@ impl Health {
 
     /// `Ok` when ready; otherwise every reason it is not.
     pub fn readiness(&self) -> Result<(), Vec<String>> {
+        if let Some(parts) = lock(&self.parts).as_ref() {
+            let why: Vec<String> = parts
+                .iter()
+                .filter_map(|(part, h)| h.readiness().err().map(|w| (part, w)))
+                .flat_map(|(part, w)| w.into_iter().map(move |w| format!("shard {part}: {w}")))
+                .collect();
+            return if why.is_empty() { Ok(()) } else { Err(why) };
+        }
         if self.standby.load(Ordering::Relaxed) {
             return Ok(());
         }
@@ -192,6 +231,32 @@ mod tests {
         h.synced("nodes/*");
         h.synced("deployments.apps/shop");
         assert!(h.readiness().is_ok());
+    }
+
+    #[test]
+    fn a_sharded_replica_is_ready_when_every_shard_it_holds_is() {
+        let h = Health::new([], ["kafka".to_string()]);
+        h.sharded();
+        assert!(h.readiness().is_ok(), "holding nothing, it is ready to take shards");
+        assert_eq!(h.held(), Some(vec![]));
+        let (a, b) = (
+            Arc::new(Health::new([], ["kafka".to_string()])),
+            Arc::new(Health::new([], ["kafka".to_string()])),
+        );
+        h.hold(3, a.clone());
+        h.hold(5, b.clone());
+        for part in [&a, &b] {
+            part.restored();
+            part.sink_connected("kafka", true);
+        }
+        b.sink_connected("kafka", false);
+        assert_eq!(
+            h.readiness().unwrap_err(),
+            vec!["shard 5: sink `kafka` is not connected".to_string()]
+        );
+        h.release(5);
+        assert!(h.readiness().is_ok());
+        assert_eq!(h.held(), Some(vec![3]));
     }
 
     #[test]

@@ -10,6 +10,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use super::labels::*;
 use crate::model::ChangeKind;
@@ -32,9 +34,32 @@ pub struct SinkMetrics {
     dead_lettered: Counter,
     dropped: Counter,
     coalesced: Counter,
-    held_events: Gauge,
-    held_bytes: Gauge,
+    held: Arc<Held>,
     delay: Histogram,
+}
+
+/// One queue's share of the sink's held gauges: with shards, each shard's queue of the sink
+/// adds its own, and takes it back when it goes.
+#[derive(Debug)]
+struct Held {
+    events: Gauge,
+    bytes: Gauge,
+    mine: Mutex<(i64, i64)>,
+}
+
+impl Held {
+    fn set(&self, events: i64, bytes: i64) {
+        let mut mine = self.mine.lock().unwrap_or_else(|p| p.into_inner());
+        self.events.inc_by(events - mine.0);
+        self.bytes.inc_by(bytes - mine.1);
+        *mine = (events, bytes);
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.set(0, 0);
+    }
 }
 
 impl SinkMetrics {
@@ -51,8 +76,7 @@ impl SinkMetrics {
     }
 
     pub fn held(&self, events: usize, bytes: usize) {
-        self.held_events.set(events as i64);
-        self.held_bytes.set(bytes as i64);
+        self.held.set(events as i64, bytes as i64);
     }
 
     pub fn delay(&self, seconds: f64) {
@@ -90,6 +114,8 @@ pub struct Metrics {
     terms: Counter,
     shard_filter: Family<ShardFilterLabel, Gauge>,
     shards_owned: Gauge,
+    /// Each part's (shard's) known objects per resource: the gauges show their sums.
+    known_parts: Mutex<HashMap<(u32, String), i64>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -134,6 +160,7 @@ impl Metrics {
             terms: Counter::default(),
             shard_filter: Family::default(),
             shards_owned: Gauge::default(),
+            known_parts: Mutex::default(),
         };
         m.by_kind = [Kind::added, Kind::modified, Kind::deleted]
             .map(|k| m.observed.get_or_create(&TypeLabel { r#type: k }).clone());
@@ -308,22 +335,49 @@ impl Metrics {
         self.alerts.get_or_create(&AlertLabel { state }).inc();
     }
 
-    /// The known state's size per resource key (every watched resource, 0 when empty).
+    /// The known state's size per resource key (every watched resource, 0 when empty) of
+    /// `part` (the shard, 0 without shards); the gauges show the sum over the parts.
     pub fn known_objects(
         &self,
+        part: u32,
         resources: &[&str],
-        counts: &std::collections::HashMap<std::sync::Arc<str>, usize>,
+        counts: &HashMap<Arc<str>, usize>,
     ) {
+        let mut parts = self.known_parts.lock().unwrap_or_else(|p| p.into_inner());
         for r in resources {
             let n = counts.get(*r).copied().unwrap_or(0) as i64;
-            self.known_objects
-                .get_or_create(&ResourceLabel {
-                    resource: r.to_string(),
-                })
-                .set(n);
-            if *r == crate::model::legacy::PODS {
-                self.known_pods.set(n);
-            }
+            parts.insert((part, r.to_string()), n);
+            self.show_known(&parts, r);
+        }
+    }
+
+    /// Shard `part` is gone from this replica: its known objects no longer count.
+    pub fn forget_part(&self, part: u32) {
+        let mut parts = self.known_parts.lock().unwrap_or_else(|p| p.into_inner());
+        let gone: Vec<String> = parts
+            .keys()
+            .filter(|(p, _)| *p == part)
+            .map(|(_, r)| r.clone())
+            .collect();
+        for r in gone {
+            parts.remove(&(part, r.clone()));
+            self.show_known(&parts, &r);
+        }
+    }
+
+    fn show_known(&self, parts: &HashMap<(u32, String), i64>, resource: &str) {
+        let n: i64 = parts
+            .iter()
+            .filter(|((_, r), _)| r == resource)
+            .map(|(_, n)| n)
+            .sum();
+        self.known_objects
+            .get_or_create(&ResourceLabel {
+                resource: resource.to_string(),
+            })
+            .set(n);
+        if resource == crate::model::legacy::PODS {
+            self.known_pods.set(n);
         }
     }
 
@@ -345,8 +399,11 @@ impl Metrics {
             dead_lettered: outcome(Outcome::dead_lettered),
             dropped: outcome(Outcome::dropped),
             coalesced: outcome(Outcome::coalesced),
-            held_events: self.held_events.get_or_create(&label).clone(),
-            held_bytes: self.held_bytes.get_or_create(&label).clone(),
+            held: Arc::new(Held {
+                events: self.held_events.get_or_create(&label).clone(),
+                bytes: self.held_bytes.get_or_create(&label).clone(),
+                mine: Mutex::new((0, 0)),
+            }),
             delay: self.delay.get_or_create(&label).clone(),
         }
     }
@@ -475,6 +532,36 @@ mod tests {
             text.contains("kubecast_http_responses_total{sink=\"knative\",code=\"503\"} 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn gauges_of_several_shards_show_their_sum_and_a_shard_that_goes_takes_its_share() {
+        let m = Metrics::new();
+        let counts = |n| HashMap::from([(Arc::<str>::from("pods"), n)]);
+        m.known_objects(0, &["pods"], &counts(3));
+        m.known_objects(1, &["pods"], &counts(4));
+        let (a, b) = (m.sink("kafka"), m.sink("kafka"));
+        a.held(2, 200);
+        b.held(5, 500);
+        let text = m.encode();
+        assert!(text.contains("kubecast_known_objects{resource=\"pods\"} 7"), "{text}");
+        assert!(text.contains("kubecast_known_pods 7"), "{text}");
+        assert!(text.contains("kubecast_sink_held_events{sink=\"kafka\"} 7"), "{text}");
+        m.forget_part(0);
+        drop(a);
+        b.held(1, 100);
+        let text = m.encode();
+        assert!(text.contains("kubecast_known_objects{resource=\"pods\"} 4"), "{text}");
+        assert!(text.contains("kubecast_sink_held_events{sink=\"kafka\"} 1"), "{text}");
+        assert!(m.shard_filter("pods", true), "the first time");
+        assert!(!m.shard_filter("pods", true), "not again");
+        m.shards_owned(3);
+        let text = m.encode();
+        assert!(
+            text.contains("kubecast_watch_shard_filter{resource=\"pods\",where=\"server\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("kubecast_shards_owned 3"), "{text}");
     }
 
     #[test]

@@ -72,18 +72,33 @@ fn respond(ops: &Ops, req: &Request<Incoming>) -> Response<Full<Bytes>> {
             "text/plain; charset=utf-8",
             "ok\n".to_string(),
         ),
-        "/readyz" => match ops.health.readiness() {
-            Ok(()) => (
-                StatusCode::OK,
-                "text/plain; charset=utf-8",
-                "ready\n".to_string(),
-            ),
-            Err(why) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "text/plain; charset=utf-8",
-                format!("not ready:\n- {}\n", why.join("\n- ")),
-            ),
-        },
+        "/readyz" => {
+            // With sharding, the body names the shards this replica holds.
+            let held = match ops.health.held() {
+                Some(shards) if shards.is_empty() => "shards held: none\n".to_string(),
+                Some(shards) => format!(
+                    "shards held: {}\n",
+                    shards
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+                None => String::new(),
+            };
+            match ops.health.readiness() {
+                Ok(()) => (
+                    StatusCode::OK,
+                    "text/plain; charset=utf-8",
+                    format!("ready\n{held}"),
+                ),
+                Err(why) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain; charset=utf-8",
+                    format!("not ready:\n- {}\n{held}", why.join("\n- ")),
+                ),
+            }
+        }
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",

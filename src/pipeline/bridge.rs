@@ -205,7 +205,7 @@ impl Bridge {
                 .map(|k| &**k)
                 .filter(|k| !self.resources.iter().any(|r| &**r == *k)),
         );
-        self.ops.metrics.known_objects(&keys, counts);
+        self.ops.metrics.known_objects(self.ops.part, &keys, counts);
     }
 
     /// Runs until `shutdown` completes (then the sinks drain what they hold) or a fatal

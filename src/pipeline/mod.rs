@@ -29,7 +29,7 @@ use tokio::task::JoinSet;
 
 use crate::config::Validated;
 use crate::event::Encoder;
-use crate::ops::{self, Health, Metrics, Ops};
+use crate::ops::{self, Ops};
 use crate::sinks::{self, SinkError};
 use crate::store::StoreError;
 use crate::watch::{self, Observed, Target, WatchError, WatchSettings};
@@ -98,14 +98,8 @@ pub async fn run(
     client: kube::Client,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Stats, PipelineError> {
-    let ops = Arc::new(Ops {
-        metrics: Metrics::new(),
-        // The watch scopes are added as the resources are resolved.
-        health: Health::new(
-            std::iter::empty(),
-            config.sinks.iter().map(|(n, _)| n.clone()),
-        ),
-    });
+    // The watch scopes are added as the resources are resolved.
+    let ops = Arc::new(Ops::new(config.sinks.iter().map(|(n, _)| n.clone())));
     let server = match config.metrics_address {
         Some(address) => Some(ops::serve(address, ops.clone()).await?),
         None => None,
