@@ -54,6 +54,9 @@ pub struct Elector {
     observed: Option<Observed>,
     /// When this replica last renewed successfully while leading.
     renewed: Option<Instant>,
+    /// Who holds the Lease as of the last round: this replica, another whose record is
+    /// still changing, or nobody (free, or not renewed for `lease_duration`).
+    holder: Option<String>,
 }
 
 impl Elector {
@@ -63,7 +66,18 @@ impl Elector {
             settings,
             observed: None,
             renewed: None,
+            holder: None,
         }
+    }
+
+    /// Who held the Lease at the last round (see the field).
+    pub fn holder(&self) -> Option<&str> {
+        self.holder.as_deref()
+    }
+
+    /// This replica's settings.
+    pub fn settings(&self) -> &LeaseSettings {
+        &self.settings
     }
 
     fn error(&self, source: kube::Error) -> LeaseError {
@@ -101,6 +115,12 @@ impl Elector {
 
     /// One attempt to acquire or renew the Lease; whether this replica leads after it.
     pub async fn round(&mut self) -> Result<bool, LeaseError> {
+        self.round_if(true).await
+    }
+
+    /// One round: renews the Lease if it is this replica's; takes it when it is free or
+    /// expired only if `may_take`, else just looks. Whether this replica holds it after.
+    pub async fn round_if(&mut self, may_take: bool) -> Result<bool, LeaseError> {
         let now = Instant::now();
         let current = self.api.get_opt(&self.settings.name).await;
         let current = match current {
@@ -108,6 +128,10 @@ impl Elector {
             Err(e) => return self.failed(e),
         };
         let Some(mut lease) = current else {
+            self.holder = None;
+            if !may_take {
+                return Ok(false);
+            }
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.settings.name.clone()),
@@ -143,6 +167,12 @@ impl Elector {
         let free = spec.holder_identity.as_deref().is_none_or(str::is_empty);
         if !mine && !free && unchanged_for < self.settings.lease_duration {
             self.renewed = None;
+            self.holder = spec.holder_identity.clone();
+            return Ok(false);
+        }
+        if !mine && !may_take {
+            self.renewed = None;
+            self.holder = None;
             return Ok(false);
         }
         lease.spec = Some(self.spec(Some(&spec)));
@@ -155,6 +185,7 @@ impl Elector {
             Ok(_) => self.leading(now),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 self.renewed = None;
+                self.holder = None;
                 Ok(false)
             }
             Err(e) => self.failed(e),
@@ -164,7 +195,39 @@ impl Elector {
     fn leading(&mut self, at: Instant) -> Result<bool, LeaseError> {
         self.renewed = Some(at);
         self.observed = None;
+        self.holder = Some(self.settings.identity.clone());
         Ok(true)
+    }
+
+    /// Lets the Lease go (this replica stopped publishing what it guards): it is written
+    /// free, so another replica takes it at its next round instead of waiting for it to
+    /// expire. Nothing is written unless the Lease is this replica's.
+    pub async fn release(&mut self) -> Result<(), LeaseError> {
+        self.renewed = None;
+        self.holder = None;
+        let mut lease = match self.api.get_opt(&self.settings.name).await {
+            Ok(Some(l)) => l,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(self.error(e)),
+        };
+        let Some(spec) = lease.spec.as_mut() else {
+            return Ok(());
+        };
+        if spec.holder_identity.as_deref() != Some(self.settings.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+        match self
+            .api
+            .replace(&self.settings.name, &PostParams::default(), &lease)
+            .await
+        {
+            // Someone else wrote it meanwhile: it is not this replica's to let go.
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(self.error(e)),
+        }
     }
 
     /// A request failed: a leader stays one until its Lease could have expired.
@@ -182,14 +245,14 @@ impl Elector {
 
     /// When this replica's leadership ends unless it renews: its last renewal plus the
     /// Lease's duration.
-    fn leads_until(&self) -> Option<tokio::time::Instant> {
+    pub fn leads_until(&self) -> Option<tokio::time::Instant> {
         self.renewed
             .map(|r| tokio::time::Instant::from_std(r + self.settings.lease_duration))
     }
 
     /// The longest one round may take: a third of the Lease (three tries before it runs
     /// out), at least `renew_every`.
-    fn round_limit(&self) -> Duration {
+    pub fn round_limit(&self) -> Duration {
         (self.settings.lease_duration / 3).max(self.settings.renew_every)
     }
 
@@ -244,7 +307,7 @@ impl Elector {
 
     /// A request failed or got no answer: a leader stays one until its Lease could have
     /// expired.
-    fn lapse_if_expired(&mut self) {
+    pub fn lapse_if_expired(&mut self) {
         if self
             .renewed
             .is_some_and(|r| r.elapsed() >= self.settings.lease_duration)

@@ -418,6 +418,11 @@ impl Metrics {
             .inc_by(n);
     }
 
+    /// Whether this replica leads (`kubecast_leader`), as last set.
+    pub fn is_leader(&self) -> bool {
+        self.leader.get() == 1
+    }
+
     /// This replica leads (`true`) or stands by.
     pub fn leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));

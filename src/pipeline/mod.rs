@@ -16,6 +16,7 @@ mod feed;
 pub mod kept;
 mod resources;
 mod routed;
+mod sharded;
 mod stats;
 mod trim;
 
@@ -63,6 +64,8 @@ pub enum PipelineError {
     Config(#[source] crate::config::ValidationError),
     #[error("the leader election task stopped")]
     ElectorGone,
+    #[error("a shard's bridge panicked")]
+    ShardPanicked,
     #[error(transparent)]
     Resource(#[from] ResourceError),
     #[error(transparent)]
@@ -105,6 +108,9 @@ pub async fn run(
         None => None,
     };
     let outcome = match config.leader_election.clone() {
+        Some(election) if config.shards > 1 => {
+            sharded::sharded(config, client, shutdown, ops, election).await
+        }
         Some(election) => elected::elected(config, client, shutdown, ops, election).await,
         None => {
             // A single replica publishes all along: it leads (kubecast_leader 1), so rules

@@ -75,6 +75,25 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// Adds the counts of another bridge's run (a shard's) to these.
+    pub fn absorb(&mut self, other: Stats) {
+        self.added += other.added;
+        self.modified += other.modified;
+        self.deleted += other.deleted;
+        self.inferred_deletes += other.inferred_deletes;
+        self.alerts_fired += other.alerts_fired;
+        self.alerts_resolved += other.alerts_resolved;
+        for (name, s) in other.sinks {
+            let mine = self.sinks.entry(name).or_default();
+            mine.delivered += s.delivered;
+            mine.dead_lettered += s.dead_lettered;
+            mine.coalesced += s.coalesced;
+            mine.dropped += s.dropped;
+            mine.peak_events = mine.peak_events.max(s.peak_events);
+            mine.peak_bytes = mine.peak_bytes.max(s.peak_bytes);
+        }
+    }
+
     /// Events handed to the sinks and not yet settled, over all sinks.
     pub fn held_events(&self) -> usize {
         self.sinks.values().map(|s| s.outstanding.len()).sum()

@@ -1,0 +1,331 @@
+//! One replica among several that share the cluster's objects in shards (`sharding.shards`
+//! with `leader_election.enabled`). Each shard is a Lease (`{lease}-shard-{i}`); for every
+//! shard it holds, the replica runs a bridge of its own that watches only the shard's objects
+//! and publishes with the shard's sinks (its own transactional id and checkpoint), exactly
+//! as a leader's term runs the whole bridge.
+//!
+//! Entry point: [`sharded`]. Every `retry_period` the replica raises its heartbeat in the
+//! members' record, renews the shards it holds, and takes or hands over shards as
+//! [`crate::ha::balance::plan`] says. A shard is handed over only at a committed point: its
+//! bridge stops as at a shutdown (the sinks deliver what they hold, the exactly-once sink
+//! commits) and then its Lease is written free. A shard whose Lease is lost (not renewed in
+//! time) stops at once: the next holder fences it and continues from the shard's committed
+//! checkpoint. A shard whose sink a newer holder fenced is let go and not taken again for a
+//! Lease duration.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::{Grace, PipelineError, Stats, bridge};
+use crate::config::Validated;
+use crate::ha::balance::{self, View};
+use crate::ha::{Election, Elector, LeaseSettings, Members};
+use crate::model::Shard;
+use crate::ops::Ops;
+
+/// A shard's bridge, running.
+struct Running {
+    /// Stops the bridge (as a shutdown does).
+    stop: Option<oneshot::Sender<()>>,
+    grace: Grace,
+    /// Its bridge is stopping to hand the shard over; the Lease goes free once it has.
+    handing_over: bool,
+}
+
+/// What a shard's bridge task returns: its shard and how it ended.
+type Ended = (u32, Result<Stats, PipelineError>);
+
+/// Runs the shards this replica holds until `shutdown` completes or a fatal error.
+pub(super) async fn sharded(
+    config: Validated,
+    client: kube::Client,
+    shutdown: impl Future<Output = ()>,
+    ops: Arc<Ops>,
+    election: Election,
+) -> Result<Stats, PipelineError> {
+    let settings = election.resolve();
+    let count = config.shards;
+    let mut s = Shards {
+        members: Members::new(client.clone(), settings.clone()),
+        leases: (0..count)
+            .map(|i| {
+                Elector::new(
+                    client.clone(),
+                    LeaseSettings {
+                        name: format!("{}-shard-{i}", settings.name),
+                        ..settings.clone()
+                    },
+                )
+            })
+            .collect(),
+        alive: BTreeSet::new(),
+        free_since: vec![None; count as usize],
+        cooldown: vec![None; count as usize],
+        running: BTreeMap::new(),
+        tasks: JoinSet::new(),
+        config,
+        client,
+        ops: ops.clone(),
+        settings,
+        stats: Stats::default(),
+    };
+    ops.health.sharded();
+    ops.metrics.shards_owned(0);
+    ops.metrics.leader(false);
+    tracing::info!(shards = count, lease = %s.settings.name, identity = %s.settings.identity, "sharing shards with the other replicas");
+    tokio::pin!(shutdown);
+    let mut tick = tokio::time::interval(s.settings.renew_every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            Some(ended) = s.tasks.join_next() => {
+                // A bridge task that panicked is a bug; it ends the replica, as an
+                // unsharded bridge's panic would.
+                let (shard, outcome) = ended.map_err(|_| PipelineError::ShardPanicked)?;
+                s.ended(shard, outcome).await?;
+            }
+            _ = tick.tick() => s.round().await?,
+        }
+    }
+    s.stop_all().await
+}
+
+struct Shards {
+    members: Members,
+    /// Per shard, its Lease.
+    leases: Vec<Elector>,
+    alive: BTreeSet<String>,
+    /// Per shard, since when it has been seen free.
+    free_since: Vec<Option<Instant>>,
+    /// Per shard, until when it is not taken again (a newer holder fenced it here).
+    cooldown: Vec<Option<Instant>>,
+    running: BTreeMap<u32, Running>,
+    tasks: JoinSet<Ended>,
+    config: Validated,
+    client: kube::Client,
+    ops: Arc<Ops>,
+    settings: LeaseSettings,
+    stats: Stats,
+}
+
+impl Shards {
+    fn count(&self) -> u32 {
+        self.leases.len() as u32
+    }
+
+    /// One round: heartbeat, plan, the Leases' rounds, then start and stop bridges to match.
+    async fn round(&mut self) -> Result<(), PipelineError> {
+        match self.members.beat().await {
+            Ok(alive) => self.alive = alive,
+            Err(e) => {
+                tracing::warn!(error = %crate::error_chain(&e), "raising this replica's heartbeat failed; balancing with the replicas last seen");
+                self.alive = self.members.alive();
+            }
+        }
+        let now = Instant::now();
+        let holders: Vec<Option<String>> = self
+            .leases
+            .iter()
+            .map(|l| l.holder().map(str::to_string))
+            .collect();
+        let long_free: Vec<bool> = self
+            .free_since
+            .iter()
+            .map(|f| f.is_some_and(|at| now.duration_since(at) >= self.settings.lease_duration))
+            .collect();
+        let plan = balance::plan(&View {
+            me: &self.settings.identity,
+            holders: &holders,
+            alive: &self.alive,
+            long_free: &long_free,
+        });
+        let cooling: Vec<bool> = self
+            .cooldown
+            .iter()
+            .map(|c| c.is_some_and(|until| now < until))
+            .collect();
+        // Rounds end when they would outlive the first Lease held: a shard is stopped before
+        // any other replica may take it.
+        let limit = self
+            .leases
+            .iter()
+            .filter_map(Elector::leads_until)
+            .min()
+            .map_or(self.round_limit(), |until| {
+                until.saturating_duration_since(now).min(self.round_limit())
+            });
+        let rounds = futures::future::join_all(self.leases.iter_mut().enumerate().map(|(i, l)| {
+            let may_take = plan.take.contains(&(i as u32)) && !cooling[i];
+            async move {
+                if let Err(e) = l.round_if(may_take).await {
+                    tracing::debug!(error = %crate::error_chain(&e), "a shard Lease round failed");
+                }
+            }
+        }));
+        if tokio::time::timeout(limit, rounds).await.is_err() {
+            tracing::warn!(limit_ms = limit.as_millis() as u64, "shard Lease requests got no answer in time");
+            self.leases.iter_mut().for_each(Elector::lapse_if_expired);
+        }
+        let now = Instant::now();
+        for (i, l) in self.leases.iter().enumerate() {
+            let free = l.holder().is_none();
+            match (free, self.free_since[i]) {
+                (true, None) => self.free_since[i] = Some(now),
+                (false, Some(_)) => self.free_since[i] = None,
+                _ => {}
+            }
+        }
+        for i in 0..self.count() {
+            let held = self.leases[i as usize].is_leader();
+            match (held, self.running.get_mut(&i)) {
+                (true, None) if !cooling[i as usize] => self.start(i)?,
+                (false, Some(r)) => {
+                    if r.stop.is_some() {
+                        tracing::warn!(shard = i, "lost the shard's Lease: its bridge stops at once");
+                    }
+                    r.grace.set(Duration::ZERO);
+                    r.handing_over = false;
+                    if let Some(stop) = r.stop.take() {
+                        let _ = stop.send(());
+                    }
+                }
+                _ => {}
+            }
+        }
+        let handing = self.running.values().any(|r| r.handing_over);
+        if let Some(i) = plan.hand_over
+            && !handing
+            && let Some(r) = self.running.get_mut(&i)
+            && let Some(stop) = r.stop.take()
+        {
+            tracing::info!(shard = i, "handing the shard over to a replica that holds fewer: stopping at a committed point");
+            r.handing_over = true;
+            let _ = stop.send(());
+        }
+        self.show();
+        Ok(())
+    }
+
+    /// The longest one round may take: a third of the Lease, at least the retry period.
+    fn round_limit(&self) -> Duration {
+        (self.settings.lease_duration / 3).max(self.settings.renew_every)
+    }
+
+    /// Starts shard `i`'s bridge: its config validated for the shard, its own readiness.
+    fn start(&mut self, i: u32) -> Result<(), PipelineError> {
+        let shard = Shard::new(i, self.count()).ok_or(PipelineError::ShardPanicked)?;
+        // The same config validated at start; it cannot fail now.
+        let config = self
+            .config
+            .source
+            .clone()
+            .validate_shard(Some(shard))
+            .map_err(PipelineError::Config)?;
+        let ops = Arc::new(
+            self.ops
+                .part(i, config.sinks.iter().map(|(n, _)| n.clone())),
+        );
+        let grace = Grace::new(Duration::from_secs(config.shutdown.grace_seconds));
+        let (stop, stopped) = oneshot::channel::<()>();
+        tracing::info!(shard = i, "holding the shard: taking over from its checkpoint");
+        let client = self.client.clone();
+        let term = grace.clone();
+        self.tasks.spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            (i, bridge(config, client, shutdown, ops, Some(term)).await)
+        });
+        self.running.insert(
+            i,
+            Running {
+                stop: Some(stop),
+                grace,
+                handing_over: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// Shard `i`'s bridge ended.
+    async fn ended(
+        &mut self,
+        i: u32,
+        outcome: Result<Stats, PipelineError>,
+    ) -> Result<(), PipelineError> {
+        let running = self.running.remove(&i);
+        self.ops.release(i);
+        let lease = &mut self.leases[i as usize];
+        match outcome {
+            Ok(stats) => {
+                self.stats.absorb(stats);
+                if running.is_some_and(|r| r.handing_over) {
+                    // Stopped at a committed point: the shard is free for its next holder.
+                    if let Err(e) = lease.release().await {
+                        tracing::warn!(shard = i, error = %crate::error_chain(&e), "letting the shard's Lease go failed; it expires instead");
+                    }
+                    tracing::info!(shard = i, "handed the shard over");
+                }
+            }
+            Err(e) if e.is_fenced() => {
+                tracing::warn!(shard = i, error = %crate::error_chain(&e), "a newer holder fenced this replica's sink for the shard: letting it go");
+                let _ = lease.release().await;
+                self.cooldown[i as usize] = Some(Instant::now() + self.settings.lease_duration);
+            }
+            Err(e) => return Err(e),
+        }
+        self.show();
+        Ok(())
+    }
+
+    /// The shards held, in the metrics.
+    fn show(&self) {
+        let held = self.running.len();
+        self.ops.metrics.shards_owned(held);
+        let leading = held > 0;
+        if self.ops.metrics.is_leader() != leading {
+            self.ops.metrics.leader(leading);
+        }
+    }
+
+    /// Shutdown: every bridge stops as at a shutdown (the sinks get their grace), then the
+    /// Leases go free and this replica leaves the members' record, so that the others take
+    /// its shards at once.
+    async fn stop_all(mut self) -> Result<Stats, PipelineError> {
+        for r in self.running.values_mut() {
+            if let Some(stop) = r.stop.take() {
+                let _ = stop.send(());
+            }
+        }
+        let mut failed = None;
+        while let Some(ended) = self.tasks.join_next().await {
+            match ended {
+                Ok((i, Ok(stats))) => {
+                    self.stats.absorb(stats);
+                    self.ops.release(i);
+                    if let Err(e) = self.leases[i as usize].release().await {
+                        tracing::warn!(shard = i, error = %crate::error_chain(&e), "letting the shard's Lease go failed; it expires instead");
+                    }
+                }
+                Ok((_, Err(e))) if e.is_fenced() => {}
+                Ok((_, Err(e))) => failed = Some(e),
+                Err(_) => failed = Some(PipelineError::ShardPanicked),
+            }
+        }
+        if let Err(e) = self.members.leave().await {
+            tracing::warn!(error = %crate::error_chain(&e), "leaving the members' record failed; the others see this replica gone when its heartbeat stops");
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(self.stats),
+        }
+    }
+}
