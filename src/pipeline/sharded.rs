@@ -263,6 +263,7 @@ impl Shards {
     ) -> Result<(), PipelineError> {
         let running = self.running.remove(&i);
         self.ops.release(i);
+        tracing::info!(shard = i, "the shard's bridge stopped");
         let lease = &mut self.leases[i as usize];
         match outcome {
             Ok(stats) => {
@@ -311,6 +312,7 @@ impl Shards {
                 Ok((i, Ok(stats))) => {
                     self.stats.absorb(stats);
                     self.ops.release(i);
+                    tracing::info!(shard = i, "the shard's bridge stopped");
                     if let Err(e) = self.leases[i as usize].release().await {
                         tracing::warn!(shard = i, error = %crate::error_chain(&e), "letting the shard's Lease go failed; it expires instead");
                     }

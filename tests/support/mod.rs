@@ -25,6 +25,7 @@ pub mod relay;
 pub mod replicas;
 pub mod scene;
 pub mod schema;
+pub mod shards;
 pub mod since;
 
 use std::collections::HashMap;

@@ -20,8 +20,14 @@ pub struct Replicas {
     shared: String,
     pub lease: String,
     pub procs: Vec<Kubecast>,
+    /// Each process's `leader_election.identity`.
+    pub identities: Vec<String>,
     dirs: Vec<PathBuf>,
     started: usize,
+    /// The replicas killed by [`Replicas::kill`].
+    killed: Vec<usize>,
+    /// More environment for every replica (`KUBECONFIG` of another apiserver).
+    env: Vec<(String, String)>,
 }
 
 impl Replicas {
@@ -40,6 +46,32 @@ impl Replicas {
         prefix: &str,
         settings: &str,
     ) -> Replicas {
+        Replicas::start_env(scene, n, topic, prefix, settings, &[])
+    }
+
+    /// As [`Replicas::start_with`], with more environment for every replica.
+    pub fn start_env(
+        scene: &Scene,
+        n: usize,
+        topic: &str,
+        prefix: &str,
+        settings: &str,
+        env: &[(&str, &str)],
+    ) -> Replicas {
+        Replicas::start_edited(scene, n, topic, prefix, settings, env, |c| c)
+    }
+
+    /// As [`Replicas::start_env`], with the shared config passed through `edit` first (more
+    /// namespaces and resources to watch).
+    pub fn start_edited(
+        scene: &Scene,
+        n: usize,
+        topic: &str,
+        prefix: &str,
+        settings: &str,
+        env: &[(&str, &str)],
+        edit: impl FnOnce(String) -> String,
+    ) -> Replicas {
         let lease = unique_name("kubecast-lease");
         let eos = exactly_once(&lease);
         let eos: Vec<&str> = eos.iter().map(String::as_str).collect();
@@ -54,18 +86,55 @@ impl Replicas {
             ],
         );
         let mut r = Replicas {
-            shared,
+            shared: edit(shared),
             lease,
             procs: Vec::new(),
+            identities: Vec::new(),
             dirs: Vec::new(),
             started: 0,
+            killed: Vec::new(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         for _ in 0..n {
-            let (dir, k) = r.spawn(scene);
-            r.dirs.push(dir);
-            r.procs.push(k);
+            r.add(scene);
         }
         r
+    }
+
+    /// One more replica; returns its index.
+    pub fn add(&mut self, scene: &Scene) -> usize {
+        let (dir, k) = self.spawn(scene);
+        self.dirs.push(dir);
+        self.procs.push(k);
+        self.identities.push(format!("replica-{}", self.started));
+        self.procs.len() - 1
+    }
+
+    /// `kill -9` of replica `i`, nothing in its place; returns its log. Its index stays, for
+    /// its log; [`Replicas::alive`] no longer names it.
+    pub async fn kill(&mut self, i: usize) -> String {
+        self.procs[i].signal("KILL");
+        self.killed.push(i);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self.procs[i].running() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "replica {i} still runs 10 s after kill -9"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.procs[i].log()
+    }
+
+    /// The identities of the replicas not killed.
+    pub fn alive(&self) -> Vec<String> {
+        (0..self.procs.len())
+            .filter(|i| !self.killed.contains(i))
+            .map(|i| self.identities[i].clone())
+            .collect()
     }
 
     /// A new replica process with an identity never used before (a restarted Pod has a
@@ -79,7 +148,12 @@ impl Replicas {
             1,
         );
         let dir = scratch_dir(&identity);
-        let k = Kubecast::start(&scene.stack, &dir, &config);
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let k = Kubecast::start_env(&scene.stack, &dir, &config, &[], &env);
         (dir, k)
     }
 
@@ -88,6 +162,7 @@ impl Replicas {
         let (dir, fresh) = self.spawn(scene);
         let old = std::mem::replace(&mut self.procs[i], fresh);
         self.dirs[i] = dir;
+        self.identities[i] = format!("replica-{}", self.started);
         old.kill().await
     }
 
@@ -135,7 +210,10 @@ impl Replicas {
     /// Stops every replica (SIGTERM); each must exit 0 with its sinks done within the grace
     /// period.
     pub async fn stop(self, limit: Duration) {
-        for k in self.procs {
+        for (i, k) in self.procs.into_iter().enumerate() {
+            if self.killed.contains(&i) {
+                continue;
+            }
             // A term that lost its Lease stops at once and says so (ha_zombie's frozen
             // leader); only what this stop logs is checked.
             let before = k.log().len();
