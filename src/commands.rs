@@ -41,6 +41,7 @@ pub async fn rbac(config: &Validated, service_account: &str, name: &str) -> Exit
         namespace: sa_namespace.to_string(),
         name: name.to_string(),
         lease,
+        shards: config.shards,
     };
     print!("{}", crate::rbac::render(&grants, &who));
     ExitCode::SUCCESS

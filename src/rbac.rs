@@ -27,6 +27,9 @@ pub struct Subject {
     pub name: String,
     /// With leader election: the Lease's name and namespace.
     pub lease: Option<(String, String)>,
+    /// `sharding.shards`: above 1, the shard Leases (`{lease}-shard-{i}`) and the members'
+    /// record (`{lease}-members`) are granted beside the Lease.
+    pub shards: u32,
 }
 
 /// The YAML stream of the objects: ClusterRole and ClusterRoleBinding, or a Role and a
@@ -73,17 +76,21 @@ pub fn render(grants: &[Grant], who: &Subject) -> String {
     }
     if let Some((lease, ns)) = &who.lease {
         let name = format!("{}-leader-election", who.name);
+        let mut names = vec![quote(lease)];
+        if who.shards > 1 {
+            names.push(quote(&format!("{lease}-members")));
+            names.extend((0..who.shards).map(|i| quote(&format!("{lease}-shard-{i}"))));
+        }
         let rules = format!(
             "  - apiGroups: [\"coordination.k8s.io\"]\n    resources: [\"leases\"]\n    resourceNames: [{}]\n    verbs: [\"get\", \"update\"]\n  - apiGroups: [\"coordination.k8s.io\"]\n    resources: [\"leases\"]\n    verbs: [\"create\"]\n",
-            quote(lease)
+            names.join(", ")
         );
-        docs.push(role(
-            "Role",
-            &name,
-            Some(ns),
-            &rules,
-            "leader election: read and renew the one Lease (create cannot be limited to a name)",
-        ));
+        let why = if who.shards > 1 {
+            "leader election with shards: read and renew the shards' Leases and the members' record, nothing else (create cannot be limited to a name)"
+        } else {
+            "leader election: read and renew the one Lease (create cannot be limited to a name)"
+        };
+        docs.push(role("Role", &name, Some(ns), &rules, why));
         docs.push(binding("RoleBinding", &name, Some(ns), "Role", who));
     }
     docs.join("---\n")
@@ -159,7 +166,34 @@ mod tests {
             namespace: "kubecast".into(),
             name: "kubecast".into(),
             lease: lease.then(|| ("kubecast".into(), "kubecast".into())),
+            shards: 1,
         }
+    }
+
+    #[test]
+    fn with_shards_the_lease_role_names_each_shard_lease_and_the_members_record() {
+        let mut sharded = who(true);
+        sharded.shards = 3;
+        let out = render(&[grant("", "pods", true, &[])], &sharded);
+        let d = docs(&out);
+        let role = d
+            .iter()
+            .find(|o| o["metadata"]["name"] == "kubecast-leader-election")
+            .expect("the Lease role");
+        assert_eq!(
+            role["rules"][0]["resourceNames"],
+            serde_json::json!([
+                "kubecast",
+                "kubecast-members",
+                "kubecast-shard-0",
+                "kubecast-shard-1",
+                "kubecast-shard-2"
+            ])
+        );
+        assert_eq!(
+            role["rules"][0]["verbs"],
+            serde_json::json!(["get", "update"])
+        );
     }
 
     fn docs(text: &str) -> Vec<serde_json::Value> {

@@ -2,7 +2,8 @@
 //! and no state volume. Rendered by the real kustomize and applied to the real apiserver;
 //! then two kubecast replicas with deploy/'s ServiceAccount token elect a leader on the Lease
 //! `kubecast/kubecast` and publish, while the same identity is refused every other Lease
-//! operation (403).
+//! operation (403). `deploy/ha-shards` the same with shards: three replicas with its identity
+//! share its six shards (each a Lease the overlay's Role names) and publish each change once.
 
 mod support;
 
@@ -20,6 +21,9 @@ use support::scene::Scene;
 use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(60);
+
+/// The overlays apply Roles of the same name: one test at a time holds them.
+static ROLE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A Role rule's resources, verbs and resource names.
 type Rule<'a> = (Vec<&'a str>, Vec<&'a str>, Option<Vec<&'a str>>);
@@ -116,6 +120,7 @@ fn the_on_call_example_takes_the_overlays_shape_and_is_accepted() {
 
 #[tokio::test]
 async fn two_replicas_with_the_overlays_identity_elect_a_leader_and_publish() {
+    let _role = ROLE.lock().await;
     let scene = Scene::new("deploy-ha").await;
     let client = &scene.client;
     let objects = deploy::kustomize(&scene.stack, "deploy/ha");
@@ -219,4 +224,91 @@ async fn two_replicas_with_the_overlays_identity_elect_a_leader_and_publish() {
         mine.list(&Default::default()).await.map(drop),
     );
     let _ = leases.delete(&other, &Default::default()).await;
+}
+
+#[tokio::test]
+async fn three_replicas_with_the_shards_overlays_identity_share_its_six_shards_and_publish_each_change_once()
+ {
+    let _role = ROLE.lock().await;
+    let scene = Scene::new("deploy-shards").await;
+    let client = &scene.client;
+    let objects = deploy::kustomize(&scene.stack, "deploy/ha-shards");
+    let deployed: Value = serde_saphyr::from_str(&deploy::config_text(&objects))
+        .expect("the overlay's config is YAML");
+    let shards = deployed["sharding"]["shards"]
+        .as_u64()
+        .expect("the overlay's sharding.shards") as u32;
+    deploy::apply_all(client, &objects)
+        .await
+        .unwrap_or_else(|e| panic!("applying deploy/ha-shards: {e}"));
+    let (kubeconfig, _) = deploy::as_service_account(&scene.stack, client, &scene.dir).await;
+    // Another run may have left the Leases; fresh ones make this run's shares its own.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kubecast");
+    for name in (0..shards)
+        .map(|i| format!("kubecast-shard-{i}"))
+        .chain(["kubecast-members".to_string()])
+    {
+        let _ = leases.delete(&name, &Default::default()).await;
+    }
+    let topic = unique_name("kc-deploy-shards");
+    let committed = KafkaTopic::create(&scene.stack, &topic).await;
+    let eos = support::scene::exactly_once("deploy-shards");
+    let eos: Vec<&str> = eos.iter().map(String::as_str).collect();
+    let config = |identity: &str| {
+        scene.config(
+            &format!(
+                "kubernetes:\n  kubeconfig: {}\nleader_election:\n  enabled: true\n  lease: kubecast\n  namespace: kubecast\n  identity: {identity}\n  lease_duration_ms: 2000\n  retry_period_ms: 250\nsharding:\n  shards: {shards}\n",
+                kubeconfig.display()
+            ),
+            &[scene.kafka_sink("kafka", &topic, &eos)],
+        )
+    };
+    let names = ["deploy-shards-a", "deploy-shards-b", "deploy-shards-c"];
+    let replicas: Vec<Kubecast> = names
+        .iter()
+        .map(|n| Kubecast::start(&scene.stack, &scratch_dir(n), &config(n)))
+        .collect();
+    let logs = || {
+        replicas
+            .iter()
+            .map(|k| k.log())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    };
+    let alive: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let held =
+        support::shards::wait_balanced(client, "kubecast", "kubecast", shards, &alive, LIMIT).await;
+    if let Err(e) = held {
+        panic!("{e}\n{}", logs());
+    }
+    scene.pods.create_each("p", 12).await;
+    let arrived = committed
+        .wait_until("the pods' events", LIMIT, |r| r.len() >= 12)
+        .await;
+    if let Err(e) = arrived {
+        panic!("{e}\n{}", logs());
+    }
+    for k in &replicas {
+        assert!(
+            k.count_in_log("took over the exactly-once sink") > 0,
+            "every replica publishes a share:\n{}",
+            logs()
+        );
+        assert_eq!(
+            k.count_in_log("403"),
+            0,
+            "the overlay's Role lacks a right:\n{}",
+            logs()
+        );
+    }
+    let ids: BTreeSet<String> = committed
+        .records()
+        .iter()
+        .map(|r| r.ce("id").to_string())
+        .collect();
+    assert_eq!(ids.len(), committed.records().len(), "each change once");
+    for k in replicas {
+        let (code, log) = k.stop(LIMIT).await;
+        assert_eq!(code, Some(0), "{log}");
+    }
 }

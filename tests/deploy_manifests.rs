@@ -78,6 +78,27 @@ fn helm_with_high_availability_renders_the_objects_of_deploy_ha() {
     );
 }
 
+#[test]
+fn helm_with_shards_and_replicas_renders_the_objects_of_deploy_ha_shards() {
+    let stack = Stack::load();
+    let rendered = helm_template(
+        &stack,
+        "kubecast",
+        "kubecast",
+        &[
+            "--set",
+            "highAvailability.enabled=true,highAvailability.shards=6,highAvailability.replicas=3",
+            "--set",
+            "config.sinks.kafka.exactly_once=true",
+        ],
+    );
+    assert_renders(
+        deploy::kustomize(&stack, "deploy/ha-shards"),
+        rendered,
+        "deploy/ha-shards",
+    );
+}
+
 /// The chart's `rendered` objects are `kustomized`'s (built from `dir`), Helm's labels aside.
 fn assert_renders(kustomized: Vec<Value>, rendered: Vec<Value>, dir: &str) {
     let base = by_key(kustomized);

@@ -31,8 +31,15 @@ const LIMIT: Duration = Duration::from_secs(120);
 const SHARDS: u32 = 8;
 
 /// ConfigMaps churned in `ns` until `stop`: created, patched, deleted at random.
-fn churn_configmaps(client: &kube::Client, ns: &str, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
-    let (client, cms) = (client.clone(), format!("/api/v1/namespaces/{ns}/configmaps"));
+fn churn_configmaps(
+    client: &kube::Client,
+    ns: &str,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    let (client, cms) = (
+        client.clone(),
+        format!("/api/v1/namespaces/{ns}/configmaps"),
+    );
     tokio::spawn(async move {
         let objects = Objects::new(&client);
         let mut alive = [false; 10];
@@ -43,11 +50,16 @@ fn churn_configmaps(client: &kube::Client, ns: &str, stop: Arc<AtomicBool>) -> t
             step += 1;
             if !alive[slot] {
                 objects
-                    .create(&cms, &json!({"metadata": {"name": format!("cm-{slot}")}, "data": {"step": "0"}}))
+                    .create(
+                        &cms,
+                        &json!({"metadata": {"name": format!("cm-{slot}")}, "data": {"step": "0"}}),
+                    )
                     .await;
                 alive[slot] = true;
             } else if fastrand::u8(..10) < 8 {
-                objects.patch(&at, &json!({"data": {"step": step.to_string()}})).await;
+                objects
+                    .patch(&at, &json!({"data": {"step": step.to_string()}}))
+                    .await;
             } else {
                 objects.delete(&at).await;
                 alive[slot] = false;
@@ -60,7 +72,11 @@ fn churn_configmaps(client: &kube::Client, ns: &str, stop: Arc<AtomicBool>) -> t
 /// Waits until `observer` has seen the ConfigMap `name`.
 async fn seen(observer: &Observer, name: &str) {
     let found = wait_for(LIMIT, name, || {
-        observer.changes().iter().any(|c| c.name == name).then_some(())
+        observer
+            .changes()
+            .iter()
+            .any(|c| c.name == name)
+            .then_some(())
     })
     .await;
     assert!(found.is_some(), "the observer never saw configmap {name}");
@@ -95,6 +111,11 @@ fn check_one_at_a_time(
             all.push((i, t));
         }
     }
+    assert!(
+        all.len() >= SHARDS as usize,
+        "the logs hold {} shard terms, fewer than the {SHARDS} shards",
+        all.len()
+    );
     for (a, ta) in &all {
         for (b, tb) in &all {
             if a >= b || ta.shard != tb.shard {
@@ -112,7 +133,8 @@ fn check_one_at_a_time(
 }
 
 #[tokio::test]
-async fn eight_shards_on_three_replicas_through_a_kill_a_join_and_a_freeze_keep_every_change_exactly_once() {
+async fn eight_shards_on_three_replicas_through_a_kill_a_join_and_a_freeze_keep_every_change_exactly_once()
+ {
     let scene = Scene::new("shards").await;
     let stack = &scene.stack;
     let other_ns = unique_name("shards-b");
@@ -150,7 +172,11 @@ async fn eight_shards_on_three_replicas_through_a_kill_a_join_and_a_freeze_keep_
         &[],
         |c| c.replacen(&ns_line, &watch, 1),
     );
-    let (client, ns, lease) = (scene.client.clone(), scene.ns.clone(), replicas.lease.clone());
+    let (client, ns, lease) = (
+        scene.client.clone(),
+        scene.ns.clone(),
+        replicas.lease.clone(),
+    );
     let balanced = |alive: Vec<String>| {
         let (client, ns, lease) = (client.clone(), ns.clone(), lease.clone());
         async move { wait_balanced(&client, &ns, &lease, SHARDS, &alive, LIMIT).await }
@@ -186,7 +212,10 @@ async fn eight_shards_on_three_replicas_through_a_kill_a_join_and_a_freeze_keep_
     if let Err(e) = balanced(replicas.alive()).await {
         panic!("after kill -9: {e}\n{}", replicas.logs());
     }
-    println!("kill -9: its shards held by the others and balanced after {:?}", t.elapsed());
+    println!(
+        "kill -9: its shards held by the others and balanced after {:?}",
+        t.elapsed()
+    );
 
     // A fourth replica joins: the others hand shards over to it.
     let joined = replicas.add(&scene);
@@ -218,7 +247,10 @@ async fn eight_shards_on_three_replicas_through_a_kill_a_join_and_a_freeze_keep_
     if let Err(e) = balanced(replicas.alive()).await {
         panic!("after the frozen replica resumed: {e}\n{}", replicas.logs());
     }
-    if let Err(e) = committed.wait_for_more("delivery after the freeze", 20, LIMIT).await {
+    if let Err(e) = committed
+        .wait_for_more("delivery after the freeze", 20, LIMIT)
+        .await
+    {
         panic!("{e}\n{}", replicas.logs());
     }
 
@@ -283,8 +315,11 @@ impl PlainApiserver {
         let text = std::fs::read_to_string(&stack.kubeconfig).expect("the stack's kubeconfig");
         let server = format!("https://127.0.0.1:{}", stack.kube_port);
         let kubeconfig = dir.join("plain-kubeconfig");
-        std::fs::write(&kubeconfig, text.replace(&server, &format!("https://127.0.0.1:{port}")))
-            .expect("writing the plain apiserver's kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            text.replace(&server, &format!("https://127.0.0.1:{port}")),
+        )
+        .expect("writing the plain apiserver's kubeconfig");
         PlainApiserver {
             stack: stack.clone(),
             port,
@@ -301,7 +336,8 @@ impl Drop for PlainApiserver {
 }
 
 #[tokio::test]
-async fn without_sharded_watches_on_the_apiserver_kubecast_filters_by_shard_itself_with_the_same_ids() {
+async fn without_sharded_watches_on_the_apiserver_kubecast_filters_by_shard_itself_with_the_same_ids()
+ {
     let scene = Scene::new("shards-plain").await;
     let stack = &scene.stack;
     let plain = PlainApiserver::start(stack, &scene.dir);
@@ -320,11 +356,15 @@ async fn without_sharded_watches_on_the_apiserver_kubecast_filters_by_shard_itse
         &[("KUBECONFIG", &kubeconfig)],
     );
     let alive = replicas.alive();
-    if let Err(e) = wait_balanced(&scene.client, &scene.ns, &replicas.lease, 4, &alive, LIMIT).await {
+    if let Err(e) = wait_balanced(&scene.client, &scene.ns, &replicas.lease, 4, &alive, LIMIT).await
+    {
         panic!("{e}\n{}", replicas.logs());
     }
     let churn = Churn::start(&scene.client, &scene.ns, 10, Duration::from_millis(10));
-    if let Err(e) = committed.wait_for_more("the churn's events", 50, LIMIT).await {
+    if let Err(e) = committed
+        .wait_for_more("the churn's events", 50, LIMIT)
+        .await
+    {
         panic!("{e}\n{}", replicas.logs());
     }
     churn.stop().await;

@@ -132,19 +132,57 @@ mod tests {
 
     #[test]
     fn a_free_shard_goes_to_the_replica_with_the_fewest_unless_it_stays_free_a_whole_lease() {
-        let h = holders(&[Some("a"), Some("a"), Some("a"), Some("b"), Some("b"), Some("b"), None, None]);
+        let h = holders(&[
+            Some("a"),
+            Some("a"),
+            Some("a"),
+            Some("b"),
+            Some("b"),
+            Some("b"),
+            None,
+            None,
+        ]);
         let all = alive(&["a", "b", "c"]);
         let fresh = [false; 8];
-        let a = plan(&View { me: "a", holders: &h, alive: &all, long_free: &fresh });
+        let a = plan(&View {
+            me: "a",
+            holders: &h,
+            alive: &all,
+            long_free: &fresh,
+        });
         assert!(a.take.is_empty(), "c holds fewer: it takes them");
-        let c = plan(&View { me: "c", holders: &h, alive: &all, long_free: &fresh });
+        let c = plan(&View {
+            me: "c",
+            holders: &h,
+            alive: &all,
+            long_free: &fresh,
+        });
         assert_eq!(c.take.len(), 2);
         // c is still counted alive but never takes them: after a Lease, anyone does.
         let stale = [false, false, false, false, false, false, true, true];
-        let a = plan(&View { me: "a", holders: &h, alive: &all, long_free: &stale });
+        let a = plan(&View {
+            me: "a",
+            holders: &h,
+            alive: &all,
+            long_free: &stale,
+        });
         assert_eq!(a.take.len(), 2);
-        let h = holders(&[Some("a"), Some("a"), Some("a"), Some("a"), Some("b"), Some("b"), Some("b"), Some("b")]);
-        let b = plan(&View { me: "b", holders: &h, alive: &alive(&["a", "b"]), long_free: &fresh });
+        let h = holders(&[
+            Some("a"),
+            Some("a"),
+            Some("a"),
+            Some("a"),
+            Some("b"),
+            Some("b"),
+            Some("b"),
+            Some("b"),
+        ]);
+        let b = plan(&View {
+            me: "b",
+            holders: &h,
+            alive: &alive(&["a", "b"]),
+            long_free: &fresh,
+        });
         assert_eq!(b, Plan::default(), "balanced: 4 and 4");
     }
 

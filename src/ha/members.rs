@@ -94,7 +94,11 @@ impl Members {
     /// this replica's counter (else remove it).
     async fn try_beat(&mut self, stay: bool) -> Result<bool, LeaseError> {
         let now = Instant::now();
-        let current = self.api.get_opt(&self.name).await.map_err(|e| self.error(e))?;
+        let current = self
+            .api
+            .get_opt(&self.name)
+            .await
+            .map_err(|e| self.error(e))?;
         let mut record: BTreeMap<String, u64> = current
             .as_ref()
             .and_then(|l| l.metadata.annotations.as_ref())

@@ -4,8 +4,8 @@
 //! connected (an MQTT sink in a quiet cluster) is not ready. Entry point: [`Health`].
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// What readiness waits for.
 #[derive(Debug, Default)]
@@ -237,7 +237,10 @@ mod tests {
     fn a_sharded_replica_is_ready_when_every_shard_it_holds_is() {
         let h = Health::new([], ["kafka".to_string()]);
         h.sharded();
-        assert!(h.readiness().is_ok(), "holding nothing, it is ready to take shards");
+        assert!(
+            h.readiness().is_ok(),
+            "holding nothing, it is ready to take shards"
+        );
         assert_eq!(h.held(), Some(vec![]));
         let (a, b) = (
             Arc::new(Health::new([], ["kafka".to_string()])),

@@ -337,12 +337,7 @@ impl Metrics {
 
     /// The known state's size per resource key (every watched resource, 0 when empty) of
     /// `part` (the shard, 0 without shards); the gauges show the sum over the parts.
-    pub fn known_objects(
-        &self,
-        part: u32,
-        resources: &[&str],
-        counts: &HashMap<Arc<str>, usize>,
-    ) {
+    pub fn known_objects(&self, part: u32, resources: &[&str], counts: &HashMap<Arc<str>, usize>) {
         let mut parts = self.known_parts.lock().unwrap_or_else(|p| p.into_inner());
         for r in resources {
             let n = counts.get(*r).copied().unwrap_or(0) as i64;
@@ -549,15 +544,27 @@ mod tests {
         a.held(2, 200);
         b.held(5, 500);
         let text = m.encode();
-        assert!(text.contains("kubecast_known_objects{resource=\"pods\"} 7"), "{text}");
+        assert!(
+            text.contains("kubecast_known_objects{resource=\"pods\"} 7"),
+            "{text}"
+        );
         assert!(text.contains("kubecast_known_pods 7"), "{text}");
-        assert!(text.contains("kubecast_sink_held_events{sink=\"kafka\"} 7"), "{text}");
+        assert!(
+            text.contains("kubecast_sink_held_events{sink=\"kafka\"} 7"),
+            "{text}"
+        );
         m.forget_part(0);
         drop(a);
         b.held(1, 100);
         let text = m.encode();
-        assert!(text.contains("kubecast_known_objects{resource=\"pods\"} 4"), "{text}");
-        assert!(text.contains("kubecast_sink_held_events{sink=\"kafka\"} 1"), "{text}");
+        assert!(
+            text.contains("kubecast_known_objects{resource=\"pods\"} 4"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubecast_sink_held_events{sink=\"kafka\"} 1"),
+            "{text}"
+        );
         assert!(m.shard_filter("pods", true), "the first time");
         assert!(!m.shard_filter("pods", true), "not again");
         m.shards_owned(3);

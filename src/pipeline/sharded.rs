@@ -171,7 +171,10 @@ impl Shards {
             }
         }));
         if tokio::time::timeout(limit, rounds).await.is_err() {
-            tracing::warn!(limit_ms = limit.as_millis() as u64, "shard Lease requests got no answer in time");
+            tracing::warn!(
+                limit_ms = limit.as_millis() as u64,
+                "shard Lease requests got no answer in time"
+            );
             self.leases.iter_mut().for_each(Elector::lapse_if_expired);
         }
         let now = Instant::now();
@@ -189,7 +192,10 @@ impl Shards {
                 (true, None) if !cooling[i as usize] => self.start(i)?,
                 (false, Some(r)) => {
                     if r.stop.is_some() {
-                        tracing::warn!(shard = i, "lost the shard's Lease: its bridge stops at once");
+                        tracing::warn!(
+                            shard = i,
+                            "lost the shard's Lease: its bridge stops at once"
+                        );
                     }
                     r.grace.set(Duration::ZERO);
                     r.handing_over = false;
@@ -206,7 +212,10 @@ impl Shards {
             && let Some(r) = self.running.get_mut(&i)
             && let Some(stop) = r.stop.take()
         {
-            tracing::info!(shard = i, "handing the shard over to a replica that holds fewer: stopping at a committed point");
+            tracing::info!(
+                shard = i,
+                "handing the shard over to a replica that holds fewer: stopping at a committed point"
+            );
             r.handing_over = true;
             let _ = stop.send(());
         }
@@ -235,7 +244,10 @@ impl Shards {
         );
         let grace = Grace::new(Duration::from_secs(config.shutdown.grace_seconds));
         let (stop, stopped) = oneshot::channel::<()>();
-        tracing::info!(shard = i, "holding the shard: taking over from its checkpoint");
+        tracing::info!(
+            shard = i,
+            "holding the shard: taking over from its checkpoint"
+        );
         let client = self.client.clone();
         let term = grace.clone();
         self.tasks.spawn(async move {

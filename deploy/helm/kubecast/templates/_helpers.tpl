@@ -42,6 +42,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- $config := deepCopy .Values.config }}
 {{- if .Values.highAvailability.enabled }}
 {{- $_ := set $config "leader_election" (merge (dict "enabled" true "lease" .Values.highAvailability.lease) (default dict $config.leader_election)) }}
+{{- if gt (int .Values.highAvailability.shards) 1 }}
+{{- $_ := set $config "sharding" (merge (dict "shards" (int .Values.highAvailability.shards)) (default dict $config.sharding)) }}
+{{- end }}
 {{- else }}
 {{- $_ := set $config "state" (merge (dict "dir" (include "kubecast.stateDir" .)) (default dict $config.state)) }}
 {{- end }}
