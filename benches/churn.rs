@@ -31,125 +31,19 @@ mod bridges;
 mod support;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 
-use rdkafka::Message;
 use rumqttc::v5::AsyncClient;
-use serde::Deserialize;
+use bridges::churn::{Arrivals, arrived, churn, kafka_consumer};
 use support::{Stack, proc, unique_name};
-use tokio::task::JoinHandle;
-
-/// When each change (by resourceVersion) first reached the consumer.
-type Arrivals = Arc<Mutex<HashMap<u64, Instant>>>;
-
-/// The resourceVersion in an event's data (the Pod, from either bridge).
-fn rv_of(payload: &[u8]) -> Option<u64> {
-    #[derive(Deserialize)]
-    struct Meta {
-        #[serde(rename = "resourceVersion")]
-        rv: String,
-    }
-    #[derive(Deserialize)]
-    struct Object {
-        metadata: Meta,
-    }
-    serde_json::from_slice::<Object>(payload)
-        .ok()?
-        .metadata
-        .rv
-        .parse()
-        .ok()
-}
-
-fn arrived(arrivals: &Arrivals, payload: Option<&[u8]>) {
-    if let Some(rv) = payload.and_then(rv_of) {
-        let now = Instant::now();
-        arrivals.lock().expect("arrivals").entry(rv).or_insert(now);
-    }
-}
-
-/// Reads every partition of `topic` (created here, 4 partitions) from the beginning.
-async fn kafka_consumer(stack: &Stack, topic: &str, arrivals: Arrivals) -> JoinHandle<()> {
-    let consumer = bridges::reader(stack, &[topic]).await;
-    tokio::spawn(async move {
-        loop {
-            match consumer.recv().await {
-                Ok(m) => arrived(&arrivals, m.payload()),
-                Err(e) => eprintln!("churn: consumer: {e}"),
-            }
-        }
-    })
-}
 
 /// Subscribes to `filter` at QoS 1 (returns once the broker confirmed it); keep the client.
 async fn mqtt_subscriber(stack: &Stack, filter: &str, arrivals: Arrivals) -> AsyncClient {
     support::consume::subscribe_each(stack, filter, move |p| arrived(&arrivals, Some(&p.payload)))
-        .await
-}
-
-/// Writes status changes round-robin over `pods` pods, `rate` per second (or as fast as
-/// the apiserver answers 64 writes in flight), for `seconds`. Every write changes the Ready
-/// condition's status and message, so each one is a new resourceVersion. `base` numbers the
-/// writes across phases. Returns when each change's write was sent, by resourceVersion.
-async fn churn(
-    api: &Api<Pod>,
-    pods: usize,
-    rate: Option<f64>,
-    seconds: f64,
-    base: usize,
-) -> HashMap<u64, Instant> {
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs_f64(seconds);
-    let total = rate.map_or(usize::MAX, |r| (r * seconds) as usize);
-    let kubelet = PatchParams {
-        field_manager: Some("kubelet".into()),
-        ..Default::default()
-    };
-    let kubelet = &kubelet;
-    stream::iter(0..total)
-        .take_while(|_| futures::future::ready(Instant::now() < deadline))
-        .map(|k| async move {
-            if let Some(rate) = rate {
-                tokio::time::sleep_until(
-                    (started + Duration::from_secs_f64(k as f64 / rate)).into(),
-                )
-                .await;
-            }
-            let n = base + k;
-            let name = bridges::pod_name(n % pods);
-            let ready = if (n / pods).is_multiple_of(2) {
-                "False"
-            } else {
-                "True"
-            };
-            let patch = serde_json::json!({"status": {"conditions": [
-                {"type": "Ready", "status": ready, "message": format!("probe {n}")}
-            ]}});
-            let sent = Instant::now();
-            match api
-                .patch_status(&name, kubelet, &Patch::Strategic(&patch))
-                .await
-            {
-                Ok(pod) => pod
-                    .metadata
-                    .resource_version
-                    .and_then(|rv| rv.parse::<u64>().ok())
-                    .map(|rv| (rv, sent)),
-                Err(e) => {
-                    eprintln!("churn: writing {name}: {e}");
-                    None
-                }
-            }
-        })
-        .buffer_unordered(64)
-        .filter_map(futures::future::ready)
-        .collect()
         .await
 }
 

@@ -18,6 +18,8 @@ use tokio::process::{Child, Command};
 
 use crate::support::{Stack, repo};
 
+pub mod churn;
+
 /// The fixture's Pod and status (benches/fixtures), for N copies.
 pub fn templates() -> (Value, Value) {
     let pod: Value = serde_saphyr::from_str(
