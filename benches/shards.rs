@@ -283,7 +283,7 @@ fn main() {
         .filter(|a| a != "--bench")
         .collect();
     let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(10_000);
-    let reuse = args.get(1).cloned();
+    let reuse = args.get(1).filter(|a| !a.is_empty()).cloned();
     let rate: f64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(100.0);
     let seconds: f64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(20.0);
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
