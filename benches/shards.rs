@@ -1,7 +1,8 @@
 //! Shards end to end: 1, 2 and 4 kubecast replicas share 4 shards of the same N realistic
 //! pods (default 10,000) on the local stack's real apiserver, into an exactly-once Kafka
-//! sink (the same Lease settings as the tests: 2 s, renewed every 250 ms). For each number
-//! of replicas: the time until a `read_committed` consumer holds every listed pod's event;
+//! sink (the same Lease settings as the tests: 2 s, renewed every 250 ms), after one
+//! replica without shards (leader election alone, the reference "one replica"). For each
+//! run: the time until a `read_committed` consumer holds every listed pod's event;
 //! each replica's CPU seconds, peak and final resident memory and known objects over the
 //! list; the apiserver's CPU and resident memory over the list; status churn at RATE/s for
 //! SECONDS with every change's delay from its write to the consumer (p50, p99); then, with
@@ -122,6 +123,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 struct Row {
     replicas: usize,
+    shards: u32,
     list_s: f64,
     cpu: Vec<f64>,
     peak_mib: Vec<f64>,
@@ -141,6 +143,7 @@ async fn run(
     ns: &str,
     n: usize,
     replicas: usize,
+    shards: u32,
     rate: f64,
     seconds: f64,
     base: usize,
@@ -157,10 +160,10 @@ async fn run(
     let started = Instant::now();
     let mut procs: Vec<Replica> = (0..replicas)
         .map(|i| {
-            let dir = support::kubecast::scratch_dir(&format!("shards-{replicas}-{i}"));
+            let dir = support::kubecast::scratch_dir(&format!("shards-{replicas}-{shards}-{i}"));
             let port = 19480 + i as u16;
             let config = format!(
-                "cluster: bench\nwatch:\n  namespaces: [{ns}]\n  initial_list: emit\nmetrics:\n  address: 127.0.0.1:{port}\nleader_election:\n  enabled: true\n  lease: {lease}\n  namespace: {ns}\n  identity: replica-{i}\n  lease_duration_ms: 2000\n  retry_period_ms: 250\nsharding:\n  shards: {SHARDS}\nsinks:\n  out:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n    exactly_once: true\n    transactions: {{id: {topic}-txn, checkpoint_topic: {topic}-checkpoints, state_topic: {topic}-state}}\n",
+                "cluster: bench\nwatch:\n  namespaces: [{ns}]\n  initial_list: emit\nmetrics:\n  address: 127.0.0.1:{port}\nleader_election:\n  enabled: true\n  lease: {lease}\n  namespace: {ns}\n  identity: replica-{i}\n  lease_duration_ms: 2000\n  retry_period_ms: 250\nsharding:\n  shards: {shards}\nsinks:\n  out:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n    exactly_once: true\n    transactions: {{id: {topic}-txn, checkpoint_topic: {topic}-checkpoints, state_topic: {topic}-state}}\n",
                 stack.kafka_bootstrap
             );
             let (child, log) = bridges::spawn_kubecast(stack, &dir, &config, "kubecast.log");
@@ -252,6 +255,7 @@ async fn run(
     reader.abort();
     let row = Row {
         replicas,
+        shards,
         list_s,
         cpu,
         peak_mib,
@@ -264,7 +268,7 @@ async fn run(
         takeover_s,
     };
     eprintln!(
-        "shards: {replicas} replicas: list {:.2} s, CPU {:?} s, peak {:?} MiB, known {:?}, apiserver {:.2} s CPU {:.0} MiB; churn CPU {:?} s, delay p50 {:.1} ms p99 {:.1} ms; take-over {:?} s",
+        "shards: {replicas} replicas, {shards} shards: list {:.2} s, CPU {:?} s, peak {:?} MiB, known {:?}, apiserver {:.2} s CPU {:.0} MiB; churn CPU {:?} s, delay p50 {:.1} ms p99 {:.1} ms; take-over {:?} s",
         row.list_s, row.cpu, row.peak_mib, row.known, row.api_cpu, row.api_mib, row.churn_cpu, row.p50_ms, row.p99_ms, row.takeover_s
     );
     row
@@ -306,16 +310,20 @@ fn main() {
         }
         eprintln!("shards: namespace {ns}, {n} pods, {SHARDS} shards");
         let mut rows = Vec::new();
-        for (k, replicas) in [1, 2, 4].into_iter().enumerate() {
+        for (k, (replicas, shards)) in [(1, 1), (1, SHARDS), (2, SHARDS), (4, SHARDS)]
+            .into_iter()
+            .enumerate()
+        {
             let base = k * 1_000_000;
-            rows.push(run(&stack, &pods, &ns, n, replicas, rate, seconds, base).await);
+            rows.push(run(&stack, &pods, &ns, n, replicas, shards, rate, seconds, base).await);
         }
-        println!("| replicas | list s | CPU s per replica (list) | peak RSS MiB per replica | known pods per replica | apiserver CPU s / RSS MiB (list) | CPU s per replica (churn {rate}/s, {seconds} s) | delay p50 / p99 ms | kill -9 to its shards publishing elsewhere |");
-        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+        println!("| replicas | shards | list s | CPU s per replica (list) | peak RSS MiB per replica | known pods per replica | apiserver CPU s / RSS MiB (list) | CPU s per replica (churn {rate}/s, {seconds} s) | delay p50 / p99 ms | kill -9 to its shards publishing elsewhere |");
+        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
         for r in rows {
             println!(
-                "| {} | {:.2} | {} | {} | {} | {:.2} / {:.0} | {} | {:.1} / {:.1} | {} |",
+                "| {} | {} | {:.2} | {} | {} | {} | {:.2} / {:.0} | {} | {:.1} / {:.1} | {} |",
                 r.replicas,
+                r.shards,
                 r.list_s,
                 list(&r.cpu, 2),
                 list(&r.peak_mib, 0),

@@ -16,7 +16,7 @@ use serde_json::json;
 use support::churn::Churn;
 use support::consume::{KafkaTopic, wait_for};
 use support::kubecast::Kubecast;
-use support::objects::{Objects, uid};
+use support::objects::{Objects, churn_configmaps, uid};
 use support::observer::Observer;
 use support::scene::{Scene, exactly_once};
 use support::unique_name;
@@ -54,30 +54,7 @@ async fn ten_kill_9s_leave_every_change_of_every_kind_exactly_once_for_read_comm
 
     let pod_churn = Churn::start(&scene.client, &ns, 10, Duration::ZERO);
     let stop = Arc::new(AtomicBool::new(false));
-    let cm_churn = {
-        let (stop, client, cms) = (stop.clone(), scene.client.clone(), cms.clone());
-        tokio::spawn(async move {
-            let objects = Objects::new(&client);
-            let mut alive = [false; SLOTS];
-            let mut step = 0u32;
-            while !stop.load(Ordering::Relaxed) {
-                let slot = fastrand::usize(..SLOTS);
-                let at = format!("{cms}/cm-{slot}");
-                step += 1;
-                if !alive[slot] {
-                    objects.create(&cms, &json!({"metadata": {"name": format!("cm-{slot}")}, "data": {"step": "0"}})).await;
-                    alive[slot] = true;
-                } else if fastrand::u8(..10) < 8 {
-                    objects
-                        .patch(&at, &json!({"data": {"step": step.to_string()}}))
-                        .await;
-                } else {
-                    objects.delete(&at).await;
-                    alive[slot] = false;
-                }
-            }
-        })
-    };
+    let cm_churn = churn_configmaps(&scene.client, &ns, SLOTS, Duration::ZERO, stop.clone());
     let (kubecast, logs) = kubecast
         .kill_at_random(
             stack,

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::json;
 use support::churn::Churn;
 use support::consume::{KafkaTopic, MqttSubscriber, wait_for};
-use support::objects::Objects;
+use support::objects::{Objects, churn_configmaps};
 use support::observer::{Observer, check_received};
 use support::pods::{Pods, namespace};
 use support::replicas::Replicas;
@@ -29,45 +29,6 @@ use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(120);
 const SHARDS: u32 = 8;
-
-/// ConfigMaps churned in `ns` until `stop`: created, patched, deleted at random.
-fn churn_configmaps(
-    client: &kube::Client,
-    ns: &str,
-    stop: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<()> {
-    let (client, cms) = (
-        client.clone(),
-        format!("/api/v1/namespaces/{ns}/configmaps"),
-    );
-    tokio::spawn(async move {
-        let objects = Objects::new(&client);
-        let mut alive = [false; 10];
-        let mut step = 0u32;
-        while !stop.load(Ordering::Relaxed) {
-            let slot = fastrand::usize(..alive.len());
-            let at = format!("{cms}/cm-{slot}");
-            step += 1;
-            if !alive[slot] {
-                objects
-                    .create(
-                        &cms,
-                        &json!({"metadata": {"name": format!("cm-{slot}")}, "data": {"step": "0"}}),
-                    )
-                    .await;
-                alive[slot] = true;
-            } else if fastrand::u8(..10) < 8 {
-                objects
-                    .patch(&at, &json!({"data": {"step": step.to_string()}}))
-                    .await;
-            } else {
-                objects.delete(&at).await;
-                alive[slot] = false;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-}
 
 /// Waits until `observer` has seen the ConfigMap `name`.
 async fn seen(observer: &Observer, name: &str) {
@@ -201,7 +162,7 @@ async fn eight_shards_on_three_replicas_through_a_kill_a_join_and_a_freeze_keep_
     let churn_a = Churn::start(&scene.client, &scene.ns, 10, Duration::from_millis(10));
     let churn_b = Churn::start(&scene.client, &other_ns, 10, Duration::from_millis(10));
     let stop_cms = Arc::new(AtomicBool::new(false));
-    let cm_churn = churn_configmaps(&scene.client, &scene.ns, stop_cms.clone());
+    let cm_churn = churn_configmaps(&scene.client, &scene.ns, 10, Duration::from_millis(20), stop_cms.clone());
 
     // kill -9 of a replica: the other two take its shards.
     tokio::time::sleep(Duration::from_millis(fastrand::u64(500..2000))).await;

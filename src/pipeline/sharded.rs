@@ -121,14 +121,28 @@ impl Shards {
         self.leases.len() as u32
     }
 
+    /// How long the next request may wait: never past the first Lease this replica holds
+    /// (a shard is stopped before any other replica may take it), at most a round's limit.
+    fn within(&self) -> Duration {
+        let now = Instant::now();
+        self.leases
+            .iter()
+            .filter_map(Elector::leads_until)
+            .min()
+            .map_or(self.round_limit(), |until| {
+                until.saturating_duration_since(now).min(self.round_limit())
+            })
+    }
+
     /// One round: heartbeat, plan, the Leases' rounds, then start and stop bridges to match.
     async fn round(&mut self) -> Result<(), PipelineError> {
-        match self.members.beat().await {
-            Ok(alive) => self.alive = alive,
-            Err(e) => {
+        match tokio::time::timeout(self.within(), self.members.beat()).await {
+            Ok(Ok(alive)) => self.alive = alive,
+            Ok(Err(e)) => {
                 tracing::warn!(error = %crate::error_chain(&e), "raising this replica's heartbeat failed; balancing with the replicas last seen");
                 self.alive = self.members.alive();
             }
+            Err(_) => self.alive = self.members.alive(),
         }
         let now = Instant::now();
         let holders: Vec<Option<String>> = self
@@ -152,16 +166,7 @@ impl Shards {
             .iter()
             .map(|c| c.is_some_and(|until| now < until))
             .collect();
-        // Rounds end when they would outlive the first Lease held: a shard is stopped before
-        // any other replica may take it.
-        let limit = self
-            .leases
-            .iter()
-            .filter_map(Elector::leads_until)
-            .min()
-            .map_or(self.round_limit(), |until| {
-                until.saturating_duration_since(now).min(self.round_limit())
-            });
+        let limit = self.within();
         let rounds = futures::future::join_all(self.leases.iter_mut().enumerate().map(|(i, l)| {
             let may_take = plan.take.contains(&(i as u32)) && !cooling[i];
             async move {
@@ -230,7 +235,10 @@ impl Shards {
 
     /// Starts shard `i`'s bridge: its config validated for the shard, its own readiness.
     fn start(&mut self, i: u32) -> Result<(), PipelineError> {
-        let shard = Shard::new(i, self.count()).ok_or(PipelineError::ShardPanicked)?;
+        let shard = Shard {
+            index: i,
+            count: self.count(),
+        };
         // The same config validated at start; it cannot fail now.
         let config = self
             .config
@@ -276,27 +284,34 @@ impl Shards {
         let running = self.running.remove(&i);
         self.ops.release(i);
         tracing::info!(shard = i, "the shard's bridge stopped");
-        let lease = &mut self.leases[i as usize];
         match outcome {
             Ok(stats) => {
                 self.stats.absorb(stats);
                 if running.is_some_and(|r| r.handing_over) {
                     // Stopped at a committed point: the shard is free for its next holder.
-                    if let Err(e) = lease.release().await {
-                        tracing::warn!(shard = i, error = %crate::error_chain(&e), "letting the shard's Lease go failed; it expires instead");
-                    }
+                    self.release(i).await;
                     tracing::info!(shard = i, "handed the shard over");
                 }
             }
             Err(e) if e.is_fenced() => {
                 tracing::warn!(shard = i, error = %crate::error_chain(&e), "a newer holder fenced this replica's sink for the shard: letting it go");
-                let _ = lease.release().await;
+                self.release(i).await;
                 self.cooldown[i as usize] = Some(Instant::now() + self.settings.lease_duration);
             }
             Err(e) => return Err(e),
         }
         self.show();
         Ok(())
+    }
+
+    /// Writes shard `i`'s Lease free (if it is this replica's), within a round's limit; a
+    /// Lease not written free expires instead.
+    async fn release(&mut self, i: u32) {
+        let limit = self.round_limit();
+        let written = tokio::time::timeout(limit, self.leases[i as usize].release()).await;
+        if !matches!(written, Ok(Ok(()))) {
+            tracing::warn!(shard = i, "letting the shard's Lease go failed; it expires instead");
+        }
     }
 
     /// The shards held, in the metrics.
@@ -325,17 +340,16 @@ impl Shards {
                     self.stats.absorb(stats);
                     self.ops.release(i);
                     tracing::info!(shard = i, "the shard's bridge stopped");
-                    if let Err(e) = self.leases[i as usize].release().await {
-                        tracing::warn!(shard = i, error = %crate::error_chain(&e), "letting the shard's Lease go failed; it expires instead");
-                    }
+                    self.release(i).await;
                 }
                 Ok((_, Err(e))) if e.is_fenced() => {}
                 Ok((_, Err(e))) => failed = Some(e),
                 Err(_) => failed = Some(PipelineError::ShardPanicked),
             }
         }
-        if let Err(e) = self.members.leave().await {
-            tracing::warn!(error = %crate::error_chain(&e), "leaving the members' record failed; the others see this replica gone when its heartbeat stops");
+        let leave = tokio::time::timeout(self.round_limit(), self.members.leave()).await;
+        if !matches!(leave, Ok(Ok(()))) {
+            tracing::warn!("leaving the members' record failed; the others see this replica gone when its heartbeat stops");
         }
         match failed {
             Some(e) => Err(e),

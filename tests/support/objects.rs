@@ -159,3 +159,39 @@ pub fn uid(o: &Value) -> String {
         .unwrap_or_default()
         .to_string()
 }
+
+/// Churns `slots` ConfigMaps named `cm-N` in `ns` until `stop`: each step creates a missing
+/// one, or patches (8 in 10) or deletes an existing one, pausing `pause` between steps.
+pub fn churn_configmaps(
+    client: &kube::Client,
+    ns: &str,
+    slots: usize,
+    pause: Duration,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    let (client, cms) = (client.clone(), format!("/api/v1/namespaces/{ns}/configmaps"));
+    tokio::spawn(async move {
+        let objects = Objects::new(&client);
+        let mut alive = vec![false; slots];
+        let mut step = 0u32;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let slot = fastrand::usize(..slots);
+            let at = format!("{cms}/cm-{slot}");
+            step += 1;
+            if !alive[slot] {
+                let cm = serde_json::json!({"metadata": {"name": format!("cm-{slot}")}, "data": {"step": "0"}});
+                objects.create(&cms, &cm).await;
+                alive[slot] = true;
+            } else if fastrand::u8(..10) < 8 {
+                let patch = serde_json::json!({"data": {"step": step.to_string()}});
+                objects.patch(&at, &patch).await;
+            } else {
+                objects.delete(&at).await;
+                alive[slot] = false;
+            }
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+        }
+    })
+}
