@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 
-use rumqttc::v5::AsyncClient;
 use bridges::churn::{Arrivals, arrived, churn, kafka_consumer};
+use rumqttc::v5::AsyncClient;
 use support::{Stack, proc, unique_name};
 
 /// Subscribes to `filter` at QoS 1 (returns once the broker confirmed it); keep the client.

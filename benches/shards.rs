@@ -11,8 +11,8 @@
 //! slowest shard is the figure). Prints a Markdown table for BENCHMARKS.md; nothing is
 //! asserted.
 //!
-//! Run through `bench/run shards [N [NAMESPACE [RATE [SECONDS]]]]` (defaults 10000, a fresh
-//! namespace, 100, 20).
+//! Run through `bench/run shards [N [NAMESPACE [RATE [SECONDS [RUNS]]]]]` (defaults 10000, a
+//! fresh namespace, 100, 20, and RUNS `1x1,1x4,2x4,4x4`: replicas x shards).
 
 #[path = "bridges/mod.rs"]
 mod bridges;
@@ -55,9 +55,7 @@ fn identity(payload: &[u8]) -> Option<(u64, String)> {
 /// The shard of `uid` among [`SHARDS`].
 fn shard_of(uid: &str) -> u32 {
     (0..SHARDS)
-        .find(|i| {
-            kubecast::model::Shard::new(*i, SHARDS).is_some_and(|s| s.contains(uid))
-        })
+        .find(|i| kubecast::model::Shard::new(*i, SHARDS).is_some_and(|s| s.contains(uid)))
         .unwrap_or(0)
 }
 
@@ -90,7 +88,12 @@ struct Replica {
 /// `GET http://127.0.0.1:port{path}`'s body (empty when it does not answer).
 fn get(port: u16, path: &str) -> String {
     let out = std::process::Command::new("curl")
-        .args(["-s", "--max-time", "3", &format!("http://127.0.0.1:{port}{path}")])
+        .args([
+            "-s",
+            "--max-time",
+            "3",
+            &format!("http://127.0.0.1:{port}{path}"),
+        ])
         .output();
     out.map(|o| String::from_utf8_lossy(&o.stdout).to_string())
         .unwrap_or_default()
@@ -193,17 +196,21 @@ async fn run(
         .collect();
     let known = procs
         .iter()
-        .map(|r| metric(&get(r.port, "/metrics"), "kubecast_known_objects{resource=\"pods\"}"))
+        .map(|r| {
+            metric(
+                &get(r.port, "/metrics"),
+                "kubecast_known_objects{resource=\"pods\"}",
+            )
+        })
         .collect();
 
     let sent = bridges::churn::churn(api, n, Some(rate), seconds, base).await;
     let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
+    let all_arrived = || {
         let a = arrivals.lock().expect("arrivals");
-        if sent.keys().all(|rv| a.contains_key(rv)) {
-            break;
-        }
-        drop(a);
+        sent.keys().all(|rv| a.contains_key(rv))
+    };
+    while Instant::now() < deadline && !all_arrived() {
         tokio::time::sleep(every).await;
     }
     let churn_cpu = procs
@@ -214,12 +221,19 @@ async fn run(
     let mut delays: Vec<f64> = {
         let a = arrivals.lock().expect("arrivals");
         sent.iter()
-            .filter_map(|(rv, at)| a.get(rv).map(|(got, _)| got.duration_since(*at).as_secs_f64() * 1000.0))
+            .filter_map(|(rv, at)| {
+                a.get(rv)
+                    .map(|(got, _)| got.duration_since(*at).as_secs_f64() * 1000.0)
+            })
             .collect()
     };
     delays.sort_by(f64::total_cmp);
     if delays.len() < sent.len() {
-        eprintln!("shards: {} of {} changes never arrived", sent.len() - delays.len(), sent.len());
+        eprintln!(
+            "shards: {} of {} changes never arrived",
+            sent.len() - delays.len(),
+            sent.len()
+        );
     }
 
     let takeover_s = if replicas > 1 {
@@ -229,7 +243,8 @@ async fn run(
         let _ = std::process::Command::new("kill")
             .args(["-KILL", &victim.pid.to_string()])
             .status();
-        let after = bridges::churn::churn(api, n, Some(rate), 10.0, base + (rate * seconds) as usize).await;
+        let after =
+            bridges::churn::churn(api, n, Some(rate), 10.0, base + (rate * seconds) as usize).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         let a = arrivals.lock().expect("arrivals");
         let firsts: Vec<Option<f64>> = theirs
@@ -244,8 +259,14 @@ async fn run(
                     .min_by(f64::total_cmp)
             })
             .collect();
-        eprintln!("shards: {replicas} replicas: kill -9 of one holding shards {theirs:?}: first arrivals after {firsts:?} s");
-        firsts.into_iter().collect::<Option<Vec<f64>>>().and_then(|f| f.into_iter().max_by(f64::total_cmp))
+        let written = after.values().filter(|at| **at > killed).count();
+        eprintln!(
+            "shards: {replicas} replicas: kill -9 of one holding shards {theirs:?}: {written} changes written after it, first arrivals of its shards after {firsts:?} s"
+        );
+        firsts
+            .into_iter()
+            .collect::<Option<Vec<f64>>>()
+            .and_then(|f| f.into_iter().max_by(f64::total_cmp))
     } else {
         None
     };
@@ -269,7 +290,16 @@ async fn run(
     };
     eprintln!(
         "shards: {replicas} replicas, {shards} shards: list {:.2} s, CPU {:?} s, peak {:?} MiB, known {:?}, apiserver {:.2} s CPU {:.0} MiB; churn CPU {:?} s, delay p50 {:.1} ms p99 {:.1} ms; take-over {:?} s",
-        row.list_s, row.cpu, row.peak_mib, row.known, row.api_cpu, row.api_mib, row.churn_cpu, row.p50_ms, row.p99_ms, row.takeover_s
+        row.list_s,
+        row.cpu,
+        row.peak_mib,
+        row.known,
+        row.api_cpu,
+        row.api_mib,
+        row.churn_cpu,
+        row.p50_ms,
+        row.p99_ms,
+        row.takeover_s
     );
     row
 }
@@ -310,10 +340,17 @@ fn main() {
         }
         eprintln!("shards: namespace {ns}, {n} pods, {SHARDS} shards");
         let mut rows = Vec::new();
-        for (k, (replicas, shards)) in [(1, 1), (1, SHARDS), (2, SHARDS), (4, SHARDS)]
-            .into_iter()
-            .enumerate()
-        {
+        // `REPLICASxSHARDS,...` picks some runs; default all four.
+        let runs: Vec<(usize, u32)> = args
+            .get(4)
+            .map(|spec| {
+                spec.split(',')
+                    .filter_map(|r| r.split_once('x'))
+                    .filter_map(|(r, s)| Some((r.parse().ok()?, s.parse().ok()?)))
+                    .collect()
+            })
+            .unwrap_or_else(|| vec![(1, 1), (1, SHARDS), (2, SHARDS), (4, SHARDS)]);
+        for (k, (replicas, shards)) in runs.into_iter().enumerate() {
             let base = k * 1_000_000;
             rows.push(run(&stack, &pods, &ns, n, replicas, shards, rate, seconds, base).await);
         }

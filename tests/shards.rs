@@ -162,7 +162,13 @@ async fn eight_shards_on_three_replicas_through_a_kill_a_join_and_a_freeze_keep_
     let churn_a = Churn::start(&scene.client, &scene.ns, 10, Duration::from_millis(10));
     let churn_b = Churn::start(&scene.client, &other_ns, 10, Duration::from_millis(10));
     let stop_cms = Arc::new(AtomicBool::new(false));
-    let cm_churn = churn_configmaps(&scene.client, &scene.ns, 10, Duration::from_millis(20), stop_cms.clone());
+    let cm_churn = churn_configmaps(
+        &scene.client,
+        &scene.ns,
+        10,
+        Duration::from_millis(20),
+        stop_cms.clone(),
+    );
 
     // kill -9 of a replica: the other two take its shards.
     tokio::time::sleep(Duration::from_millis(fastrand::u64(500..2000))).await;

@@ -117,4 +117,3 @@ pub async fn churn(
         .collect()
         .await
 }
-

@@ -3,7 +3,8 @@
 //!
 //! With `n` shards and `r` replicas alive, a replica holds at most ⌈n/r⌉. A free shard is
 //! taken by the replica that holds the fewest (ties race for its Lease, and one wins), up to
-//! ⌈n/r⌉; a replica that holds two more than another alive hands one over. So replicas end
+//! ⌈n/r⌉; a replica that holds two more than another alive hands one over, when no shard is
+//! free (the one it handed over before has been taken). So replicas end
 //! within one shard of each other. A shard free for a whole Lease duration is taken by
 //! anyone, so that it never waits for a replica that the members' record still counts alive
 //! but that is gone.
@@ -73,8 +74,10 @@ pub fn plan(view: &View<'_>) -> Plan {
         .filter(|(k, i)| *k < room || view.long_free.get(**i as usize).copied().unwrap_or(false))
         .map(|(_, i)| *i)
         .collect();
+    // One hand-over at a time: while a shard is free, the replica short of shards takes it
+    // first (or counting it short again would hand over one more).
     let hand_over = fewest_of_others
-        .filter(|f| mine.len() > f + 1)
+        .filter(|f| mine.len() > f + 1 && free.is_empty())
         .and_then(|_| mine.last().copied());
     Plan { take, hand_over }
 }
@@ -116,6 +119,18 @@ mod tests {
         });
         assert_eq!(p.hand_over, Some(7));
         assert!(p.take.is_empty());
+    }
+
+    #[test]
+    fn a_replica_hands_over_no_second_shard_while_the_first_is_still_free() {
+        let h = holders(&[Some("a"), Some("a"), Some("a"), None]);
+        let p = plan(&View {
+            me: "a",
+            holders: &h,
+            alive: &alive(&["a", "b"]),
+            long_free: &[false; 4],
+        });
+        assert_eq!(p.hand_over, None, "b takes shard 3 first");
     }
 
     #[test]

@@ -199,3 +199,37 @@ impl Election {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn issues(shards: u32, elected: bool) -> Vec<Issue> {
+        let mut issues = Vec::new();
+        ShardingConfig { shards }.validate(elected, &mut issues);
+        issues
+    }
+
+    #[test]
+    fn more_than_one_shard_needs_leader_election_and_the_count_is_bounded() {
+        assert!(issues(1, false).is_empty(), "one shard is today's kubecast");
+        assert!(issues(8, true).is_empty());
+        let without = issues(8, false);
+        assert_eq!(without.len(), 1);
+        assert_eq!(without[0].field, "sharding.shards");
+        assert!(
+            without[0].message.contains("leader_election.enabled"),
+            "{:?}",
+            without[0]
+        );
+        for bad in [0, MAX_SHARDS + 1] {
+            let found = issues(bad, true);
+            assert_eq!(found.len(), 1, "{bad}");
+            assert!(
+                found[0].message.contains("between 1 and 256"),
+                "{:?}",
+                found[0]
+            );
+        }
+    }
+}

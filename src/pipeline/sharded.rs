@@ -74,6 +74,7 @@ pub(super) async fn sharded(
         ops: ops.clone(),
         settings,
         stats: Stats::default(),
+        looked: false,
     };
     ops.health.sharded();
     ops.metrics.shards_owned(0);
@@ -114,6 +115,8 @@ struct Shards {
     ops: Arc<Ops>,
     settings: LeaseSettings,
     stats: Stats,
+    /// Whether a round has looked at the Leases and the members yet.
+    looked: bool,
 }
 
 impl Shards {
@@ -167,8 +170,11 @@ impl Shards {
             .map(|c| c.is_some_and(|until| now < until))
             .collect();
         let limit = self.within();
+        // The first round only looks: replicas starting together see each other's
+        // heartbeats before any of them takes shards (fewer hand-overs to balance).
+        let looked = std::mem::replace(&mut self.looked, true);
         let rounds = futures::future::join_all(self.leases.iter_mut().enumerate().map(|(i, l)| {
-            let may_take = plan.take.contains(&(i as u32)) && !cooling[i];
+            let may_take = looked && plan.take.contains(&(i as u32)) && !cooling[i];
             async move {
                 if let Err(e) = l.round_if(may_take).await {
                     tracing::debug!(error = %crate::error_chain(&e), "a shard Lease round failed");
@@ -310,7 +316,10 @@ impl Shards {
         let limit = self.round_limit();
         let written = tokio::time::timeout(limit, self.leases[i as usize].release()).await;
         if !matches!(written, Ok(Ok(()))) {
-            tracing::warn!(shard = i, "letting the shard's Lease go failed; it expires instead");
+            tracing::warn!(
+                shard = i,
+                "letting the shard's Lease go failed; it expires instead"
+            );
         }
     }
 
@@ -349,7 +358,9 @@ impl Shards {
         }
         let leave = tokio::time::timeout(self.round_limit(), self.members.leave()).await;
         if !matches!(leave, Ok(Ok(()))) {
-            tracing::warn!("leaving the members' record failed; the others see this replica gone when its heartbeat stops");
+            tracing::warn!(
+                "leaving the members' record failed; the others see this replica gone when its heartbeat stops"
+            );
         }
         match failed {
             Some(e) => Err(e),

@@ -169,7 +169,10 @@ pub fn churn_configmaps(
     pause: Duration,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
-    let (client, cms) = (client.clone(), format!("/api/v1/namespaces/{ns}/configmaps"));
+    let (client, cms) = (
+        client.clone(),
+        format!("/api/v1/namespaces/{ns}/configmaps"),
+    );
     tokio::spawn(async move {
         let objects = Objects::new(&client);
         let mut alive = vec![false; slots];
