@@ -350,8 +350,13 @@ fn main() {
                     .collect()
             })
             .unwrap_or_else(|| vec![(1, 1), (1, SHARDS), (2, SHARDS), (4, SHARDS)]);
+        // The writes' numbers are new in every run (each writes its number into the Pod's
+        // status): a write that repeated an earlier run's would change nothing.
+        let epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as usize);
         for (k, (replicas, shards)) in runs.into_iter().enumerate() {
-            let base = k * 1_000_000;
+            let base = epoch * 100_000 + k * 10_000;
             rows.push(run(&stack, &pods, &ns, n, replicas, shards, rate, seconds, base).await);
         }
         println!("| replicas | shards | list s | CPU s per replica (list) | peak RSS MiB per replica | known pods per replica | apiserver CPU s / RSS MiB (list) | CPU s per replica (churn {rate}/s, {seconds} s) | delay p50 / p99 ms | kill -9 to its shards publishing elsewhere |");
