@@ -21,8 +21,6 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::Api;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::BaseConsumer;
 use support::{Stack, proc, unique_name};
@@ -190,22 +188,8 @@ fn main() {
         let stack = Stack::load();
         let client = stack.kube_client().await;
         let ns = reuse.clone().unwrap_or_else(|| unique_name("e2e"));
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let have = match reuse {
-            Some(_) => pods
-                .list_metadata(&Default::default())
-                .await
-                .map(|l| l.items.len())
-                .unwrap_or(0),
-            None => 0,
-        };
-        if have < n {
-            let namespaces: Api<Namespace> = Api::all(client.clone());
-            if matches!(namespaces.get_opt(&ns).await, Ok(None)) {
-                support::pods::namespace(&client, &ns).await;
-            }
-            bridges::populate(&pods, &ns, n).await;
-        }
+        // A fresh namespace is populated; a reused one only when it holds fewer than n.
+        let pods = bridges::populated(&client, &ns, n).await;
         eprintln!("e2e: namespace {ns}");
         let list = list_seconds(&stack, &ns);
         let streamed = streamed_list_seconds(&stack, &ns);

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use rdkafka::Message;
 use serde::Deserialize;
@@ -325,19 +325,7 @@ fn main() {
         let stack = Stack::load();
         let client = stack.kube_client().await;
         let ns = reuse.clone().unwrap_or_else(|| unique_name("shards"));
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let have = pods
-            .list_metadata(&Default::default())
-            .await
-            .map(|l| l.items.len())
-            .unwrap_or(0);
-        if have < n {
-            let namespaces: Api<Namespace> = Api::all(client.clone());
-            if matches!(namespaces.get_opt(&ns).await, Ok(None)) {
-                support::pods::namespace(&client, &ns).await;
-            }
-            bridges::populate(&pods, &ns, n).await;
-        }
+        let pods = bridges::populated(&client, &ns, n).await;
         eprintln!("shards: namespace {ns}, {n} pods, {SHARDS} shards");
         let mut rows = Vec::new();
         // `REPLICASxSHARDS,...` picks some runs; default all four.

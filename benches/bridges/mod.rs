@@ -38,6 +38,25 @@ pub fn pod_name(i: usize) -> String {
     format!("checkout-{i:06}")
 }
 
+/// The pods of namespace `ns`, holding at least `n` populated pods: the namespace is made
+/// and populated when it holds fewer (a namespace to reuse keeps them for the next run).
+pub async fn populated(client: &kube::Client, ns: &str, n: usize) -> Api<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let have = pods
+        .list_metadata(&Default::default())
+        .await
+        .map(|l| l.items.len())
+        .unwrap_or(0);
+    if have < n {
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        if matches!(namespaces.get_opt(ns).await, Ok(None)) {
+            crate::support::pods::namespace(client, ns).await;
+        }
+        populate(&pods, ns, n).await;
+    }
+    pods
+}
+
 /// Applies N pods server-side (as a controller would) and patches a kubelet-like status in.
 pub async fn populate(pods: &Api<Pod>, ns: &str, n: usize) {
     let (template, status) = templates();

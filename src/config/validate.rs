@@ -176,6 +176,19 @@ impl Config {
         let shards = self
             .sharding
             .validate(leader_election.is_some(), &mut issues);
+        if shards > 1 {
+            for (name, sink) in &self.sinks {
+                if matches!(
+                    sink.kind,
+                    crate::sinks::SinkKind::File(_) | crate::sinks::SinkKind::Stdout(_)
+                ) {
+                    issues.push(Issue::new(
+                        format!("sinks.{name}.type"),
+                        "a file or stdout sink cannot be shared by shards: each shard a replica holds would write its lines into the same stream",
+                    ));
+                }
+            }
+        }
         if leader_election.is_some() && !sinks.iter().any(|(_, v)| v.sink.keeper().is_some()) {
             issues.push(Issue::new(
                 "leader_election.enabled",
@@ -310,6 +323,20 @@ mod tests {
     }
 
     const EOS: &str = "    type: kafka\n    brokers: b:1\n    exactly_once: true\n";
+
+    #[test]
+    fn shards_take_no_file_or_stdout_sink_and_give_each_shard_its_transactional_id() {
+        let elected = "leader_election:\n  enabled: true\nsharding:\n  shards: 4\n";
+        let with_file = format!(
+            "cluster: c\n{elected}sinks:\n  a:\n{EOS}  f:\n    type: file\n    path: /tmp/x.jsonl\n"
+        );
+        assert_eq!(issues_of(&with_file), vec!["sinks.f.type"]);
+        let text = format!("cluster: c\n{elected}sinks:\n  a:\n{EOS}");
+        let config = load_str("t.yaml", &text, Vec::new()).unwrap();
+        let shard = crate::model::Shard::new(2, 4);
+        let v = config.validate_shard(shard).unwrap();
+        assert_eq!((v.shards, v.shard), (4, shard));
+    }
 
     #[test]
     fn one_exactly_once_sink_and_no_state_dir_beside_it() {

@@ -14,6 +14,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::labels::*;
+use super::sink_metrics::Held;
+pub use super::sink_metrics::SinkMetrics;
 use crate::model::ChangeKind;
 
 fn delay_histogram() -> Histogram {
@@ -24,64 +26,6 @@ fn delay_histogram() -> Histogram {
 fn fsync_histogram() -> Histogram {
     // 50 µs to ~1.6 s.
     Histogram::new(exponential_buckets(0.00005, 2.0, 16))
-}
-
-/// One sink's per-event metrics, resolved once (each handle shares its value with the
-/// registry's family).
-#[derive(Debug, Clone)]
-pub struct SinkMetrics {
-    delivered: Counter,
-    dead_lettered: Counter,
-    dropped: Counter,
-    coalesced: Counter,
-    held: Arc<Held>,
-    delay: Histogram,
-}
-
-/// One queue's share of the sink's held gauges: with shards, each shard's queue of the sink
-/// adds its own, and takes it back when it goes.
-#[derive(Debug)]
-struct Held {
-    events: Gauge,
-    bytes: Gauge,
-    mine: Mutex<(i64, i64)>,
-}
-
-impl Held {
-    fn set(&self, events: i64, bytes: i64) {
-        let mut mine = self.mine.lock().unwrap_or_else(|p| p.into_inner());
-        self.events.inc_by(events - mine.0);
-        self.bytes.inc_by(bytes - mine.1);
-        *mine = (events, bytes);
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.set(0, 0);
-    }
-}
-
-impl SinkMetrics {
-    pub fn event(&self, outcome: Outcome) {
-        match outcome {
-            Outcome::delivered => &self.delivered,
-            Outcome::dead_lettered => &self.dead_lettered,
-            Outcome::dropped => &self.dropped,
-            Outcome::coalesced => &self.coalesced,
-            // Counted by `Metrics::retried`, off the per-event path.
-            Outcome::retried => return,
-        }
-        .inc();
-    }
-
-    pub fn held(&self, events: usize, bytes: usize) {
-        self.held.set(events as i64, bytes as i64);
-    }
-
-    pub fn delay(&self, seconds: f64) {
-        self.delay.observe(seconds);
-    }
 }
 
 /// Every metric kubecast exports.
@@ -389,18 +333,19 @@ impl Metrics {
         let label = SinkLabel {
             sink: sink.to_string(),
         };
-        SinkMetrics {
-            delivered: outcome(Outcome::delivered),
-            dead_lettered: outcome(Outcome::dead_lettered),
-            dropped: outcome(Outcome::dropped),
-            coalesced: outcome(Outcome::coalesced),
-            held: Arc::new(Held {
-                events: self.held_events.get_or_create(&label).clone(),
-                bytes: self.held_bytes.get_or_create(&label).clone(),
-                mine: Mutex::new((0, 0)),
-            }),
-            delay: self.delay.get_or_create(&label).clone(),
-        }
+        SinkMetrics::new(
+            [
+                outcome(Outcome::delivered),
+                outcome(Outcome::dead_lettered),
+                outcome(Outcome::dropped),
+                outcome(Outcome::coalesced),
+            ],
+            Held::new(
+                self.held_events.get_or_create(&label).clone(),
+                self.held_bytes.get_or_create(&label).clone(),
+            ),
+            self.delay.get_or_create(&label).clone(),
+        )
     }
 
     /// `n` events of `sink` sent again.

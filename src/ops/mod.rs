@@ -8,6 +8,7 @@ mod health;
 mod labels;
 mod metrics;
 mod server;
+mod sink_metrics;
 
 pub use health::Health;
 pub use labels::Outcome;

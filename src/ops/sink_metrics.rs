@@ -1,0 +1,91 @@
+//! One sink's per-event metrics ([`SinkMetrics`]), resolved once by
+//! [`super::Metrics::sink`], and its share of the held gauges ([`Held`]): with shards, each
+//! shard's queue of a sink adds its own and takes it back when it goes.
+
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+
+use super::labels::Outcome;
+
+/// One sink's per-event metrics, resolved once (each handle shares its value with the
+/// registry's family).
+#[derive(Debug, Clone)]
+pub struct SinkMetrics {
+    delivered: Counter,
+    dead_lettered: Counter,
+    dropped: Counter,
+    coalesced: Counter,
+    held: Arc<Held>,
+    delay: Histogram,
+}
+
+/// One queue's share of the sink's held gauges: with shards, each shard's queue of the sink
+/// adds its own, and takes it back when it goes.
+#[derive(Debug)]
+pub(super) struct Held {
+    events: Gauge,
+    bytes: Gauge,
+    mine: Mutex<(i64, i64)>,
+}
+
+impl Held {
+    pub(super) fn new(events: Gauge, bytes: Gauge) -> Arc<Held> {
+        Arc::new(Held {
+            events,
+            bytes,
+            mine: Mutex::new((0, 0)),
+        })
+    }
+
+    fn set(&self, events: i64, bytes: i64) {
+        let mut mine = self.mine.lock().unwrap_or_else(|p| p.into_inner());
+        self.events.inc_by(events - mine.0);
+        self.bytes.inc_by(bytes - mine.1);
+        *mine = (events, bytes);
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.set(0, 0);
+    }
+}
+
+impl SinkMetrics {
+    /// The handles: the delivered, dead-lettered, dropped and coalesced counters, the share
+    /// of the held gauges and the delay histogram.
+    pub(super) fn new(outcomes: [Counter; 4], held: Arc<Held>, delay: Histogram) -> SinkMetrics {
+        let [delivered, dead_lettered, dropped, coalesced] = outcomes;
+        SinkMetrics {
+            delivered,
+            dead_lettered,
+            dropped,
+            coalesced,
+            held,
+            delay,
+        }
+    }
+
+    pub fn event(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::delivered => &self.delivered,
+            Outcome::dead_lettered => &self.dead_lettered,
+            Outcome::dropped => &self.dropped,
+            Outcome::coalesced => &self.coalesced,
+            // Counted by `Metrics::retried`, off the per-event path.
+            Outcome::retried => return,
+        }
+        .inc();
+    }
+
+    pub fn held(&self, events: usize, bytes: usize) {
+        self.held.set(events as i64, bytes as i64);
+    }
+
+    pub fn delay(&self, seconds: f64) {
+        self.delay.observe(seconds);
+    }
+}
