@@ -28,6 +28,14 @@ pub struct LeaseSettings {
     pub renew_every: Duration,
 }
 
+impl LeaseSettings {
+    /// The longest one round of requests may take: a third of the Lease (three tries before
+    /// it runs out), at least `renew_every`.
+    pub fn round_limit(&self) -> Duration {
+        (self.lease_duration / 3).max(self.renew_every)
+    }
+}
+
 /// A Lease request that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
@@ -73,11 +81,6 @@ impl Elector {
     /// Who held the Lease at the last round (see the field).
     pub fn holder(&self) -> Option<&str> {
         self.holder.as_deref()
-    }
-
-    /// This replica's settings.
-    pub fn settings(&self) -> &LeaseSettings {
-        &self.settings
     }
 
     fn error(&self, source: kube::Error) -> LeaseError {
@@ -250,10 +253,8 @@ impl Elector {
             .map(|r| tokio::time::Instant::from_std(r + self.settings.lease_duration))
     }
 
-    /// The longest one round may take: a third of the Lease (three tries before it runs
-    /// out), at least `renew_every`.
-    pub fn round_limit(&self) -> Duration {
-        (self.settings.lease_duration / 3).max(self.settings.renew_every)
+    fn round_limit(&self) -> Duration {
+        self.settings.round_limit()
     }
 
     /// Runs rounds every `renew_every` until the returned receiver is dropped; the receiver

@@ -51,26 +51,20 @@ impl Members {
     }
 
     /// Raises this replica's heartbeat and returns the replicas alive (this one included).
-    /// On an error the replicas last seen alive are returned with it.
     pub async fn beat(&mut self) -> Result<BTreeSet<String>, LeaseError> {
-        let mut last = Ok(());
-        for _ in 0..TRIES {
-            match self.try_beat(true).await {
-                Ok(true) => return Ok(self.alive()),
-                Ok(false) => continue,
-                Err(e) => {
-                    last = Err(e);
-                    break;
-                }
-            }
-        }
-        last.map(|()| self.alive())
+        self.write(true).await?;
+        Ok(self.alive())
     }
 
     /// Removes this replica from the record (it stops): the others rebalance at once.
     pub async fn leave(&mut self) -> Result<(), LeaseError> {
+        self.write(false).await
+    }
+
+    /// Up to [`TRIES`] read-and-writes while other replicas write in between.
+    async fn write(&mut self, stay: bool) -> Result<(), LeaseError> {
         for _ in 0..TRIES {
-            if self.try_beat(false).await? {
+            if self.try_beat(stay).await? {
                 break;
             }
         }

@@ -2,7 +2,8 @@
 //! [`super::Metrics::sink`], and its share of the held gauges ([`Held`]): with shards, each
 //! shard's queue of a sink adds its own and takes it back when it goes.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -28,7 +29,9 @@ pub struct SinkMetrics {
 pub(super) struct Held {
     events: Gauge,
     bytes: Gauge,
-    mine: Mutex<(i64, i64)>,
+    /// This queue's share as last set (one bridge sets it, so a swap is its delta).
+    mine_events: AtomicI64,
+    mine_bytes: AtomicI64,
 }
 
 impl Held {
@@ -36,15 +39,16 @@ impl Held {
         Arc::new(Held {
             events,
             bytes,
-            mine: Mutex::new((0, 0)),
+            mine_events: AtomicI64::new(0),
+            mine_bytes: AtomicI64::new(0),
         })
     }
 
     fn set(&self, events: i64, bytes: i64) {
-        let mut mine = self.mine.lock().unwrap_or_else(|p| p.into_inner());
-        self.events.inc_by(events - mine.0);
-        self.bytes.inc_by(bytes - mine.1);
-        *mine = (events, bytes);
+        self.events
+            .inc_by(events - self.mine_events.swap(events, Ordering::Relaxed));
+        self.bytes
+            .inc_by(bytes - self.mine_bytes.swap(bytes, Ordering::Relaxed));
     }
 }
 

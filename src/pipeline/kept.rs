@@ -41,9 +41,7 @@ impl KeptState {
             routing,
         })
     }
-}
 
-impl KeptState {
     /// The part of it that is `shard`'s: the shards' objects share the keeper's state topic
     /// (an object's record is keyed by its uid, which hashes into one shard only).
     pub fn of_shard(mut self, shard: Option<crate::model::Shard>) -> KeptState {

@@ -4,10 +4,10 @@
 //!
 //! Entry point: [`run`], which sets the parts up and hands them to the one event loop
 //! (`bridge`); with leader election a replica runs the bridge for each term it leads
-//! (`elected`), and with `sharding` one bridge per shard it holds (`sharded`). It can be driven in-process (the integration tests do) with a validated
-//! config, a kube client and a shutdown future. A full sink queue holds the loop's events,
-//! which stops it reading the watch channel, which stops the watches reading the apiserver:
-//! backpressure end to end.
+//! (`elected`), and with `sharding` one bridge per shard it holds (`sharded`). It can be
+//! driven in-process (the integration tests do) with a validated config, a kube client and a
+//! shutdown future. A full sink queue holds the loop's events, which stops it reading the
+//! watch channel, which stops the watches reading the apiserver: backpressure end to end.
 
 mod bridge;
 mod durable;

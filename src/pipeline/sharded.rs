@@ -132,8 +132,10 @@ impl Shards {
             .iter()
             .filter_map(Elector::leads_until)
             .min()
-            .map_or(self.round_limit(), |until| {
-                until.saturating_duration_since(now).min(self.round_limit())
+            .map_or(self.settings.round_limit(), |until| {
+                until
+                    .saturating_duration_since(now)
+                    .min(self.settings.round_limit())
             })
     }
 
@@ -234,11 +236,6 @@ impl Shards {
         Ok(())
     }
 
-    /// The longest one round may take: a third of the Lease, at least the retry period.
-    fn round_limit(&self) -> Duration {
-        (self.settings.lease_duration / 3).max(self.settings.renew_every)
-    }
-
     /// Starts shard `i`'s bridge: its config validated for the shard, its own readiness.
     fn start(&mut self, i: u32) -> Result<(), PipelineError> {
         let shard = Shard {
@@ -313,7 +310,7 @@ impl Shards {
     /// Writes shard `i`'s Lease free (if it is this replica's), within a round's limit; a
     /// Lease not written free expires instead.
     async fn release(&mut self, i: u32) {
-        let limit = self.round_limit();
+        let limit = self.settings.round_limit();
         let written = tokio::time::timeout(limit, self.leases[i as usize].release()).await;
         if !matches!(written, Ok(Ok(()))) {
             tracing::warn!(
@@ -337,26 +334,24 @@ impl Shards {
     /// Leases go free and this replica leaves the members' record, so that the others take
     /// its shards at once.
     async fn stop_all(mut self) -> Result<Stats, PipelineError> {
+        // Each bridge ends as a hand-over does: its Lease is written free once it stopped.
         for r in self.running.values_mut() {
+            r.handing_over = true;
             if let Some(stop) = r.stop.take() {
                 let _ = stop.send(());
             }
         }
         let mut failed = None;
         while let Some(ended) = self.tasks.join_next().await {
-            match ended {
-                Ok((i, Ok(stats))) => {
-                    self.stats.absorb(stats);
-                    self.ops.release(i);
-                    tracing::info!(shard = i, "the shard's bridge stopped");
-                    self.release(i).await;
-                }
-                Ok((_, Err(e))) if e.is_fenced() => {}
-                Ok((_, Err(e))) => failed = Some(e),
-                Err(_) => failed = Some(PipelineError::ShardPanicked),
+            let outcome = match ended {
+                Ok((i, outcome)) => self.ended(i, outcome).await,
+                Err(_) => Err(PipelineError::ShardPanicked),
+            };
+            if let Err(e) = outcome {
+                failed = Some(e);
             }
         }
-        let leave = tokio::time::timeout(self.round_limit(), self.members.leave()).await;
+        let leave = tokio::time::timeout(self.settings.round_limit(), self.members.leave()).await;
         if !matches!(leave, Ok(Ok(()))) {
             tracing::warn!(
                 "leaving the members' record failed; the others see this replica gone when its heartbeat stops"

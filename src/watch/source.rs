@@ -257,11 +257,6 @@ impl Watch {
         self.out.send(item).await.is_ok()
     }
 
-    /// Whether `item` is this watch's to pass on: everything but the objects of other shards.
-    fn in_shard(&self, item: &Observed) -> bool {
-        in_shard(self.settings.shard, item)
-    }
-
     /// Asks for one object of the shard to learn whether the apiserver filters by shard (it
     /// echoes the selector in `metadata.shardInfo`); says so once per resource, at INFO and
     /// in `kubecast_watch_shard_filter`. Objects of other shards are dropped here either way.
@@ -351,7 +346,7 @@ impl Watch {
                         scope: scope.clone(),
                         object,
                     };
-                    if self.in_shard(&item) && !self.send(item).await {
+                    if in_shard(s.shard, &item) && !self.send(item).await {
                         return false;
                     }
                 }
