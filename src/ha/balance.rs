@@ -95,15 +95,25 @@ mod tests {
         of.iter().map(|h| h.map(str::to_string)).collect()
     }
 
+    /// The plan of replica `me` for this view.
+    fn plan_as(
+        me: &str,
+        holders: &[Option<String>],
+        alive: &BTreeSet<String>,
+        long_free: &[bool],
+    ) -> Plan {
+        plan(&View {
+            me,
+            holders,
+            alive,
+            long_free,
+        })
+    }
+
     #[test]
     fn a_lone_replica_takes_every_free_shard() {
         let h = holders(&[None; 8]);
-        let p = plan(&View {
-            me: "a",
-            holders: &h,
-            alive: &alive(&["a"]),
-            long_free: &[false; 8],
-        });
+        let p = plan_as("a", &h, &alive(&["a"]), &[false; 8]);
         assert_eq!(p.take.len(), 8);
         assert_eq!(p.hand_over, None);
     }
@@ -111,12 +121,7 @@ mod tests {
     #[test]
     fn a_replica_with_more_than_its_share_hands_one_over_to_a_newcomer() {
         let h = holders(&[Some("a"); 8]);
-        let p = plan(&View {
-            me: "a",
-            holders: &h,
-            alive: &alive(&["a", "b"]),
-            long_free: &[false; 8],
-        });
+        let p = plan_as("a", &h, &alive(&["a", "b"]), &[false; 8]);
         assert_eq!(p.hand_over, Some(7));
         assert!(p.take.is_empty());
     }
@@ -124,24 +129,14 @@ mod tests {
     #[test]
     fn a_replica_hands_over_no_second_shard_while_the_first_is_still_free() {
         let h = holders(&[Some("a"), Some("a"), Some("a"), None]);
-        let p = plan(&View {
-            me: "a",
-            holders: &h,
-            alive: &alive(&["a", "b"]),
-            long_free: &[false; 4],
-        });
+        let p = plan_as("a", &h, &alive(&["a", "b"]), &[false; 4]);
         assert_eq!(p.hand_over, None, "b takes shard 3 first");
     }
 
     #[test]
     fn a_replica_takes_free_shards_only_up_to_its_share_while_others_have_room() {
         let h = holders(&[None, None, None, None, Some("b"), Some("b"), None, None]);
-        let p = plan(&View {
-            me: "a",
-            holders: &h,
-            alive: &alive(&["a", "b", "c"]),
-            long_free: &[false; 8],
-        });
+        let p = plan_as("a", &h, &alive(&["a", "b", "c"]), &[false; 8]);
         assert_eq!(p.take.len(), 3, "⌈8/3⌉ = 3, and a holds the fewest");
     }
 
@@ -159,28 +154,13 @@ mod tests {
         ]);
         let all = alive(&["a", "b", "c"]);
         let fresh = [false; 8];
-        let a = plan(&View {
-            me: "a",
-            holders: &h,
-            alive: &all,
-            long_free: &fresh,
-        });
+        let a = plan_as("a", &h, &all, &fresh);
         assert!(a.take.is_empty(), "c holds fewer: it takes them");
-        let c = plan(&View {
-            me: "c",
-            holders: &h,
-            alive: &all,
-            long_free: &fresh,
-        });
+        let c = plan_as("c", &h, &all, &fresh);
         assert_eq!(c.take.len(), 2);
         // c is still counted alive but never takes them: after a Lease, anyone does.
         let stale = [false, false, false, false, false, false, true, true];
-        let a = plan(&View {
-            me: "a",
-            holders: &h,
-            alive: &all,
-            long_free: &stale,
-        });
+        let a = plan_as("a", &h, &all, &stale);
         assert_eq!(a.take.len(), 2);
         let h = holders(&[
             Some("a"),
@@ -192,12 +172,7 @@ mod tests {
             Some("b"),
             Some("b"),
         ]);
-        let b = plan(&View {
-            me: "b",
-            holders: &h,
-            alive: &alive(&["a", "b"]),
-            long_free: &fresh,
-        });
+        let b = plan_as("b", &h, &alive(&["a", "b"]), &fresh);
         assert_eq!(b, Plan::default(), "balanced: 4 and 4");
     }
 
@@ -217,7 +192,7 @@ mod tests {
                 .collect();
             for _ in 0..(4 * n + 8) {
                 for me in &names {
-                    let p = plan(&View { me, holders: &h, alive: &all, long_free: &vec![false; n] });
+                    let p = plan_as(me, &h, &all, &vec![false; n]);
                     if let Some(s) = p.hand_over {
                         h[s as usize] = None;
                     }
