@@ -1,29 +1,48 @@
-//! `kubecast replay`'s command line and its validated form. Entry points: [`ReplayArgs`]
-//! (what clap parses) and [`ReplayArgs::validate`] (pure: no I/O, the clock passed in), which
-//! turns it into a [`Plan`] or a usage error naming the flag.
+//! `kubecast replay`'s command line. Entry points: [`ReplayArgs`] (what clap parses) and
+//! [`ReplayArgs::validate`] (pure: no I/O, the clock passed in), which turns it into a
+//! [`Plan`] or a usage error naming the flag.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kube::core::Selector;
-
+pub use super::plan::*;
 use crate::model::ChangeKind;
 use crate::sinks::Secret;
 use crate::sinks::kafka::checkpoint::is_connection_property;
 use crate::sinks::kafka::{KafkaConfig, SaslConfig};
 use crate::sinks::{Common, TlsConfig};
 
-/// Reads a Kafka topic that kubecast (or any CloudEvents producer) wrote and prints,
-/// verifies, reconstructs or re-publishes its events.
+/// Reads Kafka topics that kubecast (or any CloudEvents producer) wrote — one cluster's or a
+/// fleet's — and prints, follows, verifies, reconstructs, compares or re-publishes their
+/// events.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
     /// Bootstrap servers, `host:port[,host:port...]`.
     #[arg(long)]
     pub brokers: String,
-    /// The topic to read (every partition).
+    /// The topic to read (every partition). Repeatable. A value starting with `^` is a
+    /// regular expression every topic's whole name is matched against, as Kafka's pattern
+    /// subscription does (`'^k8s\..*\.pods$'`); internal topics (`__…`) are left out. The
+    /// topics are read as one stream, in the order of the records' timestamps.
+    #[arg(long, required = true)]
+    pub topic: Vec<String>,
+    /// Only events of this cluster, as their `source` names it (`k8s://{cluster}/…`): a name
+    /// or a glob (`prod-*`). Repeatable. Other producers' events name no cluster: with this
+    /// flag they are left out.
     #[arg(long)]
-    pub topic: String,
+    pub cluster: Vec<String>,
+    /// Keep reading after the end, printing each change as it is appended, until Ctrl-C
+    /// (which prints the summary line). Starts at the end unless `--since` or
+    /// `--from-offset` say where.
+    #[arg(long)]
+    pub follow: bool,
+    /// Compare two clusters: the objects of the selected kinds as each had them at `--at`,
+    /// matched by kind, namespace and name, field by field. Exit 4 when they differ.
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    pub diff_clusters: Vec<String>,
+    /// The time `--diff-clusters` compares at (RFC 3339 or a duration ago). Default: now.
+    #[arg(long, value_name = "TIME", requires = "diff_clusters")]
+    pub at: Option<String>,
     /// Start at the first record written at or after this time: RFC 3339
     /// (`2026-12-04T14:05:00Z`) or a duration ago (`2h`, `30m`). Uses Kafka's
     /// offsets-for-times.
@@ -82,9 +101,12 @@ pub struct ReplayArgs {
     /// reconstructed from the events.
     #[arg(long, value_name = "TIME")]
     pub state_at: Option<String>,
-    /// How `--state-at` prints: `json` or `table`.
-    #[arg(long, value_enum, default_value_t = StateFormat::Json)]
-    pub format: StateFormat,
+    /// How to print. `--state-at` and `--diff-clusters`: `json` (default) or `table`. The
+    /// events: `events` (whole CloudEvents, a replay's default), `line` (one compact line per
+    /// change, `--follow`'s default on a terminal) or `json` (one object per change,
+    /// `--follow`'s default elsewhere).
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
     /// Write an audit timeline of the range to this HTML file: one self-contained page (it
     /// fetches nothing) with a lane per object, each change a mark, alert episodes as bars,
     /// the gaps `--verify` would find, each version's diff and the objects at any moment.
@@ -125,141 +147,15 @@ pub struct ReplayArgs {
     pub stall_seconds: u64,
 }
 
-/// `--format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum StateFormat {
-    Json,
-    Table,
-}
-
-/// Offsets given per partition, or for all.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Offsets {
-    pub all: Option<i64>,
-    pub per: BTreeMap<i32, i64>,
-}
-
-impl Offsets {
-    /// The offset for `partition`, if one was given.
-    pub fn of(&self, partition: i32) -> Option<i64> {
-        self.per.get(&partition).copied().or(self.all)
-    }
-}
-
-/// Which records to read.
-#[derive(Debug, Clone, Default)]
-pub struct Range {
-    /// Milliseconds since the epoch.
-    pub since_ms: Option<i64>,
-    pub until_ms: Option<i64>,
-    pub from: Offsets,
-    pub to: Offsets,
-    /// `None`: every partition.
-    pub partitions: Option<Vec<i32>>,
-}
-
-impl Range {
-    /// The range in words, for a report's header.
-    pub fn describe(&self) -> String {
-        let time = |ms: i64| {
-            jiff::Timestamp::from_millisecond(ms).map_or_else(|_| ms.to_string(), |t| t.to_string())
-        };
-        let offsets = |o: &Offsets| {
-            let mut parts: Vec<String> = o.all.iter().map(|n| format!("{n}")).collect();
-            parts.extend(o.per.iter().map(|(p, n)| format!("{p}:{n}")));
-            parts.join(", ")
-        };
-        let mut words = Vec::new();
-        if let Some(ms) = self.since_ms {
-            words.push(format!("since {}", time(ms)));
-        }
-        if let Some(ms) = self.until_ms {
-            words.push(format!("until {}", time(ms)));
-        }
-        if self.from != Offsets::default() {
-            words.push(format!("from offset {}", offsets(&self.from)));
-        }
-        if self.to != Offsets::default() {
-            words.push(format!("to offset {}", offsets(&self.to)));
-        }
-        if let Some(p) = &self.partitions {
-            words.push(format!("partition(s) {p:?}"));
-        }
-        if words.is_empty() {
-            "the whole topic".to_string()
-        } else {
-            words.join(", ")
-        }
-    }
-}
-
-/// Which events to keep.
-#[derive(Debug, Clone, Default)]
-pub struct Filter {
-    pub resources: Vec<String>,
-    pub namespaces: Vec<String>,
-    pub names: Vec<String>,
-    pub uids: Vec<String>,
-    pub types: Vec<String>,
-    pub labels: Option<Selector>,
-}
-
-/// Where the selected events go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Destination {
-    Stdout,
-    File(PathBuf),
-    /// Re-published through sink `name` of the kubecast config `config`.
-    Sink {
-        config: PathBuf,
-        name: String,
-    },
-    /// Only a report (`--verify`, `--state-at`) is printed.
-    Nowhere,
-}
-
-/// A validated `kubecast replay`.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    pub topic: String,
-    /// The consumer's connection properties (brokers, TLS, SASL).
-    pub connection: Vec<(String, Secret)>,
-    pub range: Range,
-    pub filter: Filter,
-    /// `Some(window)` when deduplicating.
-    pub dedup: Option<usize>,
-    pub verify: bool,
-    /// `--state-at`: the time in milliseconds, and as given.
-    pub state_at: Option<(i64, String)>,
-    pub format: StateFormat,
-    pub destination: Destination,
-    /// `--html`: the report's file.
-    pub html: Option<PathBuf>,
-    pub stall: Duration,
-}
-
-/// A bad command line: exit 2.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{flag}: {message}")]
-pub struct UsageError {
-    pub flag: String,
-    pub message: String,
-}
-
-fn usage(flag: &str, message: impl Into<String>) -> UsageError {
-    UsageError {
-        flag: flag.to_string(),
-        message: message.into(),
-    }
-}
-
 impl ReplayArgs {
     /// Checks every flag; `now_ms` is the current time (for `--since 2h`).
     pub fn validate(&self, now_ms: i64) -> Result<Plan, UsageError> {
         let connection = self.connection()?;
-        if self.topic.trim().is_empty() {
-            return Err(usage("--topic", "must name a topic"));
-        }
+        let topics = self
+            .topic
+            .iter()
+            .map(|t| topic_choice(t))
+            .collect::<Result<Vec<_>, _>>()?;
         let time = |flag: &str, v: &Option<String>| {
             v.as_deref()
                 .map(|t| parse_time(t, now_ms).map_err(|m| usage(flag, m)))
@@ -289,6 +185,7 @@ impl ReplayArgs {
         };
         let filter = Filter {
             resources: self.resource.clone(),
+            clusters: self.cluster.clone(),
             namespaces: self.namespace.clone(),
             names: self.name.clone(),
             uids: self.uid.clone(),
@@ -322,24 +219,93 @@ impl ReplayArgs {
                 name: s.clone(),
             },
             // A report replaces the events on standard output.
-            _ if self.verify || self.state_at.is_some() || self.html.is_some() => {
+            _ if self.verify
+                || self.state_at.is_some()
+                || self.html.is_some()
+                || !self.diff_clusters.is_empty() =>
+            {
                 Destination::Nowhere
             }
             _ => Destination::Stdout,
         };
+        let diff = self.diff_clusters(now_ms)?;
+        if self.follow {
+            self.check_follow(&range)?;
+        }
+        let report = state_at.is_some() || diff.is_some();
+        let (format, events) = formats(self.format, report, self.follow)?;
         Ok(Plan {
-            topic: self.topic.clone(),
+            topics,
             connection,
             range,
             filter,
             dedup: (!self.no_dedup).then_some(self.dedup_window),
             verify: self.verify,
             state_at,
-            format: self.format,
+            format,
             destination,
             html: self.html.clone(),
             stall: Duration::from_secs(self.stall_seconds),
+            follow: self.follow,
+            events,
+            diff,
         })
+    }
+
+    /// `--diff-clusters A B` and `--at`; a comparison is a report of its own.
+    fn diff_clusters(&self, now_ms: i64) -> Result<Option<DiffClusters>, UsageError> {
+        let [a, b] = self.diff_clusters.as_slice() else {
+            return Ok(None);
+        };
+        if a == b {
+            return Err(usage(
+                "--diff-clusters",
+                format!("compares two clusters, `{a}` is named twice"),
+            ));
+        }
+        if self.verify || self.state_at.is_some() || self.html.is_some() {
+            return Err(usage(
+                "--diff-clusters",
+                "is a report of its own: run --verify, --state-at or --html separately",
+            ));
+        }
+        let at = self.at.clone().unwrap_or_else(|| "now".to_string());
+        let at_ms = match &self.at {
+            Some(t) => parse_time(t, now_ms).map_err(|m| usage("--at", m))?,
+            None => now_ms,
+        };
+        Ok(Some(DiffClusters {
+            a: a.clone(),
+            b: b.clone(),
+            at_ms,
+            at,
+        }))
+    }
+
+    /// What `--follow` cannot go with: an end, a report, a re-publication.
+    fn check_follow(&self, range: &Range) -> Result<(), UsageError> {
+        if range.until_ms.is_some() || range.to != Offsets::default() {
+            let flag = if range.until_ms.is_some() {
+                "--until"
+            } else {
+                "--to-offset"
+            };
+            return Err(usage(flag, "sets an end, and --follow has none"));
+        }
+        let report = [
+            (self.verify, "--verify"),
+            (self.state_at.is_some(), "--state-at"),
+            (self.html.is_some(), "--html"),
+            (!self.diff_clusters.is_empty(), "--diff-clusters"),
+            (self.config.is_some(), "--config"),
+        ];
+        if let Some((_, flag)) = report.iter().find(|(on, _)| *on) {
+            return Err(usage(
+                flag,
+                "needs the end of a range, and --follow has none: give --until instead of --follow",
+            ));
+        }
+        Ok(())
     }
 
     /// The connection properties, checked as the Kafka sink checks its own.
@@ -384,6 +350,40 @@ impl ReplayArgs {
                     .replace(['.', '_'], "-");
                 usage(&format!("--{flag}"), i.message.clone())
             })
+    }
+}
+
+/// A `--topic`: a name, or a pattern when it starts with `^`.
+fn topic_choice(t: &str) -> Result<TopicChoice, UsageError> {
+    if t.trim().is_empty() {
+        return Err(usage("--topic", "must name a topic"));
+    }
+    if !t.starts_with('^') {
+        return Ok(TopicChoice::Name(t.to_string()));
+    }
+    regex::Regex::new(t)
+        .map(TopicChoice::Pattern)
+        .map_err(|e| usage("--topic", format!("`{t}` is not a regular expression: {e}")))
+}
+
+/// The report's format and the events' format: each `--format` goes with one of them.
+fn formats(
+    given: Option<Format>,
+    report: bool,
+    follow: bool,
+) -> Result<(StateFormat, Option<EventFormat>), UsageError> {
+    let bad = |what: &str| Err(usage("--format", what.to_string()));
+    match (given, report) {
+        (None | Some(Format::Json), true) => Ok((StateFormat::Json, None)),
+        (Some(Format::Table), true) => Ok((StateFormat::Table, None)),
+        (Some(_), true) => bad("a report (--state-at, --diff-clusters) prints as json or table"),
+        (Some(Format::Table), false) => bad(
+            "table is for --state-at and --diff-clusters; the events print as events, line or json",
+        ),
+        (None, false) if follow => Ok((StateFormat::Json, None)),
+        (None | Some(Format::Events), false) => Ok((StateFormat::Json, Some(EventFormat::Events))),
+        (Some(Format::Line), false) => Ok((StateFormat::Json, Some(EventFormat::Line))),
+        (Some(Format::Json), false) => Ok((StateFormat::Json, Some(EventFormat::Json))),
     }
 }
 

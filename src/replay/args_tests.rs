@@ -170,3 +170,69 @@ fn connection_flags_are_checked_as_the_kafka_sink_checks_them() {
     let e = error(&["--tls-cert-file", "c.pem"]);
     assert_eq!(e.flag, "--tls-key-file", "{e}");
 }
+
+#[test]
+fn topics_repeat_and_a_caret_makes_a_pattern_matched_against_whole_names() {
+    let p =
+        plan(&["--topic", "u", "--topic", r"^k8s\..*\.pods$"]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.topics.len(), 3);
+    assert!(p.topics[0].takes("t") && !p.topics[0].takes("tt"));
+    assert!(p.topics[2].takes("k8s.eu-1.pods"));
+    assert!(!p.topics[2].takes("k8s.eu-1.pods.dlq"));
+    let anything = plan(&["--topic", "^.*"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        !anything.topics[1].takes("__consumer_offsets"),
+        "internal topics never match"
+    );
+    let e = error(&["--topic", "^k8s.(pods"]);
+    assert_eq!(e.flag, "--topic");
+    assert!(e.message.contains("is not a regular expression"), "{e}");
+}
+
+#[test]
+fn follow_has_no_end_and_no_report_and_picks_its_format_by_the_terminal() {
+    let p = plan(&["--follow", "--cluster", "eu-*"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(p.follow && p.events.is_none(), "chosen at run time: {p:?}");
+    assert_eq!(p.filter.clusters, ["eu-*"]);
+    assert_eq!(error(&["--follow", "--until", "1h"]).flag, "--until");
+    assert_eq!(error(&["--follow", "--to-offset", "5"]).flag, "--to-offset");
+    assert_eq!(error(&["--follow", "--verify"]).flag, "--verify");
+    assert_eq!(error(&["--follow", "--html", "x.html"]).flag, "--html");
+    let p = plan(&["--follow", "--format", "events"]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.events, Some(EventFormat::Events));
+    let p = plan(&["--format", "line"]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.events, Some(EventFormat::Line));
+    assert_eq!(
+        plan(&[]).map(|p| p.events).ok(),
+        Some(Some(EventFormat::Events))
+    );
+    assert_eq!(error(&["--format", "table"]).flag, "--format");
+    assert_eq!(
+        error(&["--state-at", "1h", "--format", "line"]).flag,
+        "--format"
+    );
+}
+
+#[test]
+fn diff_clusters_takes_two_different_clusters_and_a_time_defaulting_to_now() {
+    let p = plan(&["--diff-clusters", "eu-1", "us-1", "--format", "table"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let d = p.diff.unwrap_or_else(|| panic!("no diff"));
+    assert_eq!((d.a.as_str(), d.b.as_str(), d.at_ms), ("eu-1", "us-1", NOW));
+    assert_eq!(p.format, StateFormat::Table);
+    assert_eq!(p.destination, Destination::Nowhere);
+    let p = plan(&["--diff-clusters", "a", "b", "--at", "2h"]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.diff.map(|d| d.at_ms), Some(NOW - 7_200_000));
+    assert_eq!(
+        error(&["--diff-clusters", "a", "a"]).flag,
+        "--diff-clusters"
+    );
+    assert_eq!(
+        error(&["--diff-clusters", "a", "b", "--verify"]).flag,
+        "--diff-clusters"
+    );
+    assert_eq!(
+        error(&["--diff-clusters", "a", "b", "--at", "noon"]).flag,
+        "--at"
+    );
+}

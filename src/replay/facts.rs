@@ -7,14 +7,19 @@ use super::decode::extension_text;
 use crate::model::ChangeKind;
 
 /// Where a record was read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Place {
+    /// The topic, named only when the replay reads more than one.
+    pub topic: Option<std::sync::Arc<str>>,
     pub partition: i32,
     pub offset: i64,
 }
 
 impl std::fmt::Display for Place {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(t) = &self.topic {
+            write!(f, "topic {t} ")?;
+        }
         write!(f, "partition {} offset {}", self.partition, self.offset)
     }
 }
@@ -46,6 +51,9 @@ pub struct Facts {
     pub api_version: String,
     /// The resource key of its `source` (`deployments.apps`, `pods`).
     pub resource: String,
+    /// The cluster its `source` names (`k8s://{cluster}/…`); `None` for other producers'
+    /// events.
+    pub cluster: Option<String>,
     /// `k8srv` and `k8sprevrv`.
     pub rv: Option<String>,
     pub prev_rv: Option<String>,
@@ -77,6 +85,7 @@ impl Facts {
             k8s_kind: extension_text(event, "k8skind").unwrap_or_else(|| "Pod".into()),
             api_version: extension_text(event, "k8sapiversion").unwrap_or_else(|| "v1".into()),
             resource: resource_of_source(event.source().as_str()),
+            cluster: cluster_of_source(event.source().as_str()),
             rv: extension_text(event, "k8srv"),
             prev_rv: extension_text(event, "k8sprevrv"),
             time_ms: event.time().map(|t| t.timestamp_millis()),
@@ -118,10 +127,35 @@ impl Facts {
         )
     }
 
+    /// The object's identity across a fleet: its cluster (empty for other producers'
+    /// events) and its uid. Every stage that keeps per-object state keys it by this, so the
+    /// same uid in two clusters (a restored backup, a copied etcd) is two objects.
+    pub fn key(&self) -> Option<ObjectKey> {
+        Some(ObjectKey {
+            cluster: self.cluster.clone().unwrap_or_default(),
+            uid: self.uid.clone()?,
+        })
+    }
+
     /// Whether it is a change of a pod (added, modified, deleted), which has a chain.
     pub fn is_change(&self) -> bool {
         matches!(self.kind, Kind::Added | Kind::Modified | Kind::Deleted)
     }
+}
+
+/// An object in a fleet: (cluster, uid).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// Empty when the event's `source` names no cluster.
+    pub cluster: String,
+    pub uid: String,
+}
+
+/// The cluster of a kubecast `source` (`k8s://{cluster}/api/v1/…`), `None` for any other.
+pub(crate) fn cluster_of_source(source: &str) -> Option<String> {
+    let rest = source.strip_prefix("k8s://")?;
+    let cluster = rest.split('/').next().unwrap_or_default();
+    (!cluster.is_empty()).then(|| cluster.to_string())
 }
 
 /// Orders two resourceVersions: as numbers when both are (etcd's are), else `None`
@@ -145,5 +179,25 @@ pub(crate) fn resource_of_source(source: &str) -> String {
         Some(&"api") if !plural.is_empty() => plural.to_string(),
         Some(&"apis") if parts.len() >= 4 => format!("{plural}.{}", parts[1]),
         _ => crate::model::legacy::pods(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_is_the_host_of_a_kubecast_source_and_nothing_else_has_one() {
+        assert_eq!(
+            cluster_of_source("k8s://eu-1/api/v1/namespaces/ns/pods").as_deref(),
+            Some("eu-1")
+        );
+        assert_eq!(
+            cluster_of_source("k8s://us-1/apis/apps/v1/deployments").as_deref(),
+            Some("us-1")
+        );
+        assert_eq!(cluster_of_source("k8s:///api/v1/pods"), None);
+        assert_eq!(cluster_of_source("https://example.com/orders"), None);
+        assert_eq!(cluster_of_source("/billing"), None);
     }
 }

@@ -1,5 +1,6 @@
-//! The replay's filters (`--namespace`, `--name`, `--uid`, `--type`, `--label`) applied to
-//! events. Entry point: [`Filter`](super::args::Filter)'s methods here.
+//! The replay's filters (`--cluster`, `--namespace`, `--name`, `--uid`, `--type`,
+//! `--label`) applied to events. An event whose `source` names no cluster (another
+//! producer's) matches no `--cluster`. Entry point: [`Filter`](super::args::Filter)'s methods here.
 //!
 //! The object filters pick whole objects: `--verify` and `--state-at` see every event of a
 //! picked object. `--type` and `--label` pick events to write, after that.
@@ -26,6 +27,7 @@ impl Filter {
                     .is_some_and(|v| patterns.iter().any(|p| glob(p, v)))
         };
         (self.resources.is_empty() || self.resources.iter().any(|r| facts.is_resource(r)))
+            && any(&self.clusters, &facts.cluster)
             && any(&self.namespaces, &facts.namespace)
             && any(&self.names, &facts.name)
             && (self.uids.is_empty()

@@ -1,37 +1,46 @@
-//! `kubecast replay`: reads a Kafka topic back for an audit — prints the selected events as
-//! JSON lines, re-publishes them through a sink, checks every pod's chain of
-//! previous-resourceVersion links (`--verify`), or reconstructs the pods at a time
-//! (`--state-at`). Entry points: [`run`] (the subcommand, exit code included) and
-//! [`replay`] (the same, returning what it found).
+//! `kubecast replay`: reads Kafka topics back for an audit — one cluster's, or a fleet's
+//! topics chosen by a pattern and read as one stream ordered by time — and prints the
+//! selected events (whole CloudEvents, compact lines or JSON changes), follows them live
+//! (`--follow`), re-publishes them through a sink, checks every object's chain of
+//! previous-resourceVersion links (`--verify`), reconstructs the objects at a time
+//! (`--state-at`), draws a timeline (`--html`) or compares two clusters
+//! (`--diff-clusters`). Objects are keyed by (cluster, uid) throughout. Entry points:
+//! [`run`] (the subcommand, exit code included) and [`replay`] (the same, returning what
+//! it found).
 //!
 //! Reading is the consumer side, so any valid CloudEvent is taken, through the CloudEvents
 //! SDK (`decode`); the bridge's producer keeps its own binding. The reader streams: memory
 //! is bounded by the deduplication window, one chain summary per object (`--verify`) and
 //! one entry per live pod (`--state-at`), never by the topic's length.
 //!
-//! Exit codes: 0 done, 1 Kafka or a sink failed (or the topic does not exist), 2 a bad
-//! command line or config, 3 `--verify` found the record incomplete or out of order.
+//! Exit codes: 0 done (a follow interrupted by Ctrl-C included), 1 Kafka or a sink failed
+//! (or a topic does not exist), 2 a bad command line or config, 3 `--verify` found the
+//! record incomplete or out of order, 4 `--diff-clusters` found the clusters differ.
 
 mod args;
+mod changes;
 mod decode;
 mod dedup;
+mod drift;
 mod facts;
 mod filter;
 mod html;
+mod lines;
+mod merge;
 mod output;
+mod plan;
 mod publish;
 mod read;
+mod session;
 mod state;
+#[cfg(test)]
+mod testing;
 mod verify;
 
 use std::io::Write;
-use std::ops::ControlFlow;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
-
-use cloudevents::AttributesReader;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rdkafka::Message;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 pub use args::{Destination, Plan, ReplayArgs, StateFormat, UsageError};
 pub use decode::{NotCloudEvent, Record, events_of};
@@ -45,6 +54,7 @@ pub fn decode_facts(event: &cloudevents::Event) -> (String, Option<serde_json::V
     let facts = facts::Facts::of(
         event,
         facts::Place {
+            topic: None,
             partition: 0,
             offset: 0,
         },
@@ -52,9 +62,8 @@ pub fn decode_facts(event: &cloudevents::Event) -> (String, Option<serde_json::V
     (facts.object(), decode::data_json(event))
 }
 pub use publish::Published;
+pub use session::replay;
 pub use verify::Verdict;
-
-use facts::{Facts, Place};
 
 /// Why a replay could not be done.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +78,8 @@ pub enum ReplayError {
     Rejected(String),
     #[error("topic `{0}` does not exist (or this client may not describe it)")]
     NoTopic(String),
+    #[error("no topic matches `{0}` (or this client may not describe them)")]
+    NoMatch(String),
     #[error("topic `{topic}` has no partition {partition} (it has {count})")]
     NoPartition {
         topic: String,
@@ -113,7 +124,9 @@ impl ReplayError {
 /// What a replay read and did.
 #[derive(Debug, Clone, Default)]
 pub struct Summary {
-    /// Records read from the topic.
+    /// The topics read.
+    pub topics: Vec<String>,
+    /// Records read from the topics.
     pub records: u64,
     /// CloudEvents in them (a batch record holds several).
     pub events: u64,
@@ -125,12 +138,33 @@ pub struct Summary {
     /// by a report.
     pub selected: u64,
     pub verdict: Option<Verdict>,
+    /// `--diff-clusters`: whether the clusters differ.
+    pub differs: Option<bool>,
     pub published: Option<Published>,
     pub elapsed: Duration,
 }
 
 /// Non-CloudEvents records named one by one on standard error, at most.
 const NAMED_SKIPS: u64 = 5;
+
+/// Set by SIGINT or SIGTERM while following: the follow ends and the summary is printed.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn interrupted(_: libc::c_int) {
+    // Only an atomic store: nothing else is safe in a signal handler.
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// Makes Ctrl-C (and SIGTERM) end a follow with its summary instead of killing it.
+fn catch_interrupts() {
+    let handler: extern "C" fn(libc::c_int) = interrupted;
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(signal, handler as libc::sighandler_t);
+        }
+    }
+}
 
 /// Runs `kubecast replay`: validates, replays, prints the report and the summary, and gives
 /// the exit code.
@@ -140,16 +174,20 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         .validate(now_ms)
         .map_err(ReplayError::from)
         .and_then(|plan| {
+            if plan.follow {
+                catch_interrupts();
+            }
             let mut out = std::io::stdout().lock();
-            let s = replay(&plan, &mut out);
+            let s = replay(&plan, &mut out, &INTERRUPTED);
             let _ = out.flush();
             s.map(|s| (plan, s))
         });
     match result {
         Ok((plan, s)) => {
             eprintln!("{}", summary_line(&plan, &s));
-            match s.verdict {
-                Some(v) if !v.passed() => ExitCode::from(3),
+            match (s.verdict, s.differs) {
+                (Some(v), _) if !v.passed() => ExitCode::from(3),
+                (_, Some(true)) => ExitCode::from(4),
                 _ => ExitCode::SUCCESS,
             }
         }
@@ -167,9 +205,21 @@ fn summary_line(plan: &Plan, s: &Summary) -> String {
     } else {
         0.0
     };
+    let topics = match s.topics.as_slice() {
+        [one] => format!("`{one}`"),
+        [] => plan.topics_text(),
+        many => format!(
+            "{} topics ({})",
+            many.len(),
+            many.iter()
+                .map(|t| format!("`{t}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     let mut line = format!(
-        "kubecast replay: `{}`: {} record(s), {} event(s) in {secs:.1} s ({rate:.0} events/s); {} not CloudEvents (skipped); {} duplicate(s) left out; {} selected",
-        plan.topic, s.records, s.events, s.not_cloudevents, s.duplicates_left_out, s.selected
+        "kubecast replay: {topics}: {} record(s), {} event(s) in {secs:.1} s ({rate:.0} events/s); {} not CloudEvents (skipped); {} duplicate(s) left out; {} selected",
+        s.records, s.events, s.not_cloudevents, s.duplicates_left_out, s.selected
     );
     if let Some(p) = &s.published {
         line.push_str(&format!(
@@ -177,179 +227,8 @@ fn summary_line(plan: &Plan, s: &Summary) -> String {
             p.delivered, p.dead_lettered, p.skipped
         ));
     }
+    if plan.follow {
+        line.push_str("; followed until interrupted");
+    }
     line
-}
-
-/// Where selected events go while reading.
-enum Sink {
-    Lines(output::JsonLines),
-    Publisher(Box<publish::Publisher>),
-    Nowhere,
-}
-
-/// Replays as `plan` says; the report (`--verify`, `--state-at`) and, by default, the events
-/// go to `out`.
-pub fn replay(plan: &Plan, out: &mut dyn Write) -> Result<Summary, ReplayError> {
-    let started = Instant::now();
-    let write_error = |what: &str| {
-        let what = what.to_string();
-        move |source| ReplayError::Write { what, source }
-    };
-    // The destination first: a bad config or file is reported before any reading.
-    let mut sink = match &plan.destination {
-        Destination::Stdout => Sink::Lines(output::JsonLines::stdout()),
-        Destination::File(f) => {
-            Sink::Lines(output::JsonLines::file(f).map_err(write_error(&f.display().to_string()))?)
-        }
-        Destination::Sink { config, name } => {
-            Sink::Publisher(Box::new(publish::Publisher::start(config, name)?))
-        }
-        Destination::Nowhere => Sink::Nowhere,
-    };
-    let topic = read::Topic::open(plan)?;
-    let bar = progress(topic.total());
-    // The report's header and gap marks need the verifier too.
-    let mut verifier =
-        (plan.verify || plan.html.is_some()).then(|| verify::Verifier::new(topic.from_start));
-    let mut timeline = plan.html.as_ref().map(|_| html::Timeline::new());
-    let mut state = plan
-        .state_at
-        .as_ref()
-        .map(|(ms, _)| state::StateAt::new(*ms));
-    let mut seen = plan.dedup.map(dedup::Seen::new);
-    let mut s = Summary::default();
-    let mut failure: Option<ReplayError> = None;
-    topic.read(plan.stall, |m| {
-        s.records += 1;
-        bar.inc(1);
-        let place = Place {
-            partition: m.partition(),
-            offset: m.offset(),
-        };
-        let events = match events_of(Record::of(m)) {
-            Ok(events) => events,
-            Err(why) => {
-                s.not_cloudevents += 1;
-                if s.not_cloudevents <= NAMED_SKIPS {
-                    bar.suspend(|| {
-                        eprintln!("kubecast replay: skipped the record at {place}: {why}")
-                    });
-                }
-                return ControlFlow::Continue(());
-            }
-        };
-        for event in events {
-            s.events += 1;
-            let facts = Facts::of(&event, place);
-            let repeat = seen
-                .as_mut()
-                .is_some_and(|seen| seen.repeat(event.source().as_str(), event.id()));
-            if !plan.filter.takes_object(&facts) {
-                continue;
-            }
-            if let Some(v) = verifier.as_mut() {
-                v.observe(&facts, event.id(), repeat);
-            }
-            if repeat {
-                s.duplicates_left_out += 1;
-                continue;
-            }
-            if let Some(st) = state.as_mut() {
-                st.observe(&facts, &event);
-            }
-            if !plan.filter.takes_event(&event) {
-                continue;
-            }
-            if let Some(t) = timeline.as_mut() {
-                t.observe(&facts, &event);
-            }
-            let written = match &mut sink {
-                Sink::Nowhere => Ok(()),
-                Sink::Lines(lines) => match lines.write(event) {
-                    // A reader that went away (`| head`) ends the replay, not as a failure.
-                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                        return ControlFlow::Break(());
-                    }
-                    r => r.map_err(write_error("the events")),
-                },
-                Sink::Publisher(p) => p.publish(&event, &facts),
-            };
-            match written {
-                Ok(()) => s.selected += 1,
-                Err(e) => {
-                    failure = Some(e);
-                    return ControlFlow::Break(());
-                }
-            }
-        }
-        ControlFlow::Continue(())
-    })?;
-    bar.finish_and_clear();
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    match sink {
-        Sink::Lines(mut lines) => {
-            reader_gone_is_fine(lines.flush()).map_err(write_error("the events"))?;
-        }
-        Sink::Publisher(p) => s.published = Some(p.finish()?),
-        Sink::Nowhere => {}
-    }
-    let mut checked = None;
-    if let Some(v) = verifier {
-        if let Some(t) = timeline.as_mut() {
-            t.gaps(v.gaps());
-        }
-        let (verdict, report) = v.finish();
-        if plan.verify {
-            reader_gone_is_fine(out.write_all(report.as_bytes()))
-                .map_err(write_error("the report"))?;
-            s.verdict = Some(verdict);
-        }
-        let line = report.lines().last().unwrap_or_default().to_string();
-        checked = Some((verdict.passed(), line));
-    }
-    if let (Some(t), Some(path)) = (timeline, &plan.html) {
-        let header = html::Header {
-            topic: plan.topic.clone(),
-            range: plan.range.describe(),
-            verdict: checked,
-        };
-        html::write_file(t, path, &header).map_err(write_error(&path.display().to_string()))?;
-    }
-    if let (Some(st), Some((ms, text))) = (state, &plan.state_at) {
-        let pods = st.pods(|p| plan.filter.takes_labels_of(&p.data));
-        reader_gone_is_fine(state::print(out, text, *ms, &pods, plan.format))
-            .map_err(write_error("the state"))?;
-    }
-    s.elapsed = started.elapsed();
-    Ok(s)
-}
-
-/// A reader that went away (`| head`) took what it wanted: not a failure.
-fn reader_gone_is_fine(r: std::io::Result<()>) -> std::io::Result<()> {
-    match r {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => r,
-    }
-}
-
-/// A progress bar on a terminal; hidden (and nearly free) otherwise.
-fn progress(total: u64) -> ProgressBar {
-    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-    if let Ok(style) =
-        ProgressStyle::with_template("{bar:40} {human_pos}/{human_len} records  {rate}  ETA {eta}")
-    {
-        // Whole records per second: indicatif's own `per_sec` prints four decimals.
-        bar.set_style(style.with_key(
-            "rate",
-            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
-                let _ = write!(w, "{:.0}/s", state.per_sec());
-            },
-        ));
-    }
-    bar
 }

@@ -6,7 +6,6 @@
 //! writes it (`data` for text, `data_base64` for bytes).
 
 use std::io::{BufWriter, Write};
-use std::path::Path;
 
 use cloudevents::{AttributesWriter, Data, Event};
 
@@ -16,23 +15,17 @@ use super::decode::json_content_type;
 pub struct JsonLines {
     out: BufWriter<Box<dyn Write>>,
     line: Vec<u8>,
+    /// Flush after every line (following: each line shows when it happens).
+    live: bool,
     pub written: u64,
 }
 
 impl JsonLines {
-    pub fn stdout() -> JsonLines {
-        JsonLines::new(Box::new(std::io::stdout()))
-    }
-
-    /// Creates (or truncates) `path`.
-    pub fn file(path: &Path) -> std::io::Result<JsonLines> {
-        Ok(JsonLines::new(Box::new(std::fs::File::create(path)?)))
-    }
-
-    fn new(out: Box<dyn Write>) -> JsonLines {
+    pub fn new(out: Box<dyn Write>, live: bool) -> JsonLines {
         JsonLines {
             out: BufWriter::with_capacity(1 << 16, out),
             line: Vec::with_capacity(4096),
+            live,
             written: 0,
         }
     }
@@ -43,6 +36,9 @@ impl JsonLines {
         structured_line(event, &mut self.line)?;
         self.out.write_all(&self.line)?;
         self.written += 1;
+        if self.live {
+            self.out.flush()?;
+        }
         Ok(())
     }
 

@@ -1,19 +1,19 @@
-//! Reading the selected records of a topic: each partition's span of offsets from the
-//! range flags (times through Kafka's offsets-for-times, offsets, the watermarks), read in
-//! offset order per partition with a consumer that commits nothing and sees only committed
-//! records. Entry points: [`Topic::open`], [`Topic::read`].
+//! Opening what a replay reads: the topics its `--topic` names and patterns choose, and
+//! each partition's span of offsets from the range flags (times through Kafka's
+//! offsets-for-times, offsets, the watermarks), with a consumer that commits nothing and
+//! sees only committed records. Entry point: [`Topics::open`]; [`Topics::read`]
+//! (`merge.rs`) reads the spans as one stream.
 
-use std::collections::HashSet;
-use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::Consumer;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::BorrowedMessage;
-use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
 use super::ReplayError;
-use super::args::{Plan, Range};
+use super::args::{Plan, Range, TopicChoice};
 
 /// How long metadata, watermark and offsets-for-times requests may take.
 const REQUEST: Duration = Duration::from_secs(15);
@@ -22,33 +22,39 @@ const REQUEST: Duration = Duration::from_secs(15);
 const PREFETCH_KIB: &str = "8192";
 
 /// One partition's records to read: offsets `start..end`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Span {
+    pub topic: Arc<str>,
     pub partition: i32,
     pub start: i64,
     pub end: i64,
 }
 
-/// The topic, opened for reading its spans.
-pub struct Topic {
-    consumer: BaseConsumer<Quiet>,
-    name: String,
+/// The topics, opened for reading their spans.
+pub struct Topics {
+    pub(super) consumer: Arc<BaseConsumer<Quiet>>,
+    /// The topics read, by name.
+    pub names: Vec<String>,
     pub spans: Vec<Span>,
     /// Whether every span starts at offset 0: nothing before the range was ever written
     /// (or removed by retention).
     pub from_start: bool,
+    /// `--follow`: spans have no end, and without `--since` or `--from-offset` they start
+    /// at each partition's end.
+    pub(super) follow: bool,
+    pub(super) at_end: bool,
 }
 
 /// Kafka's own complaints (a broker briefly unreachable) are retried by librdkafka; the
 /// stall timeout is what gives up. A rejected authentication is kept, so that the replay
 /// stops at once naming it instead of waiting for a timeout.
 #[derive(Default)]
-struct Quiet {
+pub(super) struct Quiet {
     rejected: std::sync::Mutex<Option<String>>,
 }
 
 impl Quiet {
-    fn rejected(&self) -> Option<String> {
+    pub(super) fn rejected(&self) -> Option<String> {
         self.rejected.lock().ok().and_then(|r| r.clone())
     }
 }
@@ -69,192 +75,191 @@ impl ClientContext for Quiet {
 
 impl ConsumerContext for Quiet {}
 
-impl Topic {
-    /// Connects, checks that the topic exists and works out every partition's span.
-    pub fn open(plan: &Plan) -> Result<Topic, ReplayError> {
-        let kafka = |what: &'static str| {
-            let topic = plan.topic.clone();
+impl Topics {
+    /// Connects, finds the topics the plan names or matches and works out every partition's
+    /// span.
+    pub fn open(plan: &Plan) -> Result<Topics, ReplayError> {
+        let what = plan.topics_text();
+        let kafka = |what_failed: &'static str| {
+            let topic = what.clone();
             move |source| ReplayError::Kafka {
-                what,
+                what: what_failed,
                 topic: topic.clone(),
                 source,
             }
         };
-        let mut config = ClientConfig::new();
-        for (k, v) in &plan.connection {
-            config.set(k, &v.0);
-        }
-        let consumer: BaseConsumer<Quiet> = config
-            // Offsets are never committed: the group id only satisfies the client.
-            .set(
-                "group.id",
-                format!("kubecast-replay-{}", std::process::id()),
-            )
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "true")
-            // Records of aborted or open transactions (an `exactly_once` sink) are never read.
-            .set("isolation.level", "read_committed")
-            .set("allow.auto.create.topics", "false")
-            // Prefetch per partition: librdkafka's default (64 MiB each) is most of the
-            // replay's memory and buys no speed here (BENCHMARKS.md, "Replay").
-            .set("queued.max.messages.kbytes", PREFETCH_KIB)
-            // With a full prefetch queue librdkafka waits this long before fetching again
-            // (1 s by default): the replay drains the queue in far less.
-            .set("fetch.queue.backoff.ms", "5")
-            .create_with_context(Quiet::default())
-            .map_err(kafka("creating the consumer"))?;
-        let metadata = metadata(&consumer, &plan.topic).map_err(|e| match e {
-            Ok(source) => kafka("reading the metadata")(source),
-            Err(rejected) => ReplayError::Rejected(rejected),
+        let consumer = Arc::new(consumer(plan).map_err(kafka("creating the consumer"))?);
+        let names = resolve(&consumer, &plan.topics).map_err(|e| match e {
+            Resolve::Kafka(source) => kafka("reading the metadata")(source),
+            Resolve::Rejected(r) => ReplayError::Rejected(r),
+            Resolve::Missing(t) => ReplayError::NoTopic(t),
+            Resolve::NoMatch(p) => ReplayError::NoMatch(p),
         })?;
-        let t = metadata
-            .topics()
-            .first()
-            .filter(|t| t.error().is_none() && !t.partitions().is_empty())
-            .ok_or_else(|| ReplayError::NoTopic(plan.topic.clone()))?;
-        let all: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
-        let chosen = match &plan.range.partitions {
-            None => all.clone(),
-            Some(wanted) => {
-                if let Some(p) = wanted.iter().find(|p| !all.contains(p)) {
-                    return Err(ReplayError::NoPartition {
-                        topic: plan.topic.clone(),
-                        partition: *p,
-                        count: all.len(),
-                    });
+        let at_end =
+            plan.follow && plan.range.since_ms.is_none() && plan.range.from == Default::default();
+        let mut spans = Vec::new();
+        for (topic, all) in &names {
+            let topic: Arc<str> = Arc::from(topic.as_str());
+            let chosen = match &plan.range.partitions {
+                None => all.clone(),
+                Some(wanted) => {
+                    if let Some(p) = wanted.iter().find(|p| !all.contains(p)) {
+                        return Err(ReplayError::NoPartition {
+                            topic: topic.to_string(),
+                            partition: *p,
+                            count: all.len(),
+                        });
+                    }
+                    wanted.clone()
                 }
-                wanted.clone()
+            };
+            let since = times(&consumer, &topic, &chosen, plan.range.since_ms)
+                .map_err(kafka("looking up --since"))?;
+            let until = times(&consumer, &topic, &chosen, plan.range.until_ms)
+                .map_err(kafka("looking up --until"))?;
+            for (i, p) in chosen.iter().enumerate() {
+                let (low, high) = consumer
+                    .fetch_watermarks(&topic, *p, REQUEST)
+                    .map_err(kafka("reading the watermarks"))?;
+                let mut s = span(*p, low, high, &plan.range, since[i], until[i]);
+                if plan.follow {
+                    s.end = i64::MAX;
+                }
+                if at_end {
+                    s.start = high;
+                }
+                s.topic = topic.clone();
+                spans.push(s);
             }
-        };
-        let since = times(&consumer, &plan.topic, &chosen, plan.range.since_ms)
-            .map_err(kafka("looking up --since"))?;
-        let until = times(&consumer, &plan.topic, &chosen, plan.range.until_ms)
-            .map_err(kafka("looking up --until"))?;
-        let mut spans = Vec::with_capacity(chosen.len());
-        for (i, p) in chosen.iter().enumerate() {
-            let (low, high) = consumer
-                .fetch_watermarks(&plan.topic, *p, REQUEST)
-                .map_err(kafka("reading the watermarks"))?;
-            spans.push(span(*p, low, high, &plan.range, since[i], until[i]));
         }
         let from_start = spans.iter().all(|s| s.start == 0);
-        Ok(Topic {
+        Ok(Topics {
             consumer,
-            name: plan.topic.clone(),
+            names: names.into_iter().map(|(n, _)| n).collect(),
             spans,
             from_start,
+            follow: plan.follow,
+            at_end,
         })
     }
 
-    /// Records in the spans.
+    /// Records in the spans (none known ahead when following).
     pub fn total(&self) -> u64 {
+        if self.follow {
+            return 0;
+        }
         self.spans
             .iter()
             .map(|s| (s.end - s.start).max(0) as u64)
             .sum()
     }
 
-    /// Calls `each` with every committed record of the spans, in offset order per partition,
-    /// until every span is read or `each` breaks. Gives up when nothing arrives for `stall`
-    /// while records are still due.
-    pub fn read(
-        &self,
-        stall: Duration,
-        mut each: impl FnMut(&BorrowedMessage<'_>) -> ControlFlow<()>,
-    ) -> Result<(), ReplayError> {
-        let kafka = |source| ReplayError::Kafka {
-            what: "reading",
-            topic: self.name.clone(),
-            source,
-        };
-        let mut assignment = TopicPartitionList::new();
-        let mut pending: HashSet<i32> = HashSet::new();
-        for s in self.spans.iter().filter(|s| s.start < s.end) {
-            assignment
-                .add_partition_offset(&self.name, s.partition, Offset::Offset(s.start))
-                .map_err(kafka)?;
-            pending.insert(s.partition);
+    /// Where reading a span starts: its start, or the partition's end (for `read_committed`,
+    /// the last stable offset: a transaction still open there is read once committed).
+    pub(super) fn start_of(&self, span: &Span) -> Offset {
+        if self.at_end {
+            Offset::End
+        } else {
+            Offset::Offset(span.start)
         }
-        if pending.is_empty() {
-            return Ok(());
-        }
-        self.consumer.assign(&assignment).map_err(kafka)?;
-        let end_of = |p: i32| {
-            self.spans
-                .iter()
-                .find(|s| s.partition == p)
-                .map_or(0, |s| s.end)
-        };
-        let mut last = Instant::now();
-        while !pending.is_empty() {
-            let message = match self.consumer.poll(Duration::from_millis(200)) {
-                None => {
-                    if last.elapsed() >= stall {
-                        return Err(ReplayError::Stalled {
-                            topic: self.name.clone(),
-                            stall,
-                            partitions: sorted(&pending),
-                        });
-                    }
-                    continue;
-                }
-                // A partition's end: with read_committed, the last stable offset. Records past
-                // it belong to transactions still open and are not part of the record yet.
-                Some(Err(KafkaError::PartitionEOF(p))) => {
-                    pending.remove(&p);
-                    last = Instant::now();
-                    continue;
-                }
-                Some(Err(e)) => return Err(kafka(e)),
-                Some(Ok(m)) => m,
-            };
-            last = Instant::now();
-            let p = message.partition();
-            if !pending.contains(&p) {
-                continue;
-            }
-            if message.offset() >= end_of(p) {
-                pending.remove(&p);
-                self.pause(p)?;
-                continue;
-            }
-            if message.offset() + 1 >= end_of(p) {
-                pending.remove(&p);
-            }
-            if each(&message).is_break() {
-                return Ok(());
-            }
-            if !pending.contains(&p) {
-                self.pause(p)?;
-            }
-        }
-        Ok(())
     }
+}
 
-    /// Stops fetching a partition that is done.
-    fn pause(&self, partition: i32) -> Result<(), ReplayError> {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&self.name, partition);
-        self.consumer
-            .pause(&tpl)
-            .map_err(|source| ReplayError::Kafka {
-                what: "pausing a partition",
-                topic: self.name.clone(),
-                source,
-            })
+/// The replay's consumer.
+fn consumer(plan: &Plan) -> Result<BaseConsumer<Quiet>, KafkaError> {
+    let mut config = ClientConfig::new();
+    for (k, v) in &plan.connection {
+        config.set(k, &v.0);
     }
+    config
+        // Offsets are never committed: the group id only satisfies the client.
+        .set(
+            "group.id",
+            format!("kubecast-replay-{}", std::process::id()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        // Records of aborted or open transactions (an `exactly_once` sink) are never read.
+        .set("isolation.level", "read_committed")
+        .set("allow.auto.create.topics", "false")
+        // Prefetch per partition: librdkafka's default (64 MiB each) is most of the
+        // replay's memory and buys no speed here (BENCHMARKS.md, "Replay").
+        .set("queued.max.messages.kbytes", PREFETCH_KIB)
+        // With a full prefetch queue librdkafka waits this long before fetching again
+        // (1 s by default): the replay drains the queue in far less.
+        .set("fetch.queue.backoff.ms", "5")
+        // A follower's fetch returns as soon as a record is appended; the broker holds an
+        // empty one this long (librdkafka's default, 500 ms, is also fine for a replay).
+        .set("fetch.wait.max.ms", "100")
+        .create_with_context(Quiet::default())
+}
+
+/// Why the topics could not be found.
+enum Resolve {
+    Kafka(KafkaError),
+    Rejected(String),
+    Missing(String),
+    NoMatch(String),
+}
+
+/// The topics `choices` name or match, each with its partitions, in name order. A name
+/// that does not exist, or a pattern that matches nothing, is an error.
+fn resolve(
+    consumer: &BaseConsumer<Quiet>,
+    choices: &[TopicChoice],
+) -> Result<Vec<(String, Vec<i32>)>, Resolve> {
+    let any_pattern = choices.iter().any(|c| matches!(c, TopicChoice::Pattern(_)));
+    let mut found: std::collections::BTreeMap<String, Vec<i32>> = Default::default();
+    let described = |only: Option<&str>| -> Result<Vec<(String, Vec<i32>)>, Resolve> {
+        let m = metadata(consumer, only).map_err(|e| match e {
+            Ok(k) => Resolve::Kafka(k),
+            Err(r) => Resolve::Rejected(r),
+        })?;
+        Ok(m.topics()
+            .iter()
+            .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+            .map(|t| {
+                let ps = t.partitions().iter().map(|p| p.id()).collect();
+                (t.name().to_string(), ps)
+            })
+            .collect())
+    };
+    let everything = if any_pattern {
+        Some(described(None)?)
+    } else {
+        None
+    };
+    for choice in choices {
+        let candidates = match (&everything, choice) {
+            (Some(all), _) => all.clone(),
+            (None, TopicChoice::Name(n)) => described(Some(n))?,
+            (None, TopicChoice::Pattern(_)) => Vec::new(),
+        };
+        let matched: Vec<_> = candidates
+            .into_iter()
+            .filter(|(name, _)| choice.takes(name))
+            .collect();
+        if matched.is_empty() {
+            return Err(match choice {
+                TopicChoice::Name(n) => Resolve::Missing(n.clone()),
+                TopicChoice::Pattern(p) => Resolve::NoMatch(p.as_str().to_string()),
+            });
+        }
+        found.extend(matched);
+    }
+    Ok(found.into_iter().collect())
 }
 
 /// The topic's metadata, asked for in short attempts so that a rejected authentication ends
 /// the wait at once (`Err(Err(reason))`); `Err(Ok(e))` is the last error after [`REQUEST`].
 fn metadata(
     consumer: &BaseConsumer<Quiet>,
-    topic: &str,
+    topic: Option<&str>,
 ) -> Result<rdkafka::metadata::Metadata, Result<KafkaError, String>> {
     let started = Instant::now();
     loop {
-        match consumer.fetch_metadata(Some(topic), Duration::from_secs(1)) {
+        match consumer.fetch_metadata(topic, Duration::from_secs(1)) {
             Ok(m) => return Ok(m),
             Err(e) => {
                 // Errors reach the context only while the consumer is polled (nothing is
@@ -269,12 +274,6 @@ fn metadata(
             }
         }
     }
-}
-
-fn sorted(set: &HashSet<i32>) -> Vec<i32> {
-    let mut v: Vec<i32> = set.iter().copied().collect();
-    v.sort_unstable();
-    v
 }
 
 /// The offset of the first record at or after `at_ms` in each partition (`None`: none is,
@@ -328,6 +327,7 @@ fn span(
         .unwrap_or(high)
         .max(start);
     Span {
+        topic: Arc::from(""),
         partition,
         start,
         end,
@@ -345,6 +345,7 @@ mod tests {
         assert_eq!(
             span(0, 5, 100, &range, None, None),
             Span {
+                topic: Arc::from(""),
                 partition: 0,
                 start: 5,
                 end: 100
@@ -361,6 +362,7 @@ mod tests {
         assert_eq!(
             span(0, 5, 100, &range, Some(20), None),
             Span {
+                topic: Arc::from(""),
                 partition: 0,
                 start: 20,
                 end: 60
@@ -369,6 +371,7 @@ mod tests {
         assert_eq!(
             span(1, 5, 100, &range, Some(20), Some(i64::MAX)),
             Span {
+                topic: Arc::from(""),
                 partition: 1,
                 start: 50,
                 end: 100
@@ -378,6 +381,7 @@ mod tests {
         assert_eq!(
             span(0, 5, 100, &range, Some(i64::MAX), None),
             Span {
+                topic: Arc::from(""),
                 partition: 0,
                 start: 100,
                 end: 100
@@ -390,6 +394,7 @@ mod tests {
         assert_eq!(
             span(2, 5, 100, &range, None, None),
             Span {
+                topic: Arc::from(""),
                 partition: 2,
                 start: 10,
                 end: 10

@@ -16,12 +16,14 @@ use serde_json::Value;
 
 use super::args::StateFormat;
 use super::decode::{data_is_json, json_of, time_text};
-use super::facts::{Facts, Kind, rv_order};
+use super::facts::{Facts, Kind, ObjectKey, rv_order};
 
 /// One object at the time.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodAt {
+    /// The cluster its events' `source` names (`None` for other producers').
+    pub cluster: Option<String>,
     pub kind: String,
     pub api_version: String,
     pub namespace: String,
@@ -48,7 +50,7 @@ pub struct LastEvent {
 #[derive(Debug)]
 pub struct StateAt {
     at_ms: i64,
-    pods: HashMap<String, Latest>,
+    pods: HashMap<ObjectKey, Latest>,
 }
 
 /// A pod's latest event so far; its data is parsed once, at the end, not for every event.
@@ -70,27 +72,28 @@ impl StateAt {
 
     /// Takes the next event (duplicates already left out).
     pub fn observe(&mut self, facts: &Facts, event: &Event) {
-        let (Some(uid), Some(rv), Some(time)) = (&facts.uid, &facts.rv, facts.time_ms) else {
+        let (Some(key), Some(rv), Some(time)) = (facts.key(), &facts.rv, facts.time_ms) else {
             return;
         };
         if !facts.is_change() || time > self.at_ms {
             return;
         }
-        if let Some(known) = self.pods.get(uid)
+        if let Some(known) = self.pods.get(&key)
             && rv_order(rv, &known.pod.resource_version) == Some(std::cmp::Ordering::Less)
         {
             return;
         }
         if facts.kind == Kind::Deleted {
-            self.pods.remove(uid);
+            self.pods.remove(&key);
             return;
         }
         let pod = PodAt {
+            cluster: facts.cluster.clone(),
             kind: facts.k8s_kind.clone(),
             api_version: facts.api_version.clone(),
             namespace: facts.namespace.clone().unwrap_or_default(),
             name: facts.name.clone().unwrap_or_default(),
-            uid: uid.clone(),
+            uid: key.uid.clone(),
             resource_version: rv.clone(),
             phase: None,
             node: None,
@@ -102,7 +105,7 @@ impl StateAt {
             data: Value::Null,
         };
         self.pods.insert(
-            uid.clone(),
+            key,
             Latest {
                 pod,
                 data: event.data().cloned(),
@@ -146,7 +149,13 @@ impl StateAt {
             )
         };
         pods.sort_by(|a, b| {
-            (rank(a), &a.namespace, &a.name, &a.uid).cmp(&(rank(b), &b.namespace, &b.name, &b.uid))
+            (rank(a), &a.cluster, &a.namespace, &a.name, &a.uid).cmp(&(
+                rank(b),
+                &b.cluster,
+                &b.namespace,
+                &b.name,
+                &b.uid,
+            ))
         });
         pods
     }
@@ -202,55 +211,67 @@ pub fn print(
     }
 }
 
-/// One table of `pods` under the line `title`.
+/// One table of `pods` under the line `title`; a `CLUSTER` column first when the pods
+/// come from more than one cluster.
 fn table(out: &mut dyn Write, title: &str, pods: &[PodAt]) -> std::io::Result<()> {
-    {
-        {
-            let rows: Vec<[String; 6]> = pods
-                .iter()
-                .map(|p| {
-                    [
-                        p.namespace.clone(),
-                        p.name.clone(),
-                        p.phase.clone().unwrap_or_else(|| "-".into()),
-                        p.node.clone().unwrap_or_else(|| "-".into()),
-                        p.resource_version.clone(),
-                        p.last_event.time.clone(),
-                    ]
-                })
-                .collect();
-            let head = [
-                "NAMESPACE",
-                "NAME",
-                "PHASE",
-                "NODE",
-                "RESOURCEVERSION",
-                "LAST CHANGE",
+    let fleet = pods
+        .iter()
+        .any(|p| p.cluster != pods.first().and_then(|f| f.cluster.clone()));
+    let rows: Vec<Vec<String>> = pods
+        .iter()
+        .map(|p| {
+            let mut row = vec![
+                p.namespace.clone(),
+                p.name.clone(),
+                p.phase.clone().unwrap_or_else(|| "-".into()),
+                p.node.clone().unwrap_or_else(|| "-".into()),
+                p.resource_version.clone(),
+                p.last_event.time.clone(),
             ];
-            let mut widths = head.map(str::len);
-            for r in &rows {
-                for (w, c) in widths.iter_mut().zip(r) {
-                    *w = (*w).max(c.chars().count());
-                }
+            if fleet {
+                row.insert(0, p.cluster.clone().unwrap_or_else(|| "-".into()));
             }
-            writeln!(out, "{title}")?;
-            let line = |cells: &[&str]| {
-                let mut s = String::new();
-                for (i, c) in cells.iter().enumerate() {
-                    if i + 1 == cells.len() {
-                        s.push_str(c);
-                    } else {
-                        s.push_str(&format!("{c:<w$}   ", w = widths[i]));
-                    }
-                }
-                s
-            };
-            writeln!(out, "{}", line(&head))?;
-            for r in &rows {
-                let cells: Vec<&str> = r.iter().map(String::as_str).collect();
-                writeln!(out, "{}", line(&cells))?;
-            }
-            Ok(())
+            row
+        })
+        .collect();
+    let mut head = vec![
+        "NAMESPACE",
+        "NAME",
+        "PHASE",
+        "NODE",
+        "RESOURCEVERSION",
+        "LAST CHANGE",
+    ];
+    if fleet {
+        head.insert(0, "CLUSTER");
+    }
+    writeln!(out, "{title}")?;
+    columns(out, &head, &rows)
+}
+
+/// Writes `rows` under `head` in columns three spaces apart (the last column unpadded).
+pub fn columns(out: &mut dyn Write, head: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    let mut widths: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
         }
     }
+    let line = |cells: &[&str]| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}   ", w = widths[i]));
+            }
+        }
+        s
+    };
+    writeln!(out, "{}", line(head))?;
+    for r in rows {
+        let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+        writeln!(out, "{}", line(&cells))?;
+    }
+    Ok(())
 }

@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use super::facts::{Facts, Kind, Place, rv_order};
+use super::facts::{Facts, Kind, ObjectKey, Place, rv_order};
 
 /// Problems kept per object; beyond that they are counted.
 const KEPT: usize = 8;
@@ -84,10 +84,13 @@ impl Verdict {
     }
 }
 
+/// A chain: its object (cluster and uid), and the alert rule for an alert chain.
+type ChainKey = (ObjectKey, Option<String>);
+
 /// Checks chains event by event.
 #[derive(Debug)]
 pub struct Verifier {
-    chains: HashMap<String, Chain>,
+    chains: HashMap<ChainKey, Chain>,
     /// Whether an object's first event must start its chain (the range starts at the
     /// beginning of every partition).
     from_start: bool,
@@ -115,18 +118,15 @@ impl Verifier {
             })
             .flatten()
             .map(|(rule, _)| rule);
-        let (Some(uid), Some(rv), true) = (
-            &facts.uid,
+        let (Some(object), Some(rv), true) = (
+            facts.key(),
             &facts.rv,
             facts.is_change() || alert_rule.is_some(),
         ) else {
             self.unchained += 1;
             return;
         };
-        let key = match alert_rule {
-            Some(rule) => format!("{uid}/alert/{rule}"),
-            None => uid.clone(),
-        };
+        let key = (object, alert_rule.map(str::to_string));
         let chain = self.chains.entry(key).or_insert_with(|| Chain {
             object: match alert_rule {
                 Some(rule) => format!("{} (alert {rule})", facts.object()),
@@ -136,7 +136,7 @@ impl Verifier {
         });
         chain.events += 1;
         if repeat {
-            chain.duplicate(id, facts.place);
+            chain.duplicate(id, facts.place.clone());
             return;
         }
         let prev = facts.prev_rv.as_deref().unwrap_or_default();
@@ -144,7 +144,7 @@ impl Verifier {
             if self.from_start && !prev.is_empty() {
                 chain
                     .missing
-                    .push((id.to_string(), facts.place, prev.to_string()));
+                    .push((id.to_string(), facts.place.clone(), prev.to_string()));
             }
             chain.last_rv = Some(rv.clone());
             return;
@@ -172,7 +172,7 @@ impl Verifier {
         if prev.is_empty() && facts.kind == Kind::Added && *rv == last {
             // A re-list (kubecast restarted without its state) adding the pod again at the
             // version already read: the same state again, under an `added` id.
-            chain.duplicate(id, facts.place);
+            chain.duplicate(id, facts.place.clone());
             return;
         }
         if prev.is_empty() && facts.kind == Kind::Added {
@@ -185,20 +185,18 @@ impl Verifier {
         } else {
             chain
                 .missing
-                .push((id.to_string(), facts.place, prev.to_string()));
+                .push((id.to_string(), facts.place.clone(), prev.to_string()));
         }
         chain.last_rv = Some(rv.clone());
     }
 
-    /// The broken links so far, by the object's uid: the event that links to a missing
-    /// version, and that version (the report's `gap:` lines).
-    pub fn gaps(&self) -> Vec<(String, String, String)> {
+    /// The broken links so far, by object: the event that links to a missing version, and
+    /// that version (the report's `gap:` lines).
+    pub fn gaps(&self) -> Vec<(ObjectKey, String, String)> {
         let mut gaps = Vec::new();
-        for (key, chain) in &self.chains {
-            // An alert chain's key is `{uid}/alert/{rule}`.
-            let uid = key.split('/').next().unwrap_or(key);
+        for ((object, _), chain) in &self.chains {
             for (id, _, rv) in &chain.missing {
-                gaps.push((uid.to_string(), id.clone(), rv.clone()));
+                gaps.push((object.clone(), id.clone(), rv.clone()));
             }
         }
         gaps
@@ -213,9 +211,15 @@ impl Verifier {
             ..Verdict::default()
         };
         let mut out = String::new();
-        let mut chains: Vec<(String, Chain)> = self.chains.into_iter().collect();
-        chains.sort_by(|a, b| (&a.1.object, &a.0).cmp(&(&b.1.object, &b.0)));
-        for (uid, c) in chains {
+        let clusters: std::collections::BTreeSet<String> =
+            self.chains.keys().map(|(o, _)| o.cluster.clone()).collect();
+        // One cluster reads as it always did; a fleet names each object's cluster.
+        let fleet = clusters.len() > 1;
+        let mut chains: Vec<(ChainKey, Chain)> = self.chains.into_iter().collect();
+        chains.sort_by(|a, b| {
+            (&a.0.0.cluster, &a.1.object, &a.0).cmp(&(&b.0.0.cluster, &b.1.object, &b.0))
+        });
+        for ((object, _), c) in chains {
             verdict.checked += c.events;
             verdict.duplicates += c.duplicates as u64;
             if c.incomplete() {
@@ -248,16 +252,30 @@ impl Verifier {
                 (false, true) => "OUT OF ORDER",
                 (false, false) => "DUPLICATES",
             };
-            let _ = writeln!(out, "{verdict_word} {} (uid {uid})", c.object);
+            if fleet {
+                let _ = writeln!(
+                    out,
+                    "{verdict_word} {} (cluster {}, uid {})",
+                    c.object, object.cluster, object.uid
+                );
+            } else {
+                let _ = writeln!(out, "{verdict_word} {} (uid {})", c.object, object.uid);
+            }
             for l in lines {
                 let _ = writeln!(out, "  {l}");
             }
         }
         let _ = writeln!(
             out,
-            "verify: {} pod change event(s) of {} object(s){}: {} incomplete, {} out of order, {} duplicate(s); {} event(s) without a chain (other producers' events) not checked: {}",
+            "verify: {} pod change event(s) of {} object(s){}{}: {} incomplete, {} out of order, {} duplicate(s); {} event(s) without a chain (other producers' events) not checked: {}",
             verdict.checked,
             verdict.objects,
+            if fleet {
+                let names: Vec<&str> = clusters.iter().map(String::as_str).collect();
+                format!(" in {} clusters ({})", clusters.len(), names.join(", "))
+            } else {
+                String::new()
+            },
             if self.from_start {
                 " from the beginning of the topic"
             } else {

@@ -9,10 +9,12 @@ fn facts(kind: Kind, uid: &str, rv: &str, prev: &str, offset: i64) -> Facts {
         k8s_kind: "Pod".into(),
         api_version: "v1".into(),
         resource: "pods".into(),
+        cluster: None,
         rv: Some(rv.to_string()),
         prev_rv: (!prev.is_empty()).then(|| prev.to_string()),
         time_ms: Some(0),
         place: Place {
+            topic: None,
             partition: 0,
             offset,
         },
@@ -171,6 +173,49 @@ fn an_objects_alerts_of_each_rule_form_a_chain_of_their_own() {
     assert_eq!(verdict.incomplete, 1, "{report}");
     assert!(
         report.contains("links to resourceVersion 7") && report.contains("alert restarts"),
+        "{report}"
+    );
+}
+
+#[test]
+fn the_same_uid_in_two_clusters_is_two_chains_and_the_report_names_the_cluster() {
+    let in_cluster = |cluster: &str, kind, rv: &str, prev: &str, offset| {
+        let mut f = facts(kind, "u", rv, prev, offset);
+        f.cluster = Some(cluster.to_string());
+        f
+    };
+    let mut v = Verifier::new(true);
+    // eu-1's chain is whole; us-1's links to a version never read.
+    v.observe(
+        &in_cluster("eu-1", Kind::Added, "1", "", 0),
+        "u:1:added",
+        false,
+    );
+    v.observe(
+        &in_cluster("us-1", Kind::Added, "7", "", 1),
+        "u:7:added",
+        false,
+    );
+    v.observe(
+        &in_cluster("eu-1", Kind::Modified, "2", "1", 2),
+        "u:2:modified",
+        false,
+    );
+    v.observe(
+        &in_cluster("us-1", Kind::Modified, "9", "8", 3),
+        "u:9:modified",
+        false,
+    );
+    let (verdict, report) = v.finish();
+    assert_eq!((verdict.objects, verdict.incomplete), (2, 1), "{report}");
+    assert!(
+        report.contains("INCOMPLETE ns/pod-u (cluster us-1, uid u)"),
+        "{report}"
+    );
+    assert!(!report.contains("cluster eu-1, uid"), "{report}");
+    assert!(
+        report
+            .contains("of 2 object(s) in 2 clusters (eu-1, us-1) from the beginning of the topic"),
         "{report}"
     );
 }

@@ -22,7 +22,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::decode::{data_is_json, extension_text, json_of, time_text};
-use super::facts::{Facts, Kind};
+use super::facts::{Facts, Kind, ObjectKey};
 
 pub use write::{Header, write_file};
 
@@ -65,6 +65,8 @@ struct Gap {
 /// One object's lane.
 #[derive(Debug, Serialize)]
 struct Lane {
+    /// The cluster its events' `source` names (empty for other producers').
+    cluster: String,
     kind: String,
     #[serde(rename = "apiVersion")]
     api_version: String,
@@ -84,8 +86,10 @@ struct Lane {
 /// The timeline of a replay, built event by event.
 #[derive(Debug, Default)]
 pub struct Timeline {
-    lanes: HashMap<String, Lane>,
+    lanes: HashMap<ObjectKey, Lane>,
     counts: BTreeMap<&'static str, u64>,
+    /// The counts per cluster (the header shows them when there is more than one).
+    clusters: BTreeMap<String, BTreeMap<&'static str, u64>>,
     span: Option<(i64, i64)>,
 }
 
@@ -96,7 +100,7 @@ impl Timeline {
 
     /// Takes the next selected event (duplicates already left out).
     pub fn observe(&mut self, facts: &Facts, event: &Event) {
-        let (Some(uid), Some(t)) = (&facts.uid, facts.time_ms) else {
+        let (Some(key), Some(t)) = (facts.key(), facts.time_ms) else {
             return;
         };
         let flag = |name| extension_text(event, name).as_deref() == Some("true");
@@ -111,16 +115,23 @@ impl Timeline {
             Kind::Other => return,
         };
         *self.counts.entry(ty).or_default() += 1;
+        *self
+            .clusters
+            .entry(key.cluster.clone())
+            .or_default()
+            .entry(ty)
+            .or_default() += 1;
         self.span = Some(match self.span {
             Some((a, b)) => (a.min(t), b.max(t)),
             None => (t, t),
         });
-        let lane = self.lanes.entry(uid.clone()).or_insert_with(|| Lane {
+        let lane = self.lanes.entry(key.clone()).or_insert_with(|| Lane {
+            cluster: key.cluster.clone(),
             kind: facts.k8s_kind.clone(),
             api_version: facts.api_version.clone(),
             ns: facts.namespace.clone().unwrap_or_default(),
             name: facts.name.clone().unwrap_or_default(),
-            uid: uid.clone(),
+            uid: key.uid.clone(),
             first: None,
             marks: Vec::new(),
             alerts: Vec::new(),
@@ -174,10 +185,10 @@ impl Timeline {
         });
     }
 
-    /// Marks the gaps `--verify` found: (the object's uid, the event, the missing version).
-    pub fn gaps(&mut self, gaps: Vec<(String, String, String)>) {
-        for (uid, id, rv) in gaps {
-            if let Some(lane) = self.lanes.get_mut(&uid) {
+    /// Marks the gaps `--verify` found: (the object, the event, the missing version).
+    pub fn gaps(&mut self, gaps: Vec<(ObjectKey, String, String)>) {
+        for (object, id, rv) in gaps {
+            if let Some(lane) = self.lanes.get_mut(&object) {
                 lane.gaps.push(Gap { id, rv });
             }
         }
@@ -190,10 +201,17 @@ fn raw(value: &Value) -> Option<Box<RawValue>> {
     RawValue::from_string(value.to_string()).ok()
 }
 
-/// The lanes in the page's order: by kind (Pods first), namespace and name.
-fn in_page_order(lanes: HashMap<String, Lane>) -> Vec<Lane> {
+/// The lanes in the page's order: by cluster, kind (Pods first), namespace and name.
+fn in_page_order(lanes: HashMap<ObjectKey, Lane>) -> Vec<Lane> {
     let mut lanes: Vec<Lane> = lanes.into_values().collect();
-    let rank = |l: &Lane| (l.kind != "Pod", l.kind.clone(), l.api_version.clone());
+    let rank = |l: &Lane| {
+        (
+            l.cluster.clone(),
+            l.kind != "Pod",
+            l.kind.clone(),
+            l.api_version.clone(),
+        )
+    };
     lanes.sort_by(|a, b| (rank(a), &a.ns, &a.name, &a.uid).cmp(&(rank(b), &b.ns, &b.name, &b.uid)));
     lanes
 }

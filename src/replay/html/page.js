@@ -1,11 +1,14 @@
 // kubecast replay --html: draws the timeline from the JSON island #timeline-data. Every text
 // from the data goes into the page through textContent, never as markup. The page's state
 // can be set from the address's fragment: #select=EVENT_ID&at=TIME&filter=TEXT&kind=KIND
-// &from=MS&to=MS (TIME: RFC 3339 or milliseconds).
+// &cluster=NAME&from=MS&to=MS (TIME: RFC 3339 or milliseconds). A record of more than one
+// cluster (a fleet) groups the lanes by cluster first and names the cluster everywhere.
 "use strict";
 (function () {
   const doc = JSON.parse(document.getElementById("timeline-data").textContent);
   const lanes = doc.lanes;
+  const clusterNames = [...new Set(lanes.map((l) => l.cluster))];
+  const fleet = clusterNames.length > 1;
   const BUCKETS = 50; // marks per lane above which a zoomed-out lane shows buckets
 
   function el(tag, attrs, text) {
@@ -85,6 +88,15 @@
     counts.append(li);
   }
   header.append(counts);
+  if (fleet) {
+    const per = el("ul", { class: "counts", id: "cluster-counts" });
+    for (const [c, byType] of Object.entries(doc.clusters)) {
+      const n = Object.values(byType).reduce((a, b) => a + b, 0);
+      const words = Object.entries(byType).map(([ty, k]) => `${ty} ${k}`).join(", ");
+      per.append(el("li", { "data-cluster": c, "data-count": String(n) }, `${c || "(no cluster)"}: ${n} (${words})`));
+    }
+    header.append(per);
+  }
   if (doc.header.verdict) {
     const [passed, line] = doc.header.verdict;
     header.append(el("p", { id: "verdict", class: passed ? "passed" : "failed" }, line));
@@ -97,32 +109,45 @@
   const kind = el("select", { id: "kind" });
   kind.append(el("option", { value: "" }, "every kind"));
   for (const k of [...new Set(lanes.map((l) => l.kind))]) kind.append(el("option", { value: k }, k));
+  const cluster = el("select", { id: "cluster" });
+  cluster.append(el("option", { value: "" }, "every cluster"));
+  for (const c of clusterNames) cluster.append(el("option", { value: c }, c || "(no cluster)"));
   const zin = el("button", { id: "zoom-in", type: "button" }, "zoom in");
   const zout = el("button", { id: "zoom-out", type: "button" }, "zoom out");
   const zreset = el("button", { id: "zoom-reset", type: "button" }, "whole range");
   const windowText = el("span", { id: "window" });
-  controls.append(filter, kind, zin, zout, zreset, windowText);
+  controls.append(filter, kind);
+  if (fleet) controls.append(cluster);
+  controls.append(zin, zout, zreset, windowText);
   document.body.append(controls);
 
-  // Lanes, grouped by kind and namespace (the data comes sorted that way).
+  // Lanes, grouped by cluster (in a fleet), kind and namespace (the data comes sorted that
+  // way).
   const timeline = el("div", { id: "timeline" });
   const axis = el("div", { id: "axis" });
   timeline.append(axis);
   const tracks = [];
   let group = null;
+  let section = null;
   lanes.forEach((lane, li) => {
+    if (fleet && (!section || section.name !== lane.cluster)) {
+      section = { name: lane.cluster, node: el("div", { class: "cluster", "data-cluster": lane.cluster }) };
+      section.node.append(el("h2", { class: "cluster-title" }, `cluster ${lane.cluster || "(none)"}`));
+      timeline.append(section.node);
+      group = null;
+    }
     const key = `${lane.kind} (${lane.apiVersion})${lane.ns ? " · " + lane.ns : ""}`;
     if (!group || group.key !== key) {
-      group = { key, node: el("div", { class: "group", "data-kind": lane.kind, "data-namespace": lane.ns }) };
+      group = { key, node: el("div", { class: "group", "data-kind": lane.kind, "data-namespace": lane.ns, "data-cluster": lane.cluster }) };
       group.node.append(el("div", { class: "group-title" }, key));
-      timeline.append(group.node);
+      (section ? section.node : timeline).append(group.node);
     }
-    const row = el("div", { class: "lane", "data-uid": lane.uid, "data-name": lane.name, "data-kind": lane.kind, "data-namespace": lane.ns });
+    const row = el("div", { class: "lane", "data-uid": lane.uid, "data-name": lane.name, "data-kind": lane.kind, "data-namespace": lane.ns, "data-cluster": lane.cluster });
     row.append(el("div", { class: "lane-label", title: `${lane.ns ? lane.ns + "/" : ""}${lane.name} (uid ${lane.uid})` }, lane.name));
     const track = el("div", { class: "track", "data-lane": String(li) });
     row.append(track);
     group.node.append(row);
-    tracks.push({ row, track, group: group.node });
+    tracks.push({ row, track, group: group.node, section: section && section.node });
   });
   document.body.append(timeline);
 
@@ -212,19 +237,24 @@
   function refilter() {
     const text = filter.value.trim().toLowerCase();
     const k = kind.value;
+    const c = cluster.value;
     const shown = new Set();
-    tracks.forEach(({ row, group }, li) => {
+    tracks.forEach(({ row, group, section }, li) => {
       const lane = lanes[li];
       // By name; with a `/` in the text, by namespace/name.
       const hay = text.includes("/") ? `${lane.ns}/${lane.name}` : lane.name;
-      const show = (!k || lane.kind === k) && (!text || hay.toLowerCase().includes(text));
+      const show = (!k || lane.kind === k) && (!c || lane.cluster === c) && (!text || hay.toLowerCase().includes(text));
       row.classList.toggle("hidden", !show);
-      if (show) shown.add(group);
+      if (show) { shown.add(group); shown.add(section); }
     });
-    for (const { group } of tracks) group.classList.toggle("hidden", !shown.has(group));
+    for (const { group, section } of tracks) {
+      group.classList.toggle("hidden", !shown.has(group));
+      if (section) section.classList.toggle("hidden", !shown.has(section));
+    }
   }
   filter.addEventListener("input", refilter);
   kind.addEventListener("change", refilter);
+  cluster.addEventListener("change", refilter);
 
   // Zoom and pan.
   function zoom(factor, at) {
@@ -268,7 +298,7 @@
       const m = lane.marks[i];
       const now = version(li, i);
       detailTitle.className = "";
-      detailTitle.textContent = `${lane.kind} ${lane.ns ? lane.ns + "/" : ""}${lane.name}: ${m.ty} at ${m.tt}, resourceVersion ${m.rv} (event ${m.id})`;
+      detailTitle.textContent = `${fleet ? "cluster " + lane.cluster + ": " : ""}${lane.kind} ${lane.ns ? lane.ns + "/" : ""}${lane.name}: ${m.ty} at ${m.tt}, resourceVersion ${m.rv} (event ${m.id})`;
       diffTable.textContent = "";
       if (i === 0) {
         diffTable.append(el("caption", { class: "muted" }, "The object's first version in the range."));
@@ -297,7 +327,7 @@
     sliderTime.textContent = `at ${iso(at)}`;
     stateTable.textContent = "";
     const head = el("tr");
-    for (const h of ["KIND", "NAMESPACE", "NAME", "PHASE", "NODE", "RESOURCEVERSION", "LAST CHANGE"]) head.append(el("th", {}, h));
+    for (const h of [...(fleet ? ["CLUSTER"] : []), "KIND", "NAMESPACE", "NAME", "PHASE", "NODE", "RESOURCEVERSION", "LAST CHANGE"]) head.append(el("th", {}, h));
     stateTable.append(head);
     let rows = 0;
     lanes.forEach((lane, li) => {
@@ -313,8 +343,8 @@
       const text = (v) => (typeof v === "string" ? v : null);
       const phase = text(get(get(obj, "status"), "phase")) || text(get(obj, "phase")) || "-";
       const node = text(get(get(obj, "spec"), "nodeName")) || text(get(obj, "nodeName")) || "-";
-      const tr = el("tr", { class: "state-row", "data-uid": lane.uid });
-      for (const c of [lane.kind, lane.ns, lane.name, phase, node, m.rv, m.tt]) tr.append(el("td", {}, c));
+      const tr = el("tr", { class: "state-row", "data-uid": lane.uid, "data-cluster": lane.cluster });
+      for (const c of [...(fleet ? [lane.cluster] : []), lane.kind, lane.ns, lane.name, phase, node, m.rv, m.tt]) tr.append(el("td", {}, c));
       stateTable.append(tr);
       rows++;
     });
@@ -327,6 +357,7 @@
   const time = (v) => (/^\d+$/.test(v) ? Number(v) : Date.parse(v));
   if (params.has("filter")) filter.value = params.get("filter");
   if (params.has("kind")) kind.value = params.get("kind");
+  if (params.has("cluster")) cluster.value = params.get("cluster");
   if (params.has("from") && params.has("to")) view = { from: time(params.get("from")), to: time(params.get("to")) };
   refilter();
   draw();

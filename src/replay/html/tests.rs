@@ -1,35 +1,16 @@
-use cloudevents::{EventBuilder, EventBuilderV10};
 use serde_json::json;
 
 use super::*;
 use crate::replay::facts::Place;
 
-/// A kubecast event of `ty` (`added`, `modified`, `deleted`, `firing`, `resolved`) about
-/// Pod `ns/web` (uid `u1`) at `rv`, `ms` after the epoch's first day.
-fn event(ty: &str, rv: &str, ms: i64, data: Value, extra: &[(&str, &str)]) -> Event {
-    let (full, id) = match ty {
-        "firing" | "resolved" => (
-            format!("io.kubecast.alert.{ty}"),
-            format!("u1:1:alert:crashloop:{ty}"),
-        ),
-        _ => (format!("io.k8s.core.v1.pod.{ty}"), format!("u1:{rv}:{ty}")),
-    };
-    let time = jiff::Timestamp::from_millisecond(86_400_000 + ms).expect("a time");
-    let mut b = EventBuilderV10::new()
-        .id(id)
-        .source("k8s://test/api/v1/namespaces/ns/pods")
-        .ty(full)
-        .time(time.to_string())
-        .subject("ns/web")
-        .extension("k8suid", "u1")
-        .extension("k8snamespace", "ns")
-        .extension("k8sname", "web")
-        .extension("k8srv", rv)
-        .data("application/json", data);
-    for (k, v) in extra {
-        b = b.extension(k, *v);
+use crate::replay::facts::ObjectKey;
+use crate::replay::testing::{event, event_in};
+
+fn key(cluster: &str, uid: &str) -> ObjectKey {
+    ObjectKey {
+        cluster: cluster.into(),
+        uid: uid.into(),
     }
-    b.build().expect("a valid event")
 }
 
 fn feed(t: &mut Timeline, e: &Event) {
@@ -37,6 +18,7 @@ fn feed(t: &mut Timeline, e: &Event) {
         &Facts::of(
             e,
             Place {
+                topic: None,
                 partition: 0,
                 offset: 0,
             },
@@ -128,8 +110,10 @@ fn an_alert_episode_is_a_bar_from_firing_to_resolved_and_gaps_land_on_their_lane
     );
     feed(&mut t, &event("resolved", "5", 1500, json!({}), &[]));
     t.gaps(vec![
-        ("u1".into(), "u1:5:modified".into(), "4".into()),
-        ("unknown".into(), "x".into(), "9".into()),
+        (key("test", "u1"), "u1:5:modified".into(), "4".into()),
+        // The same uid in another cluster is another object: no mark here.
+        (key("other", "u1"), "u1:5:modified".into(), "3".into()),
+        (key("test", "unknown"), "x".into(), "9".into()),
     ]);
     let doc = island(&written(t, Some((false, "verify: ... FAILED".into()))));
     let lane = &doc["lanes"][0];
@@ -168,4 +152,33 @@ fn nothing_in_the_data_can_end_the_island_or_add_markup() {
     );
     assert!(html.contains("Content-Security-Policy"));
     assert!(html.contains("default-src 'none'"));
+}
+
+#[test]
+fn a_fleet_has_a_lane_per_cluster_and_uid_sorted_by_cluster_with_counts_per_cluster() {
+    let mut t = Timeline::new();
+    feed(
+        &mut t,
+        &event_in("us-1", "added", "1", 0, json!({"n": 1}), &[]),
+    );
+    feed(
+        &mut t,
+        &event_in("eu-1", "added", "1", 10, json!({"n": 1}), &[]),
+    );
+    feed(
+        &mut t,
+        &event_in("eu-1", "modified", "2", 20, json!({"n": 2}), &[]),
+    );
+    let doc = island(&written(t, None));
+    let lanes = doc["lanes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(lanes.len(), 2, "the same uid in two clusters is two lanes");
+    assert_eq!(
+        (lanes[0]["cluster"].clone(), lanes[1]["cluster"].clone()),
+        (json!("eu-1"), json!("us-1"))
+    );
+    assert_eq!(lanes[0]["marks"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        doc["clusters"],
+        json!({"eu-1": {"added": 1, "modified": 1}, "us-1": {"added": 1}})
+    );
 }

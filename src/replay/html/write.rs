@@ -11,6 +11,7 @@ use super::{Lane, Timeline, in_page_order};
 /// What the header says about the replay.
 #[derive(Debug, Clone, Serialize)]
 pub struct Header {
+    /// The topics read, as the command line named them.
     pub topic: String,
     /// The range as selected (`--since`, offsets), in words.
     pub range: String,
@@ -23,6 +24,8 @@ pub struct Header {
 struct Doc<'a> {
     header: &'a Header,
     counts: std::collections::BTreeMap<&'static str, u64>,
+    /// The counts per cluster.
+    clusters: std::collections::BTreeMap<String, std::collections::BTreeMap<&'static str, u64>>,
     /// The first and last event's time, in milliseconds.
     span: Option<(i64, i64)>,
     lanes: Vec<Lane>,
@@ -40,6 +43,7 @@ impl Timeline {
         let Timeline {
             lanes,
             counts,
+            clusters,
             span,
         } = self;
         let lanes = in_page_order(lanes);
@@ -55,6 +59,7 @@ impl Timeline {
         let doc = Doc {
             header,
             counts,
+            clusters,
             span,
             lanes,
         };

@@ -1,0 +1,224 @@
+//! Reading the spans of [`Topics`] as one stream. Every partition has its own queue
+//! (librdkafka's partition queues, split before anything is assigned), holding what was
+//! fetched ahead; the record given next is the earliest, by its timestamp, of the
+//! partitions' next records. Per-partition offset order, and so each object's order, is
+//! kept; topics and partitions interleave by time. Entry point: [`Topics::read`].
+//!
+//! A partition with nothing fetched yet holds the stream back until its next record or its
+//! end arrives, so a replay's order does not depend on which broker answered first. When
+//! following, a partition at its end does not hold anything back: a record appended there
+//! later is given when it comes, even if another partition gave a later one meanwhile.
+
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
+use rdkafka::{Message, TopicPartitionList};
+
+use super::ReplayError;
+use super::read::{Quiet, Span, Topics};
+
+/// How long one wait for a record lasts before the stop flag and the stall are checked
+/// again.
+const WAIT: Duration = Duration::from_millis(100);
+
+/// Where a partition is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Its next record (or end) is still to come.
+    Reading,
+    /// Following: it reached its end; a record may still be appended.
+    AtEnd,
+    /// Its span is read.
+    Done,
+}
+
+struct Part<'q> {
+    span: &'q Span,
+    queue: &'q rdkafka::consumer::base_consumer::PartitionQueue<Quiet>,
+    head: Option<BorrowedMessage<'q>>,
+    state: State,
+}
+
+/// Set by any partition queue's callback when it becomes non-empty.
+#[derive(Default)]
+struct Wake {
+    ready: Mutex<bool>,
+    signal: Condvar,
+}
+
+impl Wake {
+    fn notify(&self) {
+        if let Ok(mut r) = self.ready.lock() {
+            *r = true;
+        }
+        self.signal.notify_all();
+    }
+
+    /// Waits until a queue received something, at most `limit`.
+    fn wait(&self, limit: Duration) {
+        let Ok(guard) = self.ready.lock() else {
+            return;
+        };
+        let Ok((mut guard, _)) = self
+            .signal
+            .wait_timeout_while(guard, limit, |ready| !*ready)
+        else {
+            return;
+        };
+        *guard = false;
+    }
+}
+
+impl Topics {
+    /// Calls `each` with every committed record of the spans, earliest first across
+    /// partitions and in offset order within one, until every span is read, `each` breaks
+    /// or `stop` is set. Gives up when nothing arrives for `stall` while a partition's next
+    /// record is due.
+    pub fn read(
+        &self,
+        stall: Duration,
+        stop: &AtomicBool,
+        mut each: impl FnMut(&Arc<str>, &BorrowedMessage<'_>) -> ControlFlow<()>,
+    ) -> Result<(), ReplayError> {
+        let kafka = |source| ReplayError::Kafka {
+            what: "reading",
+            topic: self.names.join(", "),
+            source,
+        };
+        let wake = Arc::new(Wake::default());
+        let mut queues = Vec::new();
+        let mut assignment = TopicPartitionList::new();
+        for span in self.spans.iter().filter(|s| self.follow || s.start < s.end) {
+            // Split before the assignment: librdkafka then never forwards the partition's
+            // records to the consumer's own queue.
+            let mut queue = self
+                .consumer
+                .split_partition_queue(&span.topic, span.partition)
+                .ok_or_else(|| ReplayError::NoTopic(span.topic.to_string()))?;
+            let w = wake.clone();
+            queue.set_nonempty_callback(move || w.notify());
+            assignment
+                .add_partition_offset(&span.topic, span.partition, self.start_of(span))
+                .map_err(kafka)?;
+            queues.push((span, queue));
+        }
+        if queues.is_empty() {
+            return Ok(());
+        }
+        self.consumer.assign(&assignment).map_err(kafka)?;
+        let mut parts: Vec<Part<'_>> = queues
+            .iter()
+            .map(|(span, queue)| Part {
+                span,
+                queue,
+                head: None,
+                state: State::Reading,
+            })
+            .collect();
+        let mut last = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            let mut arrived = false;
+            for part in parts.iter_mut() {
+                if part.head.is_some() || part.state == State::Done {
+                    continue;
+                }
+                match part.queue.poll(Duration::ZERO) {
+                    None => {}
+                    Some(Ok(m)) => {
+                        arrived = true;
+                        if m.offset() >= part.span.end {
+                            part.state = State::Done;
+                            pause(&self.consumer, part.span).map_err(kafka)?;
+                        } else {
+                            part.head = Some(m);
+                            part.state = State::Reading;
+                        }
+                    }
+                    // A partition's end: with read_committed, the last stable offset.
+                    // Records past it belong to transactions still open and are not part
+                    // of the record yet.
+                    Some(Err(KafkaError::PartitionEOF(_))) => {
+                        arrived = true;
+                        if self.follow {
+                            part.state = State::AtEnd;
+                        } else {
+                            part.state = State::Done;
+                            pause(&self.consumer, part.span).map_err(kafka)?;
+                        }
+                    }
+                    Some(Err(e)) => return Err(kafka(e)),
+                }
+            }
+            if arrived {
+                last = Instant::now();
+            }
+            let due = parts
+                .iter()
+                .any(|p| p.head.is_none() && p.state == State::Reading);
+            if !due {
+                let earliest = parts
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, p)| p.head.as_ref().map(|m| (order(m), i)))
+                    .min();
+                if let Some((_, i)) = earliest {
+                    let part = &mut parts[i];
+                    let Some(m) = part.head.take() else { continue };
+                    let done = m.offset() + 1 >= part.span.end;
+                    let flow = each(&part.span.topic, &m);
+                    drop(m);
+                    if done {
+                        part.state = State::Done;
+                        pause(&self.consumer, part.span).map_err(kafka)?;
+                    }
+                    if flow.is_break() {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                if parts.iter().all(|p| p.state == State::Done) {
+                    return Ok(());
+                }
+            } else if !arrived && last.elapsed() >= stall {
+                return Err(ReplayError::Stalled {
+                    topic: self.names.join(", "),
+                    stall,
+                    partitions: parts
+                        .iter()
+                        .filter(|p| p.head.is_none() && p.state == State::Reading)
+                        .map(|p| p.span.partition)
+                        .collect(),
+                });
+            }
+            if !arrived {
+                // Serves the consumer's own events (errors, a rejected authentication);
+                // every record comes through a partition queue.
+                if let Some(Err(e)) = self.consumer.poll(Duration::ZERO) {
+                    return Err(kafka(e));
+                }
+                if let Some(reason) = self.consumer.context().rejected() {
+                    return Err(ReplayError::Rejected(reason));
+                }
+                wake.wait(WAIT);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The merge's order: the record's timestamp (records without one first), in milliseconds.
+fn order(m: &BorrowedMessage<'_>) -> i64 {
+    m.timestamp().to_millis().unwrap_or(i64::MIN)
+}
+
+/// Stops fetching a partition that is done.
+fn pause(consumer: &BaseConsumer<Quiet>, span: &Span) -> Result<(), KafkaError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(&span.topic, span.partition);
+    consumer.pause(&tpl)
+}
