@@ -77,12 +77,14 @@ impl Wake {
 impl Topics {
     /// Calls `each` with every committed record of the spans, earliest first across
     /// partitions and in offset order within one, until every span is read, `each` breaks
-    /// or `stop` is set. Gives up when nothing arrives for `stall` while a partition's next
-    /// record is due.
+    /// or `stop` is set. Following, `caught_up` is called once, when every partition first
+    /// reached its end: from then on each record appended is given as it comes. Gives up
+    /// when nothing arrives for `stall` while a partition's next record is due.
     pub fn read(
         &self,
         stall: Duration,
         stop: &AtomicBool,
+        mut caught_up: impl FnMut(),
         mut each: impl FnMut(&Arc<str>, &BorrowedMessage<'_>) -> ControlFlow<()>,
     ) -> Result<(), ReplayError> {
         let kafka = |source| ReplayError::Kafka {
@@ -121,6 +123,7 @@ impl Topics {
             })
             .collect();
         let mut last = Instant::now();
+        let mut announced = false;
         while !stop.load(Ordering::Relaxed) {
             let mut arrived = false;
             for part in parts.iter_mut() {
@@ -156,6 +159,10 @@ impl Topics {
             }
             if arrived {
                 last = Instant::now();
+            }
+            if self.follow && !announced && parts.iter().all(|p| p.state == State::AtEnd) {
+                announced = true;
+                caught_up();
             }
             let due = parts
                 .iter()

@@ -101,7 +101,14 @@ pub fn replay(plan: &Plan, out: &mut dyn Write, stop: &AtomicBool) -> Result<Sum
         ..Summary::default()
     };
     let mut failure: Option<ReplayError> = None;
-    topics.read(plan.stall, stop, |topic, m| {
+    let partitions = topics.spans.len();
+    let caught_up = || {
+        eprintln!(
+            "kubecast replay: following {} topic(s), {partitions} partition(s); Ctrl-C stops",
+            topics.names.len()
+        );
+    };
+    topics.read(plan.stall, stop, caught_up, |topic, m| {
         s.records += 1;
         bar.inc(1);
         let place = Place {
