@@ -377,6 +377,24 @@ async fn a_fleet_reads_as_one_record_in_time_order_named_by_cluster_everywhere_a
         delay < Duration::from_secs(1),
         "printed {delay:?} after the change:\n{text}"
     );
+
+    // A cluster joining the fleet while it is followed: its new topic matches the pattern
+    // and its changes are printed too.
+    let ap = Cluster::start(
+        &stack,
+        &client,
+        &format!("ap-{tag}"),
+        &format!("{fleet}-ap"),
+    )
+    .await;
+    objects
+        .create(&ap.path(), &configmap("zone", json!({"mode": "a"})))
+        .await;
+    terminal.wait_for(
+        &format!("topic `{}` partition 0 matches", ap.topic.topic),
+        LIMIT,
+    );
+    terminal.wait_for(&format!("ConfigMap {}/zone", ap.ns), LIMIT);
     terminal.signal(libc::SIGINT);
     assert_eq!(
         terminal.exited(Duration::from_secs(10)),
@@ -386,7 +404,7 @@ async fn a_fleet_reads_as_one_record_in_time_order_named_by_cluster_everywhere_a
     );
     let text = terminal.text();
     assert!(
-        text.contains("8 selected; followed until interrupted"),
+        text.contains("9 selected; followed until interrupted"),
         "{text}"
     );
 }

@@ -7,7 +7,9 @@
 //! A partition with nothing fetched yet holds the stream back until its next record or its
 //! end arrives, so a replay's order does not depend on which broker answered first. When
 //! following, a partition at its end does not hold anything back: a record appended there
-//! later is given when it comes, even if another partition gave a later one meanwhile.
+//! later is given when it comes, even if another partition gave a later one meanwhile. A
+//! follow also looks for new topics its patterns match, as Kafka's pattern subscription
+//! does, and reads each from its beginning.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::BorrowedMessage;
-use rdkafka::{Message, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::ReplayError;
 use super::read::{Quiet, Span, Topics};
@@ -39,7 +41,7 @@ enum State {
 
 struct Part<'q> {
     span: &'q Span,
-    queue: &'q rdkafka::consumer::base_consumer::PartitionQueue<Quiet>,
+    queue: &'q Queue,
     head: Option<BorrowedMessage<'q>>,
     state: State,
 }
@@ -74,28 +76,97 @@ impl Wake {
     }
 }
 
+/// Why one pass of the merge ended.
+enum Outcome {
+    /// Every span is read, `each` broke or the stop flag was set.
+    Ended,
+    /// Following, new topics match a pattern: read them too.
+    Grew(Vec<Span>),
+}
+
+/// What a merge carries from one pass to the next.
+struct Progress {
+    /// When a record or a partition's end last arrived.
+    last: Instant,
+    /// Whether `notice` was told the follow caught up.
+    announced: bool,
+    /// When the topics were last looked for new ones matching a pattern.
+    looked: Instant,
+}
+
+/// How often a follow looks for new topics matching its patterns.
+const LOOK_FOR_TOPICS: Duration = Duration::from_secs(5);
+
+type Queue = rdkafka::consumer::base_consumer::PartitionQueue<Quiet>;
+
 impl Topics {
     /// Calls `each` with every committed record of the spans, earliest first across
     /// partitions and in offset order within one, until every span is read, `each` breaks
-    /// or `stop` is set. Following, `caught_up` is called once, when every partition first
-    /// reached its end: from then on each record appended is given as it comes. Gives up
-    /// when nothing arrives for `stall` while a partition's next record is due.
+    /// or `stop` is set. Following, `notice` is told once when every partition first
+    /// reached its end (from then on each record appended is given as it comes), and of
+    /// each new topic a pattern matches (read from its beginning). Gives up when nothing
+    /// arrives for `stall` while a partition's next record is due.
     pub fn read(
         &self,
         stall: Duration,
         stop: &AtomicBool,
-        mut caught_up: impl FnMut(),
+        mut notice: impl FnMut(String),
         mut each: impl FnMut(&Arc<str>, &BorrowedMessage<'_>) -> ControlFlow<()>,
     ) -> Result<(), ReplayError> {
-        let kafka = |source| ReplayError::Kafka {
-            what: "reading",
-            topic: self.names.join(", "),
-            source,
-        };
         let wake = Arc::new(Wake::default());
-        let mut queues = Vec::new();
+        let mut queues: Vec<(Span, Queue)> = Vec::new();
+        let spans = self
+            .spans
+            .iter()
+            .filter(|s| self.follow || s.start < s.end)
+            .cloned()
+            .collect();
+        self.add(&mut queues, spans, &wake, |span| self.start_of(span))?;
+        if queues.is_empty() {
+            return Ok(());
+        }
+        let mut states = vec![State::Reading; queues.len()];
+        let mut progress = Progress {
+            last: Instant::now(),
+            announced: false,
+            looked: Instant::now(),
+        };
+        loop {
+            let outcome = self.merge(
+                &queues,
+                &mut states,
+                &mut progress,
+                (stall, stop, &wake),
+                &mut notice,
+                &mut each,
+            )?;
+            match outcome {
+                Outcome::Ended => return Ok(()),
+                Outcome::Grew(spans) => {
+                    for s in &spans {
+                        notice(format!(
+                            "topic `{}` partition {} matches: reading it from its beginning",
+                            s.topic, s.partition
+                        ));
+                    }
+                    states.extend(spans.iter().map(|_| State::Reading));
+                    // A topic created after the follow started: all of it is new.
+                    self.add(&mut queues, spans, &wake, |_| Offset::Beginning)?;
+                }
+            }
+        }
+    }
+
+    /// Gives each span a queue of its own and adds it to the assignment at `start`.
+    fn add(
+        &self,
+        queues: &mut Vec<(Span, Queue)>,
+        spans: Vec<Span>,
+        wake: &Arc<Wake>,
+        start: impl Fn(&Span) -> Offset,
+    ) -> Result<(), ReplayError> {
         let mut assignment = TopicPartitionList::new();
-        for span in self.spans.iter().filter(|s| self.follow || s.start < s.end) {
+        for span in spans {
             // Split before the assignment: librdkafka then never forwards the partition's
             // records to the consumer's own queue.
             let mut queue = self
@@ -105,25 +176,48 @@ impl Topics {
             let w = wake.clone();
             queue.set_nonempty_callback(move || w.notify());
             assignment
-                .add_partition_offset(&span.topic, span.partition, self.start_of(span))
-                .map_err(kafka)?;
+                .add_partition_offset(&span.topic, span.partition, start(&span))
+                .map_err(|e| self.kafka(e))?;
             queues.push((span, queue));
         }
-        if queues.is_empty() {
-            return Ok(());
+        if assignment.count() > 0 {
+            self.consumer
+                .incremental_assign(&assignment)
+                .map_err(|e| self.kafka(e))?;
         }
-        self.consumer.assign(&assignment).map_err(kafka)?;
+        Ok(())
+    }
+
+    fn kafka(&self, source: KafkaError) -> ReplayError {
+        ReplayError::Kafka {
+            what: "reading",
+            topic: self.names.join(", "),
+            source,
+        }
+    }
+
+    /// One pass of the merge over `queues` (whose states are `states`), until it ends or,
+    /// following, new topics appear while no record is held.
+    fn merge(
+        &self,
+        queues: &[(Span, Queue)],
+        states: &mut [State],
+        progress: &mut Progress,
+        (stall, stop, wake): (Duration, &AtomicBool, &Wake),
+        notice: &mut impl FnMut(String),
+        each: &mut impl FnMut(&Arc<str>, &BorrowedMessage<'_>) -> ControlFlow<()>,
+    ) -> Result<Outcome, ReplayError> {
+        let kafka = |e| self.kafka(e);
         let mut parts: Vec<Part<'_>> = queues
             .iter()
-            .map(|(span, queue)| Part {
+            .zip(states.iter())
+            .map(|((span, queue), state)| Part {
                 span,
                 queue,
                 head: None,
-                state: State::Reading,
+                state: *state,
             })
             .collect();
-        let mut last = Instant::now();
-        let mut announced = false;
         while !stop.load(Ordering::Relaxed) {
             let mut arrived = false;
             for part in parts.iter_mut() {
@@ -158,11 +252,15 @@ impl Topics {
                 }
             }
             if arrived {
-                last = Instant::now();
+                progress.last = Instant::now();
             }
-            if self.follow && !announced && parts.iter().all(|p| p.state == State::AtEnd) {
-                announced = true;
-                caught_up();
+            if self.follow && !progress.announced && parts.iter().all(|p| p.state == State::AtEnd) {
+                progress.announced = true;
+                notice(format!(
+                    "following {} topic(s), {} partition(s); Ctrl-C stops",
+                    self.names.len(),
+                    parts.len()
+                ));
             }
             let due = parts
                 .iter()
@@ -184,14 +282,14 @@ impl Topics {
                         pause(&self.consumer, part.span).map_err(kafka)?;
                     }
                     if flow.is_break() {
-                        return Ok(());
+                        return Ok(Outcome::Ended);
                     }
                     continue;
                 }
                 if parts.iter().all(|p| p.state == State::Done) {
-                    return Ok(());
+                    return Ok(Outcome::Ended);
                 }
-            } else if !arrived && last.elapsed() >= stall {
+            } else if !arrived && progress.last.elapsed() >= stall {
                 return Err(ReplayError::Stalled {
                     topic: self.names.join(", "),
                     stall,
@@ -202,19 +300,32 @@ impl Topics {
                         .collect(),
                 });
             }
-            if !arrived {
-                // Serves the consumer's own events (errors, a rejected authentication);
-                // every record comes through a partition queue.
-                if let Some(Err(e)) = self.consumer.poll(Duration::ZERO) {
-                    return Err(kafka(e));
-                }
-                if let Some(reason) = self.consumer.context().rejected() {
-                    return Err(ReplayError::Rejected(reason));
-                }
-                wake.wait(WAIT);
+            if arrived {
+                continue;
             }
+            // Idle: no record is held, so new topics can join between two passes.
+            if progress.announced && progress.looked.elapsed() >= LOOK_FOR_TOPICS {
+                progress.looked = Instant::now();
+                let known: Vec<&Span> = parts.iter().map(|p| p.span).collect();
+                let grown = self.new_spans(&known);
+                if !grown.is_empty() {
+                    for (state, part) in states.iter_mut().zip(&parts) {
+                        *state = part.state;
+                    }
+                    return Ok(Outcome::Grew(grown));
+                }
+            }
+            // Serves the consumer's own events (errors, a rejected authentication);
+            // every record comes through a partition queue.
+            if let Some(Err(e)) = self.consumer.poll(Duration::ZERO) {
+                return Err(kafka(e));
+            }
+            if let Some(reason) = self.consumer.context().rejected() {
+                return Err(ReplayError::Rejected(reason));
+            }
+            wake.wait(WAIT);
         }
-        Ok(())
+        Ok(Outcome::Ended)
     }
 }
 

@@ -43,6 +43,10 @@ pub struct Topics {
     /// at each partition's end.
     pub(super) follow: bool,
     pub(super) at_end: bool,
+    /// The patterns of `--topic`, for the topics created while following.
+    patterns: Vec<regex::Regex>,
+    /// `--partition`.
+    partitions: Option<Vec<i32>>,
 }
 
 /// Kafka's own complaints (a broker briefly unreachable) are retried by librdkafka; the
@@ -140,7 +144,55 @@ impl Topics {
             from_start,
             follow: plan.follow,
             at_end,
+            patterns: plan
+                .topics
+                .iter()
+                .filter_map(|c| match c {
+                    TopicChoice::Pattern(re) => Some(re.clone()),
+                    TopicChoice::Name(_) => None,
+                })
+                .collect(),
+            partitions: plan.range.partitions.clone(),
         })
+    }
+
+    /// The partitions of topics a pattern matches that are not among `known` (none when no
+    /// `--topic` is a pattern, or the brokers did not answer: looked for again later).
+    pub(super) fn new_spans(&self, known: &[&Span]) -> Vec<Span> {
+        if self.patterns.is_empty() {
+            return Vec::new();
+        }
+        let Ok(m) = self.consumer.fetch_metadata(None, Duration::from_secs(1)) else {
+            return Vec::new();
+        };
+        let mut spans = Vec::new();
+        for t in m.topics().iter().filter(|t| t.error().is_none()) {
+            let name = t.name();
+            let matched = self
+                .patterns
+                .iter()
+                .any(|re| TopicChoice::Pattern(re.clone()).takes(name));
+            if !matched || known.iter().any(|k| &*k.topic == name) {
+                continue;
+            }
+            let topic: Arc<str> = Arc::from(name);
+            for p in t.partitions().iter().map(|p| p.id()) {
+                if self
+                    .partitions
+                    .as_ref()
+                    .is_some_and(|only| !only.contains(&p))
+                {
+                    continue;
+                }
+                spans.push(Span {
+                    topic: topic.clone(),
+                    partition: p,
+                    start: 0,
+                    end: i64::MAX,
+                });
+            }
+        }
+        spans
     }
 
     /// Records in the spans (none known ahead when following).

@@ -101,14 +101,8 @@ pub fn replay(plan: &Plan, out: &mut dyn Write, stop: &AtomicBool) -> Result<Sum
         ..Summary::default()
     };
     let mut failure: Option<ReplayError> = None;
-    let partitions = topics.spans.len();
-    let caught_up = || {
-        eprintln!(
-            "kubecast replay: following {} topic(s), {partitions} partition(s); Ctrl-C stops",
-            topics.names.len()
-        );
-    };
-    topics.read(plan.stall, stop, caught_up, |topic, m| {
+    let notice = |what: String| eprintln!("kubecast replay: {what}");
+    topics.read(plan.stall, stop, notice, |topic, m| {
         s.records += 1;
         bar.inc(1);
         let place = Place {
