@@ -79,13 +79,26 @@ pub fn copy_records(stack: &Stack, topic: &str, records: &[&Record]) {
 
 /// Creates `topic` with `partitions` partitions on the stack's broker.
 pub async fn create_topic(stack: &Stack, topic: &str, partitions: i32) {
+    create_topic_with(stack, topic, partitions, &[]).await;
+}
+
+/// [`create_topic`] with topic configs (`message.timestamp.type`, ...).
+pub async fn create_topic_with(
+    stack: &Stack,
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &stack.kafka_bootstrap);
     let admin: AdminClient<DefaultClientContext> = config.create().expect("Kafka admin client");
     let created = within(Duration::from_secs(30), "creating a Kafka topic", async {
         admin
             .create_topics(
-                &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+                &[configs.iter().fold(
+                    NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
+                    |t, (k, v)| t.set(k, v),
+                )],
                 &AdminOptions::new(),
             )
             .await
