@@ -29,8 +29,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
-use shared::{Row, events, replay, write};
-use support::consume::create_topic_with;
+use shared::{Row, append, events, replay, write};
+use support::consume::{create_topic, create_topic_with};
 use support::{Stack, unique_name};
 
 fn main() {
@@ -53,11 +53,12 @@ fn read(stack: &Stack, n: usize) {
     let one = format!("{fleet}-all");
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(async {
+        create_topic(stack, &one, 4).await;
         for i in 0..4 {
             let cluster = format!("c{i}");
             let events = events(n, &cluster);
             write(stack, &format!("{fleet}-{cluster}"), "binary", &events).await;
-            write(stack, &one, "binary", &events).await;
+            append(stack, &one, "binary", &events).await;
         }
     });
     let pattern = format!("^{fleet}-c[0-9]$");

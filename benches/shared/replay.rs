@@ -62,6 +62,11 @@ pub fn events(n: usize, cluster: &str) -> Vec<Arc<Event>> {
 /// Writes `events` to `topic` through kubecast's Kafka sink in `mode`.
 pub async fn write(stack: &Stack, topic: &str, mode: &str, events: &[Arc<Event>]) {
     create_topic(stack, topic, 4).await;
+    append(stack, topic, mode, events).await;
+}
+
+/// Writes `events` to the existing `topic` through kubecast's Kafka sink in `mode`.
+pub async fn append(stack: &Stack, topic: &str, mode: &str, events: &[Arc<Event>]) {
     let text = format!(
         "cluster: bench\nsinks:\n  out:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n    mode: {mode}\n",
         stack.kafka_bootstrap

@@ -18,8 +18,13 @@ use super::args::{Plan, Range, TopicChoice};
 /// How long metadata, watermark and offsets-for-times requests may take.
 const REQUEST: Duration = Duration::from_secs(15);
 
-/// Records fetched ahead per partition, in KiB.
-const PREFETCH_KIB: &str = "8192";
+/// Records fetched ahead over all partitions, in KiB: each partition's queue gets its share,
+/// between [`PREFETCH_MIN_KIB`] and [`PREFETCH_MAX_KIB`]. Every partition has a queue of its
+/// own (the merge takes the earliest record of all), so librdkafka applies the limit per
+/// partition; a fleet's many partitions would otherwise multiply the replay's memory.
+const PREFETCH_KIB: usize = 8 * 1024;
+const PREFETCH_MIN_KIB: usize = 1024;
+const PREFETCH_MAX_KIB: usize = 8192;
 
 /// One partition's records to read: offsets `start..end`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,7 +97,8 @@ impl Topics {
                 source,
             }
         };
-        let consumer = Arc::new(consumer(plan).map_err(kafka("creating the consumer"))?);
+        let consumer =
+            Arc::new(new_consumer(plan, PREFETCH_MAX_KIB).map_err(kafka("creating the consumer"))?);
         let names = resolve(&consumer, &plan.topics).map_err(|e| match e {
             Resolve::Kafka(source) => kafka("reading the metadata")(source),
             Resolve::Rejected(r) => ReplayError::Rejected(r),
@@ -137,6 +143,13 @@ impl Topics {
             }
         }
         let from_start = spans.iter().all(|s| s.start == 0);
+        // The reading consumer, its prefetch shared out over the partitions it reads.
+        let share = (PREFETCH_KIB / spans.len().max(1)).clamp(PREFETCH_MIN_KIB, PREFETCH_MAX_KIB);
+        let consumer = if share == PREFETCH_MAX_KIB {
+            consumer
+        } else {
+            Arc::new(new_consumer(plan, share).map_err(kafka("creating the consumer"))?)
+        };
         Ok(Topics {
             consumer,
             names: names.into_iter().map(|(n, _)| n).collect(),
@@ -218,7 +231,7 @@ impl Topics {
 }
 
 /// The replay's consumer.
-fn consumer(plan: &Plan) -> Result<BaseConsumer<Quiet>, KafkaError> {
+fn new_consumer(plan: &Plan, prefetch_kib: usize) -> Result<BaseConsumer<Quiet>, KafkaError> {
     let mut config = ClientConfig::new();
     for (k, v) in &plan.connection {
         config.set(k, &v.0);
@@ -237,7 +250,7 @@ fn consumer(plan: &Plan) -> Result<BaseConsumer<Quiet>, KafkaError> {
         .set("allow.auto.create.topics", "false")
         // Prefetch per partition: librdkafka's default (64 MiB each) is most of the
         // replay's memory and buys no speed here (BENCHMARKS.md, "Replay").
-        .set("queued.max.messages.kbytes", PREFETCH_KIB)
+        .set("queued.max.messages.kbytes", prefetch_kib.to_string())
         // With a full prefetch queue librdkafka waits this long before fetching again
         // (1 s by default): the replay drains the queue in far less.
         .set("fetch.queue.backoff.ms", "5")
