@@ -15,8 +15,9 @@ use super::changes::{FieldChange, diff};
 use super::state::{PodAt, columns};
 
 /// Fields that differ between any two clusters' copies of an object and say nothing about
-/// its configuration: left out of the comparison (and named in the report).
-pub const IGNORED: [&str; 7] = [
+/// its configuration or state: identities, bookkeeping counters and the times conditions
+/// were last looked at. Left out of the comparison (and named in the report).
+pub const IGNORED: [&str; 11] = [
     "metadata.uid",
     "metadata.resourceVersion",
     "metadata.creationTimestamp",
@@ -24,6 +25,10 @@ pub const IGNORED: [&str; 7] = [
     "metadata.managedFields",
     "metadata.ownerReferences[].uid",
     "status.observedGeneration",
+    "status.conditions[].lastUpdateTime",
+    "status.conditions[].lastTransitionTime",
+    "status.conditions[].lastHeartbeatTime",
+    "status.conditions[].lastProbeTime",
 ];
 
 fn ignored(path: &str) -> bool {
@@ -271,6 +276,7 @@ mod tests {
     #[test]
     fn objects_match_by_kind_namespace_and_name_and_differ_field_by_field() {
         let meta = |uid: &str| json!({"uid": uid, "resourceVersion": uid, "ownerReferences": [{"uid": uid, "name": "o"}]});
+        let status = |t: &str| json!({"conditions": [{"type": "Ready", "lastTransitionTime": t}]});
         let pods = vec![
             pod(
                 "eu-1",
