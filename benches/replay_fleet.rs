@@ -20,7 +20,7 @@ mod shared;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -29,7 +29,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
-use shared::{Row, append, events, replay, write};
+use shared::{Row, append, events, replay, replay_command, write};
 use support::consume::{create_topic, create_topic_with};
 use support::{Stack, unique_name};
 
@@ -109,14 +109,7 @@ fn follow(stack: &Stack, rate: u64, seconds: u64) {
         4,
         &[("message.timestamp.type", "LogAppendTime")],
     ));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kubecast"))
-        .args([
-            "replay",
-            "--brokers",
-            &stack.kafka_bootstrap,
-            "--topic",
-            &topic,
-        ])
+    let mut child = replay_command(stack, &topic)
         .args(["--follow", "--format", "json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -40,11 +40,7 @@ impl Cluster {
     async fn start(stack: &Stack, client: &kube::Client, name: &str, ns: &str) -> Cluster {
         namespace(client, ns).await;
         let topic = KafkaTopic::create(stack, &format!("k8s.{name}.configmaps")).await;
-        let config = format!(
-            "cluster: {name}\nwatch:\n  namespaces: [{ns}]\n  resources: [{SELECTED}]\nsinks:\n  kafka:\n    type: kafka\n    brokers: {}\n    topic: {}\n",
-            stack.kafka_bootstrap, topic.topic
-        );
-        let kubecast = Kubecast::start(stack, &scratch_dir(name), &config);
+        let kubecast = run_cluster(stack, name, ns, &topic.topic);
         Cluster {
             name: name.to_string(),
             ns: ns.to_string(),
@@ -66,6 +62,15 @@ impl Cluster {
             .await
             .unwrap_or_else(|e| panic!("{e}\n{}", self.kubecast.log()))
     }
+}
+
+/// kubecast as cluster `name`, watching the test's ConfigMaps in `ns` into `topic`.
+fn run_cluster(stack: &Stack, name: &str, ns: &str, topic: &str) -> Kubecast {
+    let config = format!(
+        "cluster: {name}\nwatch:\n  namespaces: [{ns}]\n  resources: [{SELECTED}]\nsinks:\n  kafka:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n",
+        stack.kafka_bootstrap
+    );
+    Kubecast::start(stack, &scratch_dir(name), &config)
 }
 
 /// A ConfigMap named `name` with `data`.
@@ -440,14 +445,7 @@ async fn diff_clusters_names_the_fields_and_objects_that_drifted_between_two_rec
     let us_name = format!("us-{tag}");
     let start = |name: &str| {
         let topic = format!("k8s.{name}.configmaps");
-        let config = format!(
-            "cluster: {name}\nwatch:\n  namespaces: [{ns}]\n  resources: [{SELECTED}]\nsinks:\n  kafka:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n",
-            stack.kafka_bootstrap
-        );
-        (
-            topic.clone(),
-            Kubecast::start(&stack, &scratch_dir(name), &config),
-        )
+        (topic.clone(), run_cluster(&stack, name, &ns, &topic))
     };
     let (eu_topic, eu) = start(&eu_name);
     let eu_read = KafkaTopic::read(&stack, &eu_topic, "read_committed");

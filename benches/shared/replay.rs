@@ -74,6 +74,19 @@ pub async fn append(stack: &Stack, topic: &str, mode: &str, events: &[Arc<Event>
     deliver::through_sink(topic, &text, events).await;
 }
 
+/// `kubecast replay --brokers (the stack's) --topic TOPIC`, this build's binary.
+pub fn replay_command(stack: &Stack, topic: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubecast"));
+    command.args([
+        "replay",
+        "--brokers",
+        &stack.kafka_bootstrap,
+        "--topic",
+        topic,
+    ]);
+    command
+}
+
 pub struct Row {
     pub label: String,
     pub seconds: f64,
@@ -84,14 +97,7 @@ pub struct Row {
 /// /dev/null: wall time and peak resident memory.
 pub fn replay(label: &str, stack: &Stack, topic: &str, args: &[&str]) -> Row {
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kubecast"))
-        .args([
-            "replay",
-            "--brokers",
-            &stack.kafka_bootstrap,
-            "--topic",
-            topic,
-        ])
+    let mut child = replay_command(stack, topic)
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

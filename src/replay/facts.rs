@@ -137,6 +137,22 @@ impl Facts {
         })
     }
 
+    /// The word for the event's change, as `--type`, the compact lines and the report name
+    /// it: `initial` and `inferred` for the adds and deletes kubecast flags so.
+    pub fn change_word(&self, event: &Event) -> &'static str {
+        let flag = |name| extension_text(event, name).as_deref() == Some("true");
+        match self.kind {
+            Kind::Added if flag("k8sinitial") => "initial",
+            Kind::Added => "added",
+            Kind::Modified => "modified",
+            Kind::Deleted if flag("k8sinferred") => "inferred",
+            Kind::Deleted => "deleted",
+            Kind::Alert if event.ty().ends_with(".firing") => "firing",
+            Kind::Alert => "resolved",
+            Kind::Other => "event",
+        }
+    }
+
     /// Whether it is a change of a pod (added, modified, deleted), which has a chain.
     pub fn is_change(&self) -> bool {
         matches!(self.kind, Kind::Added | Kind::Modified | Kind::Deleted)

@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::changes::{Edit, FieldChange, Versions};
-use super::decode::{data_json, extension_text, time_text};
+use super::decode::{data_json, time_text};
 use super::facts::{Facts, Kind};
 
 /// Fields named on a compact line; the rest are counted.
@@ -22,21 +22,6 @@ const VALUE_CHARS: usize = 40;
 /// Bookkeeping fields that change with every version: never listed as a change.
 fn is_bookkeeping(path: &str) -> bool {
     path == "metadata.resourceVersion" || path.starts_with("metadata.managedFields")
-}
-
-/// The word for an event's change, as `--type` and the report name it.
-fn change_word(facts: &Facts, event: &Event) -> &'static str {
-    let flag = |name| extension_text(event, name).as_deref() == Some("true");
-    match facts.kind {
-        Kind::Added if flag("k8sinitial") => "initial",
-        Kind::Added => "added",
-        Kind::Modified => "modified",
-        Kind::Deleted if flag("k8sinferred") => "inferred",
-        Kind::Deleted => "deleted",
-        Kind::Alert if event.ty().ends_with(".firing") => "firing",
-        Kind::Alert => "resolved",
-        Kind::Other => "event",
-    }
 }
 
 /// One change as a JSON line.
@@ -151,7 +136,7 @@ impl ChangeLines {
             namespace: facts.namespace.as_deref(),
             name: facts.name.as_deref(),
             uid: facts.uid.as_deref(),
-            change: change_word(facts, event),
+            change: facts.change_word(event),
             id: event.id(),
             resource_version: facts.rv.as_deref(),
             fields,
@@ -184,7 +169,7 @@ impl ChangeLines {
             writeln!(self.out, "--- {date} (UTC) ---")?;
             self.date = Some(date);
         }
-        let word = change_word(facts, event);
+        let word = facts.change_word(event);
         let paint = |code: &str, text: &str| {
             if self.color {
                 format!("\x1b[{code}m{text}\x1b[0m")

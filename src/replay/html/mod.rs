@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::decode::{data_is_json, extension_text, json_of, time_text};
+use super::decode::{data_is_json, json_of, time_text};
 use super::facts::{Facts, Kind, ObjectKey};
 
 pub use write::{Header, write_file};
@@ -103,17 +103,10 @@ impl Timeline {
         let (Some(key), Some(t)) = (facts.key(), facts.time_ms) else {
             return;
         };
-        let flag = |name| extension_text(event, name).as_deref() == Some("true");
-        let ty = match facts.kind {
-            Kind::Added if flag("k8sinitial") => "initial",
-            Kind::Added => "added",
-            Kind::Modified => "modified",
-            Kind::Deleted if flag("k8sinferred") => "inferred",
-            Kind::Deleted => "deleted",
-            Kind::Alert if event.ty().ends_with(".firing") => "firing",
-            Kind::Alert => "resolved",
-            Kind::Other => return,
-        };
+        if facts.kind == Kind::Other {
+            return;
+        }
+        let ty = facts.change_word(event);
         *self.counts.entry(ty).or_default() += 1;
         *self
             .clusters
