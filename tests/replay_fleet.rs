@@ -409,6 +409,10 @@ async fn a_fleet_reads_as_one_record_in_time_order_named_by_cluster_everywhere_a
     );
     let text = terminal.text();
     assert!(
+        text.contains(&format!("3 topics (`{}`, ", ap.topic.topic)),
+        "the summary names the topic that joined: {text}"
+    );
+    assert!(
         text.contains("9 selected; followed until interrupted"),
         "{text}"
     );

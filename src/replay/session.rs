@@ -101,9 +101,18 @@ pub fn replay(plan: &Plan, out: &mut dyn Write, stop: &AtomicBool) -> Result<Sum
         ..Summary::default()
     };
     let mut failure: Option<ReplayError> = None;
+    // The topic of the last record: a topic a follow found later joins the summary.
+    let mut last_topic: Option<Arc<str>> = None;
     let notice = |what: String| eprintln!("kubecast replay: {what}");
     topics.read(plan.stall, stop, notice, |topic, m| {
         s.records += 1;
+        if !last_topic.as_ref().is_some_and(|t| Arc::ptr_eq(t, topic)) {
+            if !s.topics.iter().any(|t| **t == **topic) {
+                s.topics.push(topic.to_string());
+                s.topics.sort();
+            }
+            last_topic = Some(Arc::clone(topic));
+        }
         bar.inc(1);
         let place = Place {
             topic: named.then(|| Arc::clone(topic)),
