@@ -160,7 +160,8 @@ pub fn config(data: &[u8]) {
 }
 
 /// A Kafka record as replay reads it. The bytes are split at the first two NUL bytes into
-/// header lines (`name=value`, newline-separated), a content type, and the payload.
+/// header lines (`name=value`, newline-separated), a content type, and the payload; each event
+/// decoded is also written as `--follow`'s compact and JSON change lines.
 pub fn replay_record(data: &[u8]) {
     let mut parts = data.splitn(3, |b| *b == 0);
     let (head, content_type, payload) =
@@ -183,6 +184,10 @@ pub fn replay_record(data: &[u8]) {
     {
         for e in &events {
             let _ = crate::replay::decode_facts(e);
+        }
+        // Writing to nowhere cannot fail: an error here is a bug in the lines.
+        if let Err(e) = crate::replay::write_change_lines(&events) {
+            panic!("writing the change lines failed: {e}");
         }
     }
 }

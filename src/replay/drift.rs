@@ -237,28 +237,8 @@ pub fn print(out: &mut dyn Write, drift: &Drift, format: StateFormat) -> std::io
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replay::state::LastEvent;
+    use crate::replay::testing::pod;
     use serde_json::json;
-
-    fn pod(cluster: &str, kind: &str, name: &str, data: Value) -> PodAt {
-        PodAt {
-            cluster: Some(cluster.into()),
-            kind: kind.into(),
-            api_version: "v1".into(),
-            namespace: "shop".into(),
-            name: name.into(),
-            uid: format!("{cluster}-{name}"),
-            resource_version: "1".into(),
-            phase: None,
-            node: None,
-            last_event: LastEvent {
-                id: String::new(),
-                ty: String::new(),
-                time: String::new(),
-            },
-            data,
-        }
-    }
 
     fn plan() -> DiffClusters {
         DiffClusters {

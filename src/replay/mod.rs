@@ -61,6 +61,29 @@ pub fn decode_facts(event: &cloudevents::Event) -> (String, Option<serde_json::V
     );
     (facts.object(), decode::data_json(event))
 }
+/// What `--follow` prints of decoded events: each written twice (the second a change against
+/// the first) as compact coloured lines and as JSON lines, to nowhere. The replay-record fuzz
+/// target runs it on every event it decodes.
+#[doc(hidden)]
+pub fn write_change_lines(events: &[cloudevents::Event]) -> std::io::Result<()> {
+    for json in [false, true] {
+        let mut lines = lines::ChangeLines::new(Box::new(std::io::sink()), json, true, false);
+        for e in events.iter().chain(events) {
+            let facts = facts::Facts::of(
+                e,
+                facts::Place {
+                    topic: None,
+                    partition: 0,
+                    offset: 0,
+                },
+            );
+            lines.write(&facts, e)?;
+        }
+        lines.flush()?;
+    }
+    Ok(())
+}
+
 pub use publish::Published;
 pub use session::replay;
 pub use verify::Verdict;

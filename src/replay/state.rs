@@ -169,6 +169,9 @@ pub fn print(
     pods: &[PodAt],
     format: StateFormat,
 ) -> std::io::Result<()> {
+    let fleet = pods
+        .iter()
+        .any(|p| p.cluster != pods.first().and_then(|f| f.cluster.clone()));
     let at_text = jiff::Timestamp::from_millisecond(at_ms)
         .map(|t| t.to_string())
         .unwrap_or_else(|_| at.to_string());
@@ -187,7 +190,12 @@ pub fn print(
                 .iter()
                 .all(|p| p.kind == "Pod" && p.api_version == "v1") =>
         {
-            table(out, &format!("# {} pod(s) at {at_text}", pods.len()), pods)
+            table(
+                out,
+                &format!("# {} pod(s) at {at_text}", pods.len()),
+                pods,
+                fleet,
+            )
         }
         StateFormat::Table => {
             writeln!(out, "# {} object(s) at {at_text}", pods.len())?;
@@ -203,6 +211,7 @@ pub fn print(
                     out,
                     &format!("## {} ({}): {n}", first.kind, first.api_version),
                     group,
+                    fleet,
                 )?;
                 rest = after;
             }
@@ -211,12 +220,9 @@ pub fn print(
     }
 }
 
-/// One table of `pods` under the line `title`; a `CLUSTER` column first when the pods
-/// come from more than one cluster.
-fn table(out: &mut dyn Write, title: &str, pods: &[PodAt]) -> std::io::Result<()> {
-    let fleet = pods
-        .iter()
-        .any(|p| p.cluster != pods.first().and_then(|f| f.cluster.clone()));
+/// One table of `pods` under the line `title`; a `CLUSTER` column first when `fleet` (the
+/// objects printed come from more than one cluster).
+fn table(out: &mut dyn Write, title: &str, pods: &[PodAt], fleet: bool) -> std::io::Result<()> {
     let rows: Vec<Vec<String>> = pods
         .iter()
         .map(|p| {
@@ -274,4 +280,32 @@ pub fn columns(out: &mut dyn Write, head: &[&str], rows: &[Vec<String>]) -> std:
         writeln!(out, "{}", line(&cells))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::testing::pod;
+
+    fn table_of(pods: &[PodAt]) -> String {
+        let mut out = Vec::new();
+        print(&mut out, "0s", 0, pods, StateFormat::Table).unwrap_or_else(|e| panic!("{e}"));
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn every_table_of_a_fleet_has_the_cluster_column_and_one_cluster_has_none() {
+        let fleet = [
+            pod("eu-1", "ConfigMap", "flags", Value::Null),
+            pod("eu-1", "Secret", "token", Value::Null),
+            pod("us-1", "Secret", "token", Value::Null),
+        ];
+        let text = table_of(&fleet);
+        let heads: Vec<&str> = text.lines().filter(|l| l.contains("NAMESPACE")).collect();
+        assert_eq!(heads.len(), 2, "{text}");
+        assert!(heads.iter().all(|h| h.starts_with("CLUSTER ")), "{text}");
+        assert!(text.contains("eu-1      shop"), "{text}");
+        let one = table_of(&fleet[..2]);
+        assert!(!one.contains("CLUSTER"), "{one}");
+    }
 }

@@ -3,6 +3,29 @@
 use cloudevents::{Event, EventBuilder, EventBuilderV10};
 use serde_json::Value;
 
+use super::state::{LastEvent, PodAt};
+
+/// An object of `kind` named `shop/NAME` in `cluster`, as `--state-at` keeps it, with `data`.
+pub fn pod(cluster: &str, kind: &str, name: &str, data: Value) -> PodAt {
+    PodAt {
+        cluster: Some(cluster.into()),
+        kind: kind.into(),
+        api_version: "v1".into(),
+        namespace: "shop".into(),
+        name: name.into(),
+        uid: format!("{cluster}-{name}"),
+        resource_version: "1".into(),
+        phase: None,
+        node: None,
+        last_event: LastEvent {
+            id: String::new(),
+            ty: String::new(),
+            time: String::new(),
+        },
+        data,
+    }
+}
+
 /// A kubecast event of `ty` (`added`, `modified`, `deleted`, `firing`, `resolved`) about
 /// Pod `ns/web` (uid `u1`) at `rv`, `ms` after the epoch's first day.
 pub fn event(ty: &str, rv: &str, ms: i64, data: Value, extra: &[(&str, &str)]) -> Event {
