@@ -29,8 +29,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
-use shared::{Row, append, events, replay, replay_command, write};
+use shared::{Row, append, events, replay, write};
 use support::consume::{create_topic, create_topic_with};
+use support::kubecast::replay_command;
 use support::{Stack, unique_name};
 
 fn main() {

@@ -9,12 +9,11 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::consume::{KafkaTopic, Record, copy_records};
-use support::kubecast::{Kubecast, run_to_end, scratch_dir};
+use support::kubecast::{Kubecast, replay_command, run_to_end, scratch_dir};
 use support::objects::Objects;
 use support::page::{elements, open};
 use support::pods::namespace;
@@ -336,14 +335,7 @@ async fn a_fleet_reads_as_one_record_in_time_order_named_by_cluster_everywhere_a
 
     // --follow on a terminal, from the test's start: the record so far, then a change made
     // after it caught up, printed within a second with the field that changed.
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kubecast"));
-    command.args([
-        "replay",
-        "--brokers",
-        &stack.kafka_bootstrap,
-        "--topic",
-        &pattern,
-    ]);
+    let mut command = replay_command(&stack, &pattern);
     command.args(["--follow", "--since", &since]);
     let mut terminal = Terminal::spawn(command);
     terminal.wait_for("following 2 topic(s)", LIMIT);

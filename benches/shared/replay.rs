@@ -2,7 +2,7 @@
 //! through kubecast's own Kafka sink, and one `kubecast replay` run timed with its peak
 //! memory.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,6 +10,7 @@ use kubecast::event::{Event, event_id};
 use kubecast::model::ChangeKind;
 
 use super::support::consume::create_topic;
+use super::support::kubecast::replay_command;
 use super::support::{Stack, deliver, proc};
 
 pub const PODS: usize = 1000;
@@ -72,19 +73,6 @@ pub async fn append(stack: &Stack, topic: &str, mode: &str, events: &[Arc<Event>
         stack.kafka_bootstrap
     );
     deliver::through_sink(topic, &text, events).await;
-}
-
-/// `kubecast replay --brokers (the stack's) --topic TOPIC`, this build's binary.
-pub fn replay_command(stack: &Stack, topic: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kubecast"));
-    command.args([
-        "replay",
-        "--brokers",
-        &stack.kafka_bootstrap,
-        "--topic",
-        topic,
-    ]);
-    command
 }
 
 pub struct Row {

@@ -40,9 +40,9 @@ fn ignored(path: &str) -> bool {
         _ => path.to_string(),
     };
     IGNORED.iter().any(|i| {
-        general == *i
-            || general.starts_with(&format!("{i}."))
-            || general.starts_with(&format!("{i}["))
+        general
+            .strip_prefix(i)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
     })
 }
 

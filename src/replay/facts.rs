@@ -6,8 +6,9 @@ use cloudevents::{AttributesReader, Event};
 use super::decode::extension_text;
 use crate::model::ChangeKind;
 
-/// Where a record was read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a record was read (the default: nowhere in particular, for an event not read from a
+/// topic).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Place {
     /// The topic, named only when the replay reads more than one.
     pub topic: Option<std::sync::Arc<str>>,

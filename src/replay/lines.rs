@@ -107,14 +107,14 @@ impl ChangeLines {
             }
             Kind::Added | Kind::Modified => {
                 let data = data_json(event).unwrap_or(Value::Null);
+                // An `added` keeps its version for the next change; only a change lists fields.
                 let changes = self.versions.next(&key, data)?;
-                Some(
+                (facts.kind == Kind::Modified).then(|| {
                     changes
                         .into_iter()
                         .filter(|c| !is_bookkeeping(&c.path))
-                        .collect(),
-                )
-                .filter(|_| facts.kind == Kind::Modified)
+                        .collect()
+                })
             }
             _ => None,
         }

@@ -5,14 +5,7 @@ use crate::replay::facts::Place;
 use crate::replay::testing::{event, event_in};
 
 fn facts(e: &Event) -> Facts {
-    Facts::of(
-        e,
-        Place {
-            topic: None,
-            partition: 0,
-            offset: 0,
-        },
-    )
+    Facts::of(e, Place::default())
 }
 
 /// The lines `events` give, written without colour.

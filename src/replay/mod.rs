@@ -51,14 +51,7 @@ pub use html::{apply_patch, merge_patch};
 /// fuzz target runs it on every event it decodes.
 #[doc(hidden)]
 pub fn decode_facts(event: &cloudevents::Event) -> (String, Option<serde_json::Value>) {
-    let facts = facts::Facts::of(
-        event,
-        facts::Place {
-            topic: None,
-            partition: 0,
-            offset: 0,
-        },
-    );
+    let facts = facts::Facts::of(event, facts::Place::default());
     (facts.object(), decode::data_json(event))
 }
 /// What `--follow` prints of decoded events: each written twice (the second a change against
@@ -69,14 +62,7 @@ pub fn write_change_lines(events: &[cloudevents::Event]) -> std::io::Result<()> 
     for json in [false, true] {
         let mut lines = lines::ChangeLines::new(Box::new(std::io::sink()), json, true, false);
         for e in events.iter().chain(events) {
-            let facts = facts::Facts::of(
-                e,
-                facts::Place {
-                    topic: None,
-                    partition: 0,
-                    offset: 0,
-                },
-            );
+            let facts = facts::Facts::of(e, facts::Place::default());
             lines.write(&facts, e)?;
         }
         lines.flush()?;

@@ -49,7 +49,7 @@ pub struct Topics {
     pub(super) follow: bool,
     pub(super) at_end: bool,
     /// The patterns of `--topic`, for the topics created while following.
-    patterns: Vec<regex::Regex>,
+    patterns: Vec<TopicChoice>,
     /// `--partition`.
     partitions: Option<Vec<i32>>,
 }
@@ -160,10 +160,8 @@ impl Topics {
             patterns: plan
                 .topics
                 .iter()
-                .filter_map(|c| match c {
-                    TopicChoice::Pattern(re) => Some(re.clone()),
-                    TopicChoice::Name(_) => None,
-                })
+                .filter(|c| matches!(c, TopicChoice::Pattern(_)))
+                .cloned()
                 .collect(),
             partitions: plan.range.partitions.clone(),
         })
@@ -181,10 +179,7 @@ impl Topics {
         let mut spans = Vec::new();
         for t in m.topics().iter().filter(|t| t.error().is_none()) {
             let name = t.name();
-            let matched = self
-                .patterns
-                .iter()
-                .any(|re| TopicChoice::Pattern(re.clone()).takes(name));
+            let matched = self.patterns.iter().any(|p| p.takes(name));
             if !matched || known.iter().any(|k| &*k.topic == name) {
                 continue;
             }

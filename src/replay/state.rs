@@ -169,9 +169,8 @@ pub fn print(
     pods: &[PodAt],
     format: StateFormat,
 ) -> std::io::Result<()> {
-    let fleet = pods
-        .iter()
-        .any(|p| p.cluster != pods.first().and_then(|f| f.cluster.clone()));
+    let first = pods.first().map(|p| &p.cluster);
+    let fleet = pods.iter().any(|p| Some(&p.cluster) != first);
     let at_text = jiff::Timestamp::from_millisecond(at_ms)
         .map(|t| t.to_string())
         .unwrap_or_else(|_| at.to_string());

@@ -192,6 +192,19 @@ impl Kubecast {
     }
 }
 
+/// `kubecast replay --brokers (the stack's) --topic TOPIC`, this build's binary, to add to.
+pub fn replay_command(stack: &Stack, topic: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kubecast"));
+    command.args([
+        "replay",
+        "--brokers",
+        &stack.kafka_bootstrap,
+        "--topic",
+        topic,
+    ]);
+    command
+}
+
 /// Runs `kubecast ARGS` to completion; returns the exit code, stdout and stderr.
 pub fn run_to_end(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubecast"))

@@ -87,8 +87,8 @@ struct Lane {
 #[derive(Debug, Default)]
 pub struct Timeline {
     lanes: HashMap<ObjectKey, Lane>,
-    counts: BTreeMap<&'static str, u64>,
-    /// The counts per cluster (the header shows them when there is more than one).
+    /// The counts per type, per cluster (the header shows the totals, and these when there
+    /// is more than one cluster).
     clusters: BTreeMap<String, BTreeMap<&'static str, u64>>,
     span: Option<(i64, i64)>,
 }
@@ -107,13 +107,13 @@ impl Timeline {
             return;
         }
         let ty = facts.change_word(event);
-        *self.counts.entry(ty).or_default() += 1;
-        *self
-            .clusters
-            .entry(key.cluster.clone())
-            .or_default()
-            .entry(ty)
-            .or_default() += 1;
+        // The cluster's name is copied once, not for every event.
+        if !self.clusters.contains_key(&key.cluster) {
+            self.clusters.insert(key.cluster.clone(), BTreeMap::new());
+        }
+        if let Some(counts) = self.clusters.get_mut(&key.cluster) {
+            *counts.entry(ty).or_default() += 1;
+        }
         self.span = Some(match self.span {
             Some((a, b)) => (a.min(t), b.max(t)),
             None => (t, t),

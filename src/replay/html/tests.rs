@@ -14,17 +14,7 @@ fn key(cluster: &str, uid: &str) -> ObjectKey {
 }
 
 fn feed(t: &mut Timeline, e: &Event) {
-    t.observe(
-        &Facts::of(
-            e,
-            Place {
-                topic: None,
-                partition: 0,
-                offset: 0,
-            },
-        ),
-        e,
-    );
+    t.observe(&Facts::of(e, Place::default()), e);
 }
 
 fn written(t: Timeline, verdict: Option<(bool, String)>) -> String {

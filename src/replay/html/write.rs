@@ -42,10 +42,13 @@ impl Timeline {
     pub fn write(self, out: &mut dyn Write, header: &Header) -> io::Result<()> {
         let Timeline {
             lanes,
-            counts,
             clusters,
             span,
         } = self;
+        let mut counts = std::collections::BTreeMap::new();
+        for (ty, n) in clusters.values().flatten() {
+            *counts.entry(*ty).or_default() += n;
+        }
         let lanes = in_page_order(lanes);
         let title = escape(&format!("kubecast replay: {}", header.topic));
         write!(
