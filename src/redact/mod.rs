@@ -12,18 +12,20 @@
 //! - `kubectl.kubernetes.io/last-applied-configuration`: parsed as the object it is, redacted
 //!   by these same rules and written back (an annotation that does not parse is redacted
 //!   whole), so a Secret's or a workload's copy of itself carries nothing the object does not;
-//! - the annotations and labels the config names, whole.
+//! - the annotations and labels the config names, whole;
 //!
-//! `metadata.managedFields` is dropped, and `apiVersion` and `kind` are added when the object
-//! lacks them (list items do).
+//! the last three in every `metadata` object anywhere in the document, not only the object's
+//! own: a workload's pod template, a CronJob's job template, a custom resource's templates,
+//! and each of those inside a last-applied copy. The object's own `metadata.managedFields` is
+//! dropped, and `apiVersion` and `kind` are added when the object lacks them (list items do).
 //!
 //! The object is read once, as a stream: a `Place` says where in it the reader is, and
 //! each member is either copied through as the bytes it is (a borrowed
 //! `serde_json::value::RawValue`), skipped, replaced, or descended into with the place it
-//! leads to. A member that may hold a container list somewhere below it (its bytes name one,
-//! or hold a `\u` escape that could spell one) is descended into; any other is copied as it
-//! is, so status, data and the like cost one scan. The object's own bytes and key order are
-//! kept.
+//! leads to. A member that may hold a `metadata` object or a container list somewhere below
+//! it (its bytes name one, or hold a `\u` escape that could spell one) is descended into; any
+//! other is copied as it is, so status, data and the like cost one scan. The object's own
+//! bytes and key order are kept.
 
 use std::fmt;
 
@@ -85,15 +87,18 @@ struct Ctx<'r> {
 enum Place {
     /// The object itself: `metadata` and a Secret's data are its own; the rest is searched.
     Root,
+    /// The object's own `metadata`.
     Metadata,
+    /// Any other `metadata` object (a template's): as the object's own, but nothing dropped.
+    InnerMetadata,
     /// `metadata.annotations`: the configured ones and the last-applied copy.
     Annotations,
     /// `metadata.labels`: the configured ones.
     Labels,
     /// Every member's value is redacted (a Secret's `data` and `stringData`).
     RedactAll,
-    /// Anywhere else (with env values redacted): members that name a container list are
-    /// container lists, the others are searched.
+    /// Anywhere else: `metadata` members are metadata; with env values redacted, members
+    /// that name a container list are container lists; the others are searched.
     Any,
     /// `containers`, `initContainers`, `ephemeralContainers`: each element is a container.
     Containers,
@@ -106,11 +111,11 @@ enum Place {
 
 /// What happens to one member or element.
 enum Action {
-    Copy,
     Drop,
     Redact,
     Into(Place),
-    /// Descended into as [`Place::Any`] when its bytes may hold a container list, else copied.
+    /// Descended into as [`Place::Any`] when its bytes may hold a `metadata` object or a
+    /// container list, else copied.
     Search,
     /// The last-applied annotation: parsed, redacted as the object, written back.
     LastApplied,
@@ -126,8 +131,10 @@ impl Place {
             }
             (Place::RedactAll, _) => Action::Redact,
             (Place::Metadata, "managedFields") => Action::Drop,
-            (Place::Metadata, "annotations") => Action::Into(Place::Annotations),
-            (Place::Metadata, "labels") if !ctx.redact.labels.is_empty() => {
+            (Place::Metadata | Place::InnerMetadata, "annotations") => {
+                Action::Into(Place::Annotations)
+            }
+            (Place::Metadata | Place::InnerMetadata, "labels") if !ctx.redact.labels.is_empty() => {
                 Action::Into(Place::Labels)
             }
             (Place::Annotations, _) if listed(&ctx.redact.annotations) => Action::Redact,
@@ -136,6 +143,8 @@ impl Place {
             (Place::Labels, _) if listed(&ctx.redact.labels) => Action::Redact,
             (Place::Container, "env") => Action::Into(Place::Env),
             (Place::EnvVar, "value") => Action::Redact,
+            // A template's metadata, wherever it sits, is treated as the object's own.
+            (_, "metadata") => Action::Into(Place::InnerMetadata),
             // Anywhere else, a container list is one; everything else is searched for one.
             (_, k) if ctx.redact.env_values && CONTAINER_LISTS.contains(&k) => {
                 Action::Into(Place::Containers)
@@ -147,19 +156,17 @@ impl Place {
             {
                 Action::Into(Place::Any)
             }
-            _ if ctx.redact.env_values => Action::Search,
-            _ => Action::Copy,
+            _ => Action::Search,
         }
     }
 
     /// What happens to each element, where this place is an array.
-    fn element(self, ctx: &Ctx<'_>) -> Action {
+    fn element(self) -> Action {
         match self {
             Place::Containers => Action::Into(Place::Container),
             Place::Env => Action::Into(Place::EnvVar),
             Place::RedactAll => Action::Redact,
-            _ if ctx.redact.env_values => Action::Search,
-            _ => Action::Copy,
+            _ => Action::Search,
         }
     }
 
@@ -173,16 +180,23 @@ impl Place {
     }
 }
 
-/// Whether `raw` may hold a container list: it is an object or an array (a scalar holds
-/// none) whose bytes name one, or hold a `\u` escape (which could spell a member name).
-fn may_hold_containers(raw: &[u8]) -> bool {
-    use memchr::memmem::Finder;
+/// Whether `raw` may hold a `metadata` object or (when `containers`) a container list: it is
+/// an object or an array (a scalar holds neither) whose bytes name one, or hold a `\u` escape
+/// (which could spell a member name).
+fn may_hold(raw: &[u8], containers: bool) -> bool {
+    use aho_corasick::AhoCorasick;
     use std::sync::LazyLock;
-    // Built once: a finder's set-up costs more than searching a small member.
-    static LIST: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"ontainers\""));
-    static ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u"));
+    // Built once: an automaton's set-up costs more than searching a small member. One pass
+    // finds any of the names.
+    static WITH_LISTS: LazyLock<Option<AhoCorasick>> =
+        LazyLock::new(|| AhoCorasick::new([&b"etadata\""[..], b"ontainers\"", b"\\u"]).ok());
+    static METADATA: LazyLock<Option<AhoCorasick>> =
+        LazyLock::new(|| AhoCorasick::new([&b"etadata\""[..], b"\\u"]).ok());
+    let finder = if containers { &*WITH_LISTS } else { &*METADATA };
     matches!(raw.first(), Some(b'{' | b'['))
-        && (LIST.find(raw).is_some() || ESCAPE.find(raw).is_some())
+        // Three fixed ASCII needles always build; were they ever refused, descend (the
+        // same result, one scan more).
+        && finder.as_ref().is_none_or(|f| f.is_match(raw))
 }
 
 /// Writes the value at `place` to `out` as it is read. Which members the object itself had
@@ -210,9 +224,10 @@ fn act<E: de::Error>(
     raw: &RawValue,
 ) -> Result<(), E> {
     match action {
-        Action::Copy | Action::Drop => out.extend_from_slice(raw.get().as_bytes()),
+        // Dropped members never get here (the map visitor skips them); copied if one did.
+        Action::Drop => out.extend_from_slice(raw.get().as_bytes()),
         Action::Redact => out.extend_from_slice(REDACTED_JSON),
-        Action::Search if !may_hold_containers(raw.get().as_bytes()) => {
+        Action::Search if !may_hold(raw.get().as_bytes(), ctx.redact.env_values) => {
             out.extend_from_slice(raw.get().as_bytes())
         }
         Action::Search => rewrite_str(out, raw.get(), Place::Any, ctx).map_err(E::custom)?,
@@ -322,7 +337,7 @@ impl<'de> Visitor<'de> for Rewrite<'_, '_> {
             if !first {
                 out.push(b',');
             }
-            let more = match place.element(ctx) {
+            let more = match place.element() {
                 Action::Into(child) => seq
                     .next_element_seed(Rewrite {
                         out: &mut *out,

@@ -27,13 +27,16 @@ fn model(obj: &[u8], redact: &RedactConfig, secret: bool, nested: bool) -> Resul
     let Value::Object(o) = &mut v else {
         return Err("not an object".to_string());
     };
-    let env = redact.env_values;
+    let m = Model {
+        redact,
+        secret,
+        nested,
+    };
     for (k, member) in o.iter_mut() {
         match (k.as_str(), &mut *member) {
-            ("metadata", Value::Object(meta)) => metadata(meta, redact, secret, nested),
+            ("metadata", Value::Object(meta)) => m.metadata(meta, true),
             ("data" | "stringData", _) if secret => redact_all(member),
-            (k, _) if env => generic(k, member),
-            _ => {}
+            (k, _) => m.generic(k, member),
         }
     }
     Ok(v)
@@ -43,40 +46,106 @@ fn redacted() -> Value {
     json!("<redacted>")
 }
 
-fn metadata(meta: &mut Map<String, Value>, redact: &RedactConfig, secret: bool, nested: bool) {
-    meta.remove("managedFields");
-    let env = redact.env_values;
-    for (k, v) in meta.iter_mut() {
-        match (k.as_str(), &mut *v) {
-            ("annotations", Value::Object(a)) => {
-                for (ak, av) in a.iter_mut() {
-                    if redact.annotations.contains(ak) {
-                        *av = redacted();
-                    } else if ak == LAST_APPLIED {
-                        *av = match av {
-                            Value::String(s) if !nested => {
-                                model(s.as_bytes(), redact, secret, true)
-                                    .map(|c| Value::String(c.to_string()))
-                                    .unwrap_or_else(|_| redacted())
-                            }
-                            _ => redacted(),
-                        };
-                    } else if env {
-                        generic(ak, av);
+/// The rules of one pass: the config, the kind, and whether this is a last-applied copy.
+struct Model<'r> {
+    redact: &'r RedactConfig,
+    secret: bool,
+    nested: bool,
+}
+
+impl Model<'_> {
+    /// A `metadata` object: the object's own (`own`, whose managedFields go) or any other.
+    fn metadata(&self, meta: &mut Map<String, Value>, own: bool) {
+        if own {
+            meta.remove("managedFields");
+        }
+        let redact = self.redact;
+        for (k, v) in meta.iter_mut() {
+            match (k.as_str(), &mut *v) {
+                ("annotations", Value::Object(a)) => {
+                    for (ak, av) in a.iter_mut() {
+                        if redact.annotations.contains(ak) {
+                            *av = redacted();
+                        } else if ak == LAST_APPLIED {
+                            *av = match av {
+                                Value::String(s) if !self.nested => {
+                                    model(s.as_bytes(), redact, self.secret, true)
+                                        .map(|c| Value::String(c.to_string()))
+                                        .unwrap_or_else(|_| redacted())
+                                }
+                                _ => redacted(),
+                            };
+                        } else {
+                            self.generic(ak, av);
+                        }
                     }
                 }
-            }
-            ("labels", Value::Object(l)) if !redact.labels.is_empty() => {
-                for (lk, lv) in l.iter_mut() {
-                    if redact.labels.contains(lk) {
-                        *lv = redacted();
-                    } else if env {
-                        generic(lk, lv);
+                ("labels", Value::Object(l)) if !redact.labels.is_empty() => {
+                    for (lk, lv) in l.iter_mut() {
+                        if redact.labels.contains(lk) {
+                            *lv = redacted();
+                        } else {
+                            self.generic(lk, lv);
+                        }
                     }
                 }
+                (k, _) => self.generic(k, v),
             }
-            (k, _) if env => generic(k, v),
+        }
+    }
+
+    /// A member named `k` anywhere: a template's metadata, a container list, or searched.
+    fn generic(&self, k: &str, v: &mut Value) {
+        match v {
+            Value::Object(meta) if k == "metadata" => self.metadata(meta, false),
+            _ if self.redact.env_values && CONTAINER_LISTS.contains(&k) => self.containers(v),
+            _ => self.any(v),
+        }
+    }
+
+    fn any(&self, v: &mut Value) {
+        match v {
+            Value::Object(m) => m.iter_mut().for_each(|(k, v)| self.generic(k, v)),
+            Value::Array(a) => a.iter_mut().for_each(|v| self.any(v)),
             _ => {}
+        }
+    }
+
+    fn containers(&self, v: &mut Value) {
+        let Value::Array(list) = v else {
+            return self.any(v);
+        };
+        for c in list {
+            let Value::Object(c) = c else {
+                self.any(c);
+                continue;
+            };
+            for (k, v) in c.iter_mut() {
+                if k == "env" {
+                    self.env(v)
+                } else {
+                    self.generic(k, v)
+                }
+            }
+        }
+    }
+
+    fn env(&self, v: &mut Value) {
+        let Value::Array(vars) = v else {
+            return self.any(v);
+        };
+        for var in vars {
+            let Value::Object(var) = var else {
+                self.any(var);
+                continue;
+            };
+            for (k, v) in var.iter_mut() {
+                if k == "value" {
+                    *v = redacted()
+                } else {
+                    self.generic(k, v)
+                }
+            }
         }
     }
 }
@@ -86,57 +155,6 @@ fn redact_all(v: &mut Value) {
         Value::Object(m) => m.values_mut().for_each(|v| *v = redacted()),
         Value::Array(a) => a.iter_mut().for_each(|v| *v = redacted()),
         other => *other = redacted(),
-    }
-}
-
-/// A member named `k` anywhere: a container list, or searched.
-fn generic(k: &str, v: &mut Value) {
-    if CONTAINER_LISTS.contains(&k) {
-        containers(v)
-    } else {
-        any(v)
-    }
-}
-
-fn any(v: &mut Value) {
-    match v {
-        Value::Object(m) => m.iter_mut().for_each(|(k, v)| generic(k, v)),
-        Value::Array(a) => a.iter_mut().for_each(any),
-        _ => {}
-    }
-}
-
-fn containers(v: &mut Value) {
-    let Value::Array(list) = v else {
-        return any(v);
-    };
-    for c in list {
-        let Value::Object(c) = c else {
-            any(c);
-            continue;
-        };
-        for (k, v) in c.iter_mut() {
-            if k == "env" { env(v) } else { generic(k, v) }
-        }
-    }
-}
-
-fn env(v: &mut Value) {
-    let Value::Array(vars) = v else {
-        return any(v);
-    };
-    for var in vars {
-        let Value::Object(var) = var else {
-            any(var);
-            continue;
-        };
-        for (k, v) in var.iter_mut() {
-            if k == "value" {
-                *v = redacted()
-            } else {
-                generic(k, v)
-            }
-        }
     }
 }
 

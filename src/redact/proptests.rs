@@ -1,12 +1,16 @@
 //! Property tests of `full_data` against its reference model (`redact::model`): the whole
-//! object as a `serde_json::Value`, changed in place. For pod-shaped objects with arbitrary members, keys
-//! and strings (escapes, unicode), container lists at any depth and last-applied copies, both
-//! give the same JSON; for anything else, both refuse.
+//! object as a `serde_json::Value`, changed in place. For pod-shaped objects with arbitrary
+//! members, keys and strings (escapes, unicode), container lists and template metadata at any
+//! depth (under members the pass always descends into and under any other), member names
+//! spelled with `\u` escapes, and last-applied copies, both give the same JSON; for anything
+//! else, both refuse.
 
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
 const LAST_APPLIED: &str = super::LAST_APPLIED;
+/// An annotation and a label the generated configs may name.
+const TOKEN: &str = "example.com/token";
 
 use super::RedactConfig;
 use super::model::{full_by_value, normalized};
@@ -43,6 +47,8 @@ fn key() -> impl Strategy<Value = String> {
         Just("value".to_string()),
         Just("env".to_string()),
         Just("containers".to_string()),
+        Just("metadata".to_string()),
+        Just(TOKEN.to_string()),
         Just("k\"ey\\/\u{7}".to_string()),
         "[a-z.]{1,8}",
     ]
@@ -100,18 +106,29 @@ fn pod() -> impl Strategy<Value = Value> {
         ],
         any_json(),
     );
-    // A pod spec deeper down, as a template or a custom resource holds one.
-    let spec = prop_oneof![
-        spec.clone(),
-        spec.prop_map(
-            |s| json!({"template": {"spec": s}, "tasks": [{"podTemplate": {"spec": {}}}]})
-        ),
-    ]
-    .boxed();
     let map_of_strings = prop_oneof![
         prop::collection::vec((key(), any_json()), 0..4)
             .prop_map(|kv| Value::Object(kv.into_iter().collect())),
         any_json()
+    ]
+    .boxed();
+    let plain_metadata = object_of(
+        vec![
+            ("annotations", map_of_strings.clone()),
+            ("labels", map_of_strings.clone()),
+        ],
+        any_json(),
+    );
+    // A pod spec deeper down, as a template or a custom resource holds one, with the
+    // template's own metadata.
+    let spec = prop_oneof![
+        spec.clone(),
+        (spec.clone(), plain_metadata.clone()).prop_map(
+            |(s, m)| json!({"template": {"metadata": m, "spec": s}, "tasks": [{"podTemplate": {"spec": {}}}]})
+        ),
+        (spec, plain_metadata).prop_map(
+            |(s, m)| json!({"jobTemplate": {"metadata": m, "spec": {"template": {"metadata": m, "spec": s}}}})
+        ),
     ]
     .boxed();
     // A last-applied copy of an object like this one, with or without a Secret's data.
@@ -137,11 +154,77 @@ fn pod() -> impl Strategy<Value = Value> {
             ("apiVersion", Just(json!("v1")).boxed()),
             ("kind", Just(json!("Pod")).boxed()),
             ("metadata", prop_oneof![metadata, any_json()].boxed()),
-            ("spec", prop_oneof![spec, any_json()].boxed()),
+            ("spec", prop_oneof![spec.clone(), any_json()].boxed()),
+            // Where the pass descends only when the bytes may hold something to redact.
+            ("status", prop_oneof![spec, any_json()].boxed()),
             ("data", any_json().boxed()),
         ],
         any_json(),
     )
+}
+
+/// `bytes` with the member names the pass looks for spelled with a `\u` escape, wherever
+/// `escape` says: the pass must find them all the same.
+fn escaped(bytes: Vec<u8>, escape: bool) -> Vec<u8> {
+    if !escape {
+        return bytes;
+    }
+    let text = String::from_utf8(bytes).expect("serde_json writes UTF-8");
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut rest = text.as_str();
+    let names = [
+        ("\"metadata\":", "\"m\\u0065tadata\":"),
+        ("\"containers\":", "\"c\\u006fntainers\":"),
+        ("\"initContainers\":", "\"initC\\u006fntainers\":"),
+        ("\"env\":", "\"\\u0065nv\":"),
+        ("\"annotations\":", "\"\\u0061nnotations\":"),
+    ];
+    while let Some((at, (from, to))) = names
+        .iter()
+        .filter_map(|n| rest.find(n.0).map(|at| (at, n)))
+        .min_by_key(|(at, _)| *at)
+    {
+        // A name that ends a longer one (`x\"metadata`) is left as it is.
+        let after_backslash = rest[..at].ends_with('\\');
+        out.push_str(&rest[..at]);
+        out.push_str(if after_backslash { from } else { to });
+        rest = &rest[at + from.len()..];
+    }
+    out.push_str(rest);
+    out.into_bytes()
+}
+
+/// `v` with `marker` as the value of annotation and label [`TOKEN`] in every `metadata`
+/// object at any depth, and a last-applied copy of the marked object on its own metadata.
+fn marked_metadata(mut v: Value, marker: &str) -> Value {
+    fn walk(v: &mut Value, marker: &str) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m.iter_mut() {
+                    if let (true, Value::Object(meta)) = (k == "metadata", &mut *v) {
+                        for list in ["annotations", "labels"] {
+                            if let Value::Object(a) =
+                                meta.entry(list).or_insert_with(|| json!({}))
+                            {
+                                a.insert(TOKEN.into(), json!(marker));
+                            }
+                        }
+                    }
+                    walk(v, marker);
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(|v| walk(v, marker)),
+            _ => {}
+        }
+    }
+    walk(&mut v, marker);
+    let copy = v.to_string();
+    if let Some(Value::Object(meta)) = v.get_mut("metadata")
+        && let Some(Value::Object(a)) = meta.get_mut("annotations")
+    {
+        a.insert(LAST_APPLIED.into(), json!(copy));
+    }
+    v
 }
 
 fn redact_config() -> impl Strategy<Value = RedactConfig> {
@@ -165,8 +248,9 @@ proptest! {
         pod in pod(),
         redact in redact_config(),
         secret in any::<bool>(),
+        escape in any::<bool>(),
     ) {
-        let bytes = serde_json::to_vec(&pod).expect("a Value serializes");
+        let bytes = escaped(serde_json::to_vec(&pod).expect("a Value serializes"), escape);
         let shape = Shape { secret };
         let out = full_data(&bytes, &redact, shape, "v1", "Pod").expect("an object is accepted");
         let got: Value = serde_json::from_slice(&out)
@@ -191,11 +275,25 @@ proptest! {
     fn a_marker_in_any_env_value_secret_value_or_last_applied_copy_never_survives(
         pod in pod(),
         secret in any::<bool>(),
+        escape in any::<bool>(),
     ) {
         let marker = "kubecast-redaction-marker";
         let marked = super::model::marked(pod, marker, secret);
-        let bytes = serde_json::to_vec(&marked).expect("a Value serializes");
+        let bytes = escaped(serde_json::to_vec(&marked).expect("a Value serializes"), escape);
         let out = full_data(&bytes, &RedactConfig::default(), Shape { secret }, "v1", "Pod").expect("an object");
+        prop_assert!(!String::from_utf8_lossy(&out).contains(marker), "{}", String::from_utf8_lossy(&out));
+    }
+
+    #[test]
+    fn a_configured_annotation_or_label_in_any_metadata_at_any_depth_never_survives(
+        pod in pod(),
+        env_values in any::<bool>(),
+        escape in any::<bool>(),
+    ) {
+        let marker = "kubecast-annotation-marker";
+        let bytes = escaped(serde_json::to_vec(&marked_metadata(pod, marker)).expect("a Value serializes"), escape);
+        let redact = RedactConfig { env_values, annotations: vec![TOKEN.into()], labels: vec![TOKEN.into()] };
+        let out = full_data(&bytes, &redact, Shape::default(), "v1", "Pod").expect("an object");
         prop_assert!(!String::from_utf8_lossy(&out).contains(marker), "{}", String::from_utf8_lossy(&out));
     }
 }

@@ -219,3 +219,60 @@ fn an_object_reads_back_redacted() {
         Value::Null
     );
 }
+
+#[test]
+fn configured_annotations_and_labels_are_redacted_in_every_metadata_of_the_document() {
+    let key = super::LAST_APPLIED;
+    let template_meta = json!({"annotations": {"example.com/token": "t", "keep": "k"},
+        "labels": {"owner": "o", "app": "a"}});
+    // A CronJob: its job template's and that job's pod template's metadata, and the same
+    // again inside its last-applied copy; a custom resource's template in a list.
+    let cronjob = json!({"kind": "CronJob", "metadata": {"name": "c"}, "spec": {"jobTemplate": {
+        "metadata": template_meta, "spec": {"template": {"metadata": template_meta, "spec": {}}}}},
+        "status": {"tasks": [{"podTemplate": {"metadata": template_meta}}]}});
+    let mut obj = cronjob.clone();
+    obj["metadata"]["annotations"] = json!({key: cronjob.to_string()});
+    for env_values in [true, false] {
+        let redact = RedactConfig {
+            env_values,
+            annotations: vec!["example.com/token".into()],
+            labels: vec!["owner".into()],
+        };
+        let d = full_with(obj.clone(), Shape::default(), &redact);
+        let copy: Value = serde_json::from_str(
+            d["metadata"]["annotations"][key]
+                .as_str()
+                .expect("a string"),
+        )
+        .expect("the copy is JSON");
+        for (doc, at) in [(&d, "the object"), (&copy, "its last-applied copy")] {
+            for path in [
+                "/spec/jobTemplate/metadata",
+                "/spec/jobTemplate/spec/template/metadata",
+                "/status/tasks/0/podTemplate/metadata",
+            ] {
+                let meta = doc.pointer(path).expect("the metadata is kept");
+                assert_eq!(meta["annotations"]["example.com/token"], "<redacted>", "{at}{path} (env_values {env_values})");
+                assert_eq!(meta["labels"]["owner"], "<redacted>", "{at}{path} (env_values {env_values})");
+                assert_eq!(meta["annotations"]["keep"], "k", "{at}{path}");
+                assert_eq!(meta["labels"]["app"], "a", "{at}{path}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_metadata_spelled_with_escapes_under_any_member_is_still_found() {
+    let obj = br#"{"status":{"t":{"m\u0065tadata":{"annotations":{"example.com/token":"s3cr3t"}}}}}"#;
+    let redact = RedactConfig {
+        env_values: false,
+        annotations: vec!["example.com/token".into()],
+        ..RedactConfig::default()
+    };
+    let out = full_data(obj, &redact, Shape::default(), "v1", "X").expect("an object");
+    assert!(
+        !String::from_utf8_lossy(&out).contains("s3cr3t"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+}
