@@ -1,7 +1,13 @@
 //! Asking the apiserver what it serves: the core group's resources (`/api/v1`) and every
 //! group's versions (`/apis`, then `/apis/{group}/{version}`), as [`Served`] entries for
 //! [`super::resolve`]. Entry points: [`served`] (everything, at start) and [`served_group`]
-//! (one group, while a custom resource is waited for).
+//! (one group: while a custom resource is waited for, and when a watch answered 404).
+//!
+//! Only an answer that proves a group version gone counts as "not served": the group absent
+//! from `/apis`, or a 404 for `/apis/{group}/{version}`. [`served_group`] answers with an
+//! error for anything else (a timeout, a 5xx, a 429), since its caller may infer deletes from
+//! what is not served; [`served`] at start leaves such a group version out, as kubectl does,
+//! so one broken aggregated API does not keep kubecast from starting.
 
 use futures::future::join_all;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroup, APIGroupList, APIResourceList};
@@ -19,7 +25,7 @@ pub enum DiscoveryError {
         #[source]
         source: kube::Error,
     },
-    /// Unreachable, slow or failing: worth another try.
+    /// Unreachable, slow or failing (no proof of anything gone): worth another try.
     #[error("discovering the apiserver's resources at {path}")]
     Unavailable {
         path: String,
@@ -60,16 +66,19 @@ async fn get<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// Every resource the apiserver serves, core first, then the groups in its order.
+/// Every resource the apiserver serves, core first, then the groups in its order. A group
+/// version whose discovery fails for another reason than a 404 is left out (and logged).
 pub async fn served(client: &kube::Client) -> Result<Vec<Served>, DiscoveryError> {
     let core: APIResourceList = get(client, "/api/v1").await?;
     let mut out = entries(&core, "", "v1", true);
     let groups: APIGroupList = get(client, "/apis").await?;
-    out.extend(groups_served(client, &groups.groups).await?);
+    out.extend(groups_served(client, &groups.groups, Unproven::LeftOut).await?);
     Ok(out)
 }
 
-/// The resources of `group` (empty when the apiserver does not serve it, yet).
+/// The resources of `group`: empty only when the apiserver proves it serves none of them (the
+/// group absent from `/apis`, a 404 for each of its versions). Any other failure is an error,
+/// retriable where [`DiscoveryError::is_retriable`] says so.
 pub async fn served_group(
     client: &kube::Client,
     group: &str,
@@ -80,12 +89,22 @@ pub async fn served_group(
         .into_iter()
         .filter(|g| g.name == group)
         .collect();
-    groups_served(client, &wanted).await
+    groups_served(client, &wanted, Unproven::Error).await
+}
+
+/// What a group version whose discovery failed without proof that it is gone becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unproven {
+    /// Left out, as kubectl does (at start: one broken aggregated API stops nothing).
+    LeftOut,
+    /// The whole answer is an error: the caller may not take "not listed" for "gone".
+    Error,
 }
 
 async fn groups_served(
     client: &kube::Client,
     groups: &[APIGroup],
+    unproven: Unproven,
 ) -> Result<Vec<Served>, DiscoveryError> {
     let mut wanted = Vec::new();
     for g in groups {
@@ -99,12 +118,15 @@ async fn groups_served(
         }
     }
     let lists = join_all(wanted.iter().map(|(g, v, _)| async move {
-        // A group version that vanished between the two requests (a CRD deleted) or whose
-        // aggregated server is down is left out, as kubectl does.
         match get::<APIResourceList>(client, &format!("/apis/{g}/{v}")).await {
             Ok(l) => Ok(Some(l)),
-            Err(DiscoveryError::Unavailable { path, source }) => {
-                tracing::warn!(%path, error = %source, "discovery: skipping a group version the apiserver did not serve");
+            // A group version that vanished between the two requests (a CRD deleted).
+            Err(DiscoveryError::Unavailable { path, source }) if is_not_found(&source) => {
+                tracing::info!(%path, "discovery: the group version is no longer served (404)");
+                Ok(None)
+            }
+            Err(DiscoveryError::Unavailable { path, source }) if unproven == Unproven::LeftOut => {
+                tracing::warn!(%path, error = %source, "discovery: skipping a group version whose discovery failed");
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -118,6 +140,11 @@ async fn groups_served(
         }
     }
     Ok(out)
+}
+
+/// Whether the apiserver answered 404 Not Found: proof that the path is not served.
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
 /// The watchable top-level resources of one group version (subresources left out).

@@ -58,7 +58,8 @@ enum Found {
     Gone,
     /// Served, at this resource's preferred version.
     At(Arc<crate::kinds::Resource>),
-    /// Discovery could not be asked.
+    /// Discovery failed without proving anything (a timeout, a 5xx, a 429): nothing is
+    /// inferred, and the watch retries.
     Unknown(String),
 }
 
@@ -173,7 +174,7 @@ impl Watch {
                     Found::Unknown(reason) => {
                         let wait = backoff.next_delay();
                         tracing::warn!(scope = %ns, %reason, retry_in_ms = wait.as_millis() as u64,
-                            "the apiserver answered 404 and discovery could not be asked; nothing inferred, retrying");
+                            "the apiserver answered 404 and discovery did not prove the resource gone; nothing inferred, retrying");
                         tokio::time::sleep(wait).await;
                     }
                 },
@@ -235,13 +236,18 @@ impl Watch {
         }
     }
 
-    /// What discovery says of the scope's resource now: gone, or served at a version.
+    /// What discovery says of the scope's resource now: gone (proven: its group is not in
+    /// `/apis`, or each of its versions answers 404), served at a version, or unknown.
     async fn discovered(&self) -> Found {
         let r = &self.scope.resource;
         match discovery::served_group(&self.client, &r.group).await {
             Err(e) => Found::Unknown(crate::error_chain(&e)),
             Ok(served) => match resolve::resolve(r.key(), &served) {
                 Ok(found) => Found::At(found),
+                // Served without list or watch: not gone, and nothing to follow.
+                Err(e @ resolve::ResolveError::NotWatchable { .. }) => {
+                    Found::Unknown(e.to_string())
+                }
                 Err(_) => Found::Gone,
             },
         }

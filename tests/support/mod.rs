@@ -7,11 +7,13 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
+pub mod apiproxy;
 pub mod browser;
 pub mod churn;
 pub mod consume;
 pub mod deliver;
 pub mod deploy;
+pub mod follow;
 pub mod http;
 pub mod kubecast;
 pub mod nodes;
