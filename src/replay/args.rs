@@ -142,7 +142,9 @@ pub struct ReplayArgs {
     /// SASL password (better through the environment variable).
     #[arg(long, env = "KUBECAST_REPLAY_SASL_PASSWORD", hide_env_values = true)]
     pub sasl_password: Option<String>,
-    /// Give up when no record arrives for this many seconds while some are still due.
+    /// Give up when no record arrives for this many seconds while some are still due, or
+    /// when the brokers do not answer for this long (shorter outages, a broker restarted,
+    /// are waited out).
     #[arg(long, default_value_t = 60)]
     pub stall_seconds: u64,
 }

@@ -9,7 +9,12 @@
 //! following, a partition at its end does not hold anything back: a record appended there
 //! later is given when it comes, even if another partition gave a later one meanwhile. A
 //! follow also looks for new topics its patterns match, as Kafka's pattern subscription
-//! does, and reads each from its beginning.
+//! does, and reads each from its beginning; the records the partitions already took from
+//! their queues are carried over to the next pass, so a topic that appears loses nothing.
+//!
+//! Errors the brokers recover from by themselves (all brokers down, a broken connection, a
+//! timeout, a leader moving) are waited out: said once on standard error, and given up with
+//! [`ReplayError::Unreachable`] only when the brokers stay unreachable for the stall bound.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,8 +22,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
-use rdkafka::message::BorrowedMessage;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::OwnedMessage;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::ReplayError;
@@ -42,9 +47,14 @@ enum State {
 struct Part<'q> {
     span: &'q Span,
     queue: &'q Queue,
-    head: Option<BorrowedMessage<'q>>,
+    /// The partition's next record, taken from its queue. Owned (a copy of the record,
+    /// small beside decoding it), so that it outlives the pass that took it.
+    head: Option<OwnedMessage>,
     state: State,
 }
+
+/// A partition's place between two passes of the merge: its state and the record it holds.
+type Carried = (State, Option<OwnedMessage>);
 
 /// Set by any partition queue's callback when it becomes non-empty.
 #[derive(Default)]
@@ -92,6 +102,39 @@ struct Progress {
     announced: bool,
     /// When the topics were last looked for new ones matching a pattern.
     looked: Instant,
+    /// Since when the brokers have been unreachable (a transient error, not yet followed
+    /// by a record, a partition's end or an answer), and the last such error.
+    troubled: Option<(Instant, KafkaError)>,
+    /// When the brokers were last asked whether they answer again.
+    probed: Instant,
+}
+
+/// How often a replay whose brokers are unreachable asks them whether they answer again.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// Whether `e` is one the client recovers from by itself once the brokers answer again.
+fn transient(e: &KafkaError) -> bool {
+    use RDKafkaErrorCode as C;
+    let code = match e {
+        KafkaError::MessageConsumption(c) | KafkaError::Global(c) => *c,
+        _ => return false,
+    };
+    matches!(
+        code,
+        C::AllBrokersDown
+            | C::BrokerTransportFailure
+            | C::OperationTimedOut
+            | C::RequestTimedOut
+            | C::NetworkException
+            | C::Resolve
+            | C::BrokerNotAvailable
+            | C::LeaderNotAvailable
+            | C::NotLeaderForPartition
+            | C::ReplicaNotAvailable
+            | C::NotCoordinator
+            | C::CoordinatorNotAvailable
+            | C::CoordinatorLoadInProgress
+    )
 }
 
 /// How often a follow looks for new topics matching its patterns.
@@ -111,7 +154,7 @@ impl Topics {
         stall: Duration,
         stop: &AtomicBool,
         mut notice: impl FnMut(String),
-        mut each: impl FnMut(&Arc<str>, &BorrowedMessage<'_>) -> ControlFlow<()>,
+        mut each: impl FnMut(&Arc<str>, &OwnedMessage) -> ControlFlow<()>,
     ) -> Result<(), ReplayError> {
         let wake = Arc::new(Wake::default());
         let mut queues: Vec<(Span, Queue)> = Vec::new();
@@ -125,16 +168,18 @@ impl Topics {
         if queues.is_empty() {
             return Ok(());
         }
-        let mut states = vec![State::Reading; queues.len()];
+        let mut carried: Vec<Carried> = queues.iter().map(|_| (State::Reading, None)).collect();
         let mut progress = Progress {
             last: Instant::now(),
             announced: false,
             looked: Instant::now(),
+            troubled: None,
+            probed: Instant::now(),
         };
         loop {
             let outcome = self.merge(
                 &queues,
-                &mut states,
+                &mut carried,
                 &mut progress,
                 (stall, stop, &wake),
                 &mut notice,
@@ -149,7 +194,7 @@ impl Topics {
                             s.topic, s.partition
                         ));
                     }
-                    states.extend(spans.iter().map(|_| State::Reading));
+                    carried.extend(spans.iter().map(|_| (State::Reading, None)));
                     // A topic created after the follow started: all of it is new.
                     self.add(&mut queues, spans, &wake, |_| Offset::Beginning)?;
                 }
@@ -196,25 +241,26 @@ impl Topics {
         }
     }
 
-    /// One pass of the merge over `queues` (whose states are `states`), until it ends or,
-    /// following, new topics appear while no record is held.
+    /// One pass of the merge over `queues` (whose states and held records are `carried`),
+    /// until it ends or, following, new topics appear; then `carried` holds where each
+    /// partition stands, with the record it took from its queue and has not given yet.
     fn merge(
         &self,
         queues: &[(Span, Queue)],
-        states: &mut [State],
+        carried: &mut [Carried],
         progress: &mut Progress,
         (stall, stop, wake): (Duration, &AtomicBool, &Wake),
         notice: &mut impl FnMut(String),
-        each: &mut impl FnMut(&Arc<str>, &BorrowedMessage<'_>) -> ControlFlow<()>,
+        each: &mut impl FnMut(&Arc<str>, &OwnedMessage) -> ControlFlow<()>,
     ) -> Result<Outcome, ReplayError> {
         let kafka = |e| self.kafka(e);
         let mut parts: Vec<Part<'_>> = queues
             .iter()
-            .zip(states.iter())
-            .map(|((span, queue), state)| Part {
+            .zip(carried.iter_mut())
+            .map(|((span, queue), (state, head))| Part {
                 span,
                 queue,
-                head: None,
+                head: head.take(),
                 state: *state,
             })
             .collect();
@@ -232,7 +278,7 @@ impl Topics {
                             part.state = State::Done;
                             pause(&self.consumer, part.span).map_err(kafka)?;
                         } else {
-                            part.head = Some(m);
+                            part.head = Some(m.detach());
                             part.state = State::Reading;
                         }
                     }
@@ -248,11 +294,13 @@ impl Topics {
                             pause(&self.consumer, part.span).map_err(kafka)?;
                         }
                     }
+                    Some(Err(e)) if transient(&e) => self.troubled(progress, e, stall, notice),
                     Some(Err(e)) => return Err(kafka(e)),
                 }
             }
             if arrived {
                 progress.last = Instant::now();
+                self.recovered(progress, notice);
             }
             if self.follow && !progress.announced && parts.iter().all(|p| p.state == State::AtEnd) {
                 progress.announced = true;
@@ -276,7 +324,6 @@ impl Topics {
                     let Some(m) = part.head.take() else { continue };
                     let done = m.offset() + 1 >= part.span.end;
                     let flow = each(&part.span.topic, &m);
-                    drop(m);
                     if done {
                         part.state = State::Done;
                         pause(&self.consumer, part.span).map_err(kafka)?;
@@ -303,22 +350,38 @@ impl Topics {
             if arrived {
                 continue;
             }
-            // Idle: no record is held, so new topics can join between two passes.
+            // Idle (nothing arrived; records may be held while another partition's next
+            // is due): new topics join between two passes, the held records carried over.
             if progress.announced && progress.looked.elapsed() >= LOOK_FOR_TOPICS {
                 progress.looked = Instant::now();
                 let known: Vec<&Span> = parts.iter().map(|p| p.span).collect();
                 let grown = self.new_spans(&known);
                 if !grown.is_empty() {
-                    for (state, part) in states.iter_mut().zip(&parts) {
-                        *state = part.state;
+                    for (c, part) in carried.iter_mut().zip(parts) {
+                        *c = (part.state, part.head);
                     }
                     return Ok(Outcome::Grew(grown));
                 }
             }
+            if progress.troubled.is_some() && progress.probed.elapsed() >= PROBE_EVERY {
+                progress.probed = Instant::now();
+                if self.consumer.fetch_metadata(None, PROBE_EVERY).is_ok() {
+                    self.recovered(progress, notice);
+                } else if let Some((since, e)) = progress.troubled.take_if(|(since, _)| since.elapsed() >= stall) {
+                    return Err(ReplayError::Unreachable {
+                        topic: self.names.join(", "),
+                        stall,
+                        since: since.elapsed(),
+                        source: e,
+                    });
+                }
+            }
             // Serves the consumer's own events (errors, a rejected authentication);
             // every record comes through a partition queue.
-            if let Some(Err(e)) = self.consumer.poll(Duration::ZERO) {
-                return Err(kafka(e));
+            match self.consumer.poll(Duration::ZERO) {
+                Some(Err(e)) if transient(&e) => self.troubled(progress, e, stall, notice),
+                Some(Err(e)) => return Err(kafka(e)),
+                _ => {}
             }
             if let Some(reason) = self.consumer.context().rejected() {
                 return Err(ReplayError::Rejected(reason));
@@ -329,8 +392,41 @@ impl Topics {
     }
 }
 
+impl Topics {
+    /// A transient error: said once, and waited out up to `stall`.
+    fn troubled(
+        &self,
+        progress: &mut Progress,
+        e: KafkaError,
+        stall: Duration,
+        notice: &mut impl FnMut(String),
+    ) {
+        match &mut progress.troubled {
+            Some((_, last)) => *last = e,
+            None => {
+                notice(format!(
+                    "the brokers do not answer ({e}); waiting up to {}s for them",
+                    stall.as_secs()
+                ));
+                progress.probed = Instant::now();
+                progress.troubled = Some((Instant::now(), e));
+            }
+        }
+    }
+
+    /// The brokers answer again (a record, a partition's end, metadata).
+    fn recovered(&self, progress: &mut Progress, notice: &mut impl FnMut(String)) {
+        if let Some((since, _)) = progress.troubled.take() {
+            notice(format!(
+                "the brokers answer again after {}s; reading on",
+                since.elapsed().as_secs()
+            ));
+        }
+    }
+}
+
 /// The merge's order: the record's timestamp (records without one first), in milliseconds.
-fn order(m: &BorrowedMessage<'_>) -> i64 {
+fn order(m: &OwnedMessage) -> i64 {
     m.timestamp().to_millis().unwrap_or(i64::MIN)
 }
 

@@ -110,6 +110,16 @@ pub enum ReplayError {
         stall: Duration,
         partitions: Vec<i32>,
     },
+    #[error(
+        "the brokers of `{topic}` did not answer for {since:?}, longer than the stall bound of {stall:?}"
+    )]
+    Unreachable {
+        topic: String,
+        stall: Duration,
+        since: Duration,
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
     #[error("writing {what}")]
     Write {
         what: String,
