@@ -1,14 +1,16 @@
 //! The leak hunt: on the real stack, a namespace holds a Secret applied the way `kubectl apply`
 //! writes it (its data copied into the last-applied annotation, `stringData` in plain text), a
 //! Pod and a ReplicationController with env values (the Pod's copied into its own last-applied
-//! annotation), a custom resource with a pod template holding env values, and an annotation of
-//! the user's own that `encoding.redact.annotations` names; two user alert rules read secret
-//! fields. kubecast sends to every kind of sink: Kafka, a second Kafka sink whose small limit
+//! annotation), a custom resource with a pod template holding env values, and an annotation and
+//! a label of the user's own that `encoding.redact` names, on a Pod's own metadata and on the
+//! templates' metadata (a CronJob's job and pod templates, the custom resource's pod template,
+//! and their last-applied copies); two user alert rules read secret fields. kubecast sends to every kind of sink: Kafka, a second Kafka sink whose small limit
 //! sends events to a dead-letter topic, MQTT 5, and the CloudEvents Go SDK's HTTP receiver at
 //! a URL holding a token and a password. Every byte that leaves kubecast — the topics, the
 //! dead letters, the MQTT payloads and user properties, the HTTP events (ce- attributes and
 //! data), its log, its `/metrics` and `/readyz`, and `kubecast replay --html` of the topic —
-//! is searched for each secret, plain and base64, and holds none.
+//! is searched for each secret, plain and base64 (the HTTP sink's credentials also as the
+//! `user:password` pair an `Authorization: Basic` header would carry), and holds none.
 
 mod support;
 
@@ -84,13 +86,19 @@ async fn no_secret_leaves_kubecast_through_any_sink_log_metric_or_report() {
         "s3cr3t-rc-env",
         "s3cr3t-cr-env",
         "s3cr3t-own-annotation",
+        "s3cr3t-cronjob-template",
+        "s3cr3t-cronjob-pod-template",
+        "s3cr3t-cr-template",
+        "s3cr3t-template-label",
         "t0k3n-leak",
         "pa55-leak",
     ];
-    let needles: Vec<String> = secrets
+    let mut needles: Vec<String> = secrets
         .iter()
         .flat_map(|s| [s.to_string(), base64(s.as_bytes())])
         .collect();
+    // What an `Authorization: Basic` header of the URL's credentials would carry.
+    needles.push(base64(b"user:pa55-leak"));
 
     let (topic, small, dlq) = (
         unique_name("leak"),
@@ -110,7 +118,7 @@ async fn no_secret_leaves_kubecast_through_any_sink_log_metric_or_report() {
     let port = free_port();
     let settings = format!(
         "metrics: {{address: '127.0.0.1:{port}'}}\n\
-         encoding:\n  redact: {{annotations: [example.com/own]}}\n\
+         encoding:\n  redact: {{annotations: [example.com/own], labels: [example.com/own-label]}}\n\
          alerts:\n  rules:\n\
          \x20   secret_field: {{resource: secrets, expr: 'data.password == \"{}\"', message: 'password {{{{ data.password }}}}'}}\n\
          \x20   env_field: {{expr: 'spec.containers[*].env[*].value == \"s3cr3t-pod-env\"', message: 'env {{{{ spec.containers[*].env[*].value }}}}'}}\n",
@@ -128,10 +136,10 @@ async fn no_secret_leaves_kubecast_through_any_sink_log_metric_or_report() {
         )
         .replace(
             "watch:\n",
-            &format!("watch:\n  resources: [pods, replicationcontrollers, {{resource: secrets, allow_secrets: true}}, rollouts.{group}]\n"),
+            &format!("watch:\n  resources: [pods, replicationcontrollers, cronjobs.batch, {{resource: secrets, allow_secrets: true}}, rollouts.{group}]\n"),
         );
     let mut kubecast = Kubecast::start(stack, &scene.dir, &config);
-    kubecast.wait_for_log("list complete", 4, LIMIT).await;
+    kubecast.wait_for_log("list complete", 5, LIMIT).await;
 
     let api = format!("/api/v1/namespaces/{ns}");
     objects
@@ -153,11 +161,29 @@ async fn no_secret_leaves_kubecast_through_any_sink_log_metric_or_report() {
                     "template": {"metadata": {"labels": {"app": "leaky-rc"}}, "spec": {"containers": containers("s3cr3t-rc-env")}}}}),
         )
         .await;
+    // Templates' metadata: the configured annotation and label are as secret there as on the
+    // object's own (a suspended CronJob creates no Job).
+    let template = |annotation: &str| {
+        json!({"annotations": {"example.com/own": annotation, "keep": "k"},
+            "labels": {"example.com/own-label": "s3cr3t-template-label", "app": "leaky"}})
+    };
+    objects
+        .create(
+            &format!("/apis/batch/v1/namespaces/{ns}/cronjobs"),
+            &applied(json!({"apiVersion": "batch/v1", "kind": "CronJob",
+                "metadata": {"name": "leaky-cronjob", "annotations": {"example.com/own": "s3cr3t-own-annotation"}},
+                "spec": {"schedule": "0 0 1 1 *", "suspend": true, "jobTemplate": {
+                    "metadata": template("s3cr3t-cronjob-template"),
+                    "spec": {"template": {"metadata": template("s3cr3t-cronjob-pod-template"),
+                        "spec": {"restartPolicy": "Never", "containers": containers("s3cr3t-pod-env")}}}}}})),
+        )
+        .await;
     objects
         .create(
             &format!("/apis/{group}/v1/namespaces/{ns}/rollouts"),
             &applied(json!({"apiVersion": format!("{group}/v1"), "kind": "Rollout", "metadata": {"name": "leaky-cr"},
-                "spec": {"replicas": 2, "template": {"metadata": {}, "spec": {"containers": containers("s3cr3t-cr-env")}}}})),
+                "spec": {"replicas": 2, "template": {"metadata": template("s3cr3t-cr-template"),
+                    "spec": {"containers": containers("s3cr3t-cr-env")}}}})),
         )
         .await;
     let marker = scene.pods.create("marker").await;
@@ -179,6 +205,7 @@ async fn no_secret_leaves_kubecast_through_any_sink_log_metric_or_report() {
                 "leaky-secret",
                 "leaky-pod",
                 "leaky-rc",
+                "leaky-cronjob",
                 "leaky-cr",
                 "marker",
             ]
@@ -231,6 +258,23 @@ async fn no_secret_leaves_kubecast_through_any_sink_log_metric_or_report() {
                 .contains("<redacted>"),
             "{a}"
         );
+    }
+
+    // The templates' metadata came out with only the configured values replaced.
+    let cronjob = records
+        .iter()
+        .rev()
+        .find(|r| r.ce("k8sname") == "leaky-cronjob")
+        .expect("the CronJob's event")
+        .json();
+    for at in [
+        "/spec/jobTemplate/metadata",
+        "/spec/jobTemplate/spec/template/metadata",
+    ] {
+        let meta = cronjob.pointer(at).unwrap_or(&Value::Null);
+        assert_eq!(meta["annotations"]["example.com/own"], "<redacted>", "{at}: {meta}");
+        assert_eq!(meta["labels"]["example.com/own-label"], "<redacted>", "{at}: {meta}");
+        assert_eq!((&meta["annotations"]["keep"], &meta["labels"]["app"]), (&json!("k"), &json!("leaky")), "{at}: {meta}");
     }
 
     let record_text = |r: &support::consume::Record| {

@@ -171,8 +171,12 @@ async fn two_kubecasts_sharing_a_client_id_back_off(protocol: &str) {
         .sum();
     let watched = tokio::time::Instant::now() + Duration::from_secs(20);
     while tokio::time::Instant::now() < watched {
-        for k in &mut kubecasts {
-            k.check(Ok::<(), String>(()));
+        for (i, k) in kubecasts.iter_mut().enumerate() {
+            assert!(
+                k.running(),
+                "kubecast {i} exited while the two fought for the session; its log:\n{}",
+                k.log()
+            );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -187,8 +191,9 @@ async fn two_kubecasts_sharing_a_client_id_back_off(protocol: &str) {
         kubecasts[0].log(),
         kubecasts[1].log()
     );
-    for k in kubecasts {
-        k.stop(LIMIT).await;
+    for (i, k) in kubecasts.into_iter().enumerate() {
+        let (code, log) = k.stop(LIMIT).await;
+        assert_eq!(code, Some(0), "kubecast {i} did not stop cleanly; its log:\n{log}");
     }
 }
 
