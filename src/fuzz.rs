@@ -180,7 +180,10 @@ pub fn replay_record(data: &[u8]) {
         headers.push(("content-type".into(), ct));
     }
     if let Ok(events) =
-        crate::replay::events_of(crate::replay::Record::from_parts(headers, payload))
+        crate::replay::events_of(
+            crate::replay::Record::from_parts(headers, payload),
+            &crate::redact::RedactConfig::default(),
+        )
     {
         for e in &events {
             let _ = crate::replay::decode_facts(e);

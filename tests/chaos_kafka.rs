@@ -1,7 +1,8 @@
 //! Chaos: the Kafka broker is stopped for 60 seconds while pods churn, then started again.
 //! Nothing is lost, kubecast's queue for Kafka stays within its limit (the watch waits
-//! instead), and delivery resumes on its own. This binary stops Kafka, so it holds this
-//! one test.
+//! instead), and delivery resumes on its own. A `kubecast replay --follow` of the topic runs
+//! through the outage: it waits for the broker, says so, and prints every change once it is
+//! back. This binary stops Kafka, so it holds this one test.
 
 mod support;
 
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use support::churn::Churn;
 use support::consume::{KafkaTopic, MqttSubscriber};
+use support::follow::Follow;
 use support::kubecast::Kubecast;
 use support::observer::{Observer, check_received, has_all, peak_events};
 use support::scene::Scene;
@@ -56,6 +58,8 @@ async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() 
     let mut coalescing = Kubecast::start(stack, &dir_c, &config_c);
     coalescing.wait_for_log("list complete", 1, LIMIT).await;
 
+    // A follow from the start, whose stall bound outlasts the outage.
+    let mut follow = Follow::start(stack, &topic, &["--from-offset", "0", "--stall-seconds", "300"]).await;
     let churn = Churn::start(&scene.client, &scene.ns, 50, Duration::from_millis(50));
     kubecast.check(
         kafka
@@ -92,6 +96,23 @@ async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() 
         before_restart > 0,
         "the outage was noticed and logged:\n{log}"
     );
+    // The follow waited the outage out and printed every change.
+    assert!(
+        follow.running(),
+        "replay --follow ended during the outage; it said:\n{}",
+        follow.said()
+    );
+    let want: Vec<String> = truth.iter().cloned().collect();
+    if let Err(e) = follow.wait_for_ids(&want, LIMIT).await {
+        panic!("{e}");
+    }
+    let said = follow.said();
+    assert!(
+        said.contains("the brokers do not answer") && said.contains("the brokers answer again"),
+        "the follow says that it waits for the brokers, and when they are back:\n{said}"
+    );
+    let (code, said) = follow.interrupt().await;
+    assert_eq!(code, Some(0), "{said}");
 
     let kafka_dups = check_received(
         &truth,

@@ -115,9 +115,19 @@ pub struct ReplayArgs {
     /// Write the events to this file (JSON lines) instead of standard output.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
-    /// A kubecast config file whose sink `--sink` re-publishes the events, ids kept.
-    #[arg(long, requires = "sink")]
+    /// A kubecast config file: the names its `encoding.redact` adds are redacted in every
+    /// output (as the kubecast that wrote the topic did), and with `--sink` one of its sinks
+    /// re-publishes the events, ids kept.
+    #[arg(long)]
     pub config: Option<PathBuf>,
+    /// An annotation whose value is redacted in every `metadata` of every output, as
+    /// `encoding.redact.annotations` does. Repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub redact_annotation: Vec<String>,
+    /// A label whose value is redacted in every `metadata` of every output, as
+    /// `encoding.redact.labels` does. Repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub redact_label: Vec<String>,
     /// The sink of `--config` to re-publish to.
     #[arg(long, requires = "config")]
     pub sink: Option<String>,
@@ -212,10 +222,10 @@ impl ReplayArgs {
             return Err(usage("--stall-seconds", "must be at least 1"));
         }
         let destination = match (&self.output, &self.config, &self.sink) {
-            (Some(_), Some(_), _) => {
+            (Some(_), _, Some(_)) => {
                 return Err(usage("--output", "goes to a file or to a sink, not both"));
             }
-            (Some(f), None, _) => Destination::File(f.clone()),
+            (Some(f), _, None) => Destination::File(f.clone()),
             (None, Some(c), Some(s)) => Destination::Sink {
                 config: c.clone(),
                 name: s.clone(),
@@ -251,6 +261,12 @@ impl ReplayArgs {
             follow: self.follow,
             events,
             diff,
+            redact: crate::redact::RedactConfig {
+                annotations: self.redact_annotation.clone(),
+                labels: self.redact_label.clone(),
+                ..crate::redact::RedactConfig::default()
+            },
+            config: self.config.clone(),
         })
     }
 
@@ -299,7 +315,7 @@ impl ReplayArgs {
             (self.state_at.is_some(), "--state-at"),
             (self.html.is_some(), "--html"),
             (!self.diff_clusters.is_empty(), "--diff-clusters"),
-            (self.config.is_some(), "--config"),
+            (self.sink.is_some(), "--sink"),
         ];
         if let Some((_, flag)) = report.iter().find(|(on, _)| *on) {
             return Err(usage(

@@ -236,3 +236,27 @@ fn diff_clusters_takes_two_different_clusters_and_a_time_defaulting_to_now() {
         "--at"
     );
 }
+
+#[test]
+fn the_writers_redaction_comes_from_its_config_or_flags_also_while_following() {
+    let p = plan(&[
+        "--follow",
+        "--config",
+        "c.yaml",
+        "--redact-annotation",
+        "example.com/token",
+        "--redact-label",
+        "owner",
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.config, Some("c.yaml".into()));
+    assert_eq!(p.destination, Destination::Stdout, "no --sink: nothing re-published");
+    assert_eq!(p.redact.annotations, ["example.com/token"]);
+    assert_eq!(p.redact.labels, ["owner"]);
+    assert!(p.redact.env_values);
+    // Re-publishing needs an end.
+    assert_eq!(
+        error(&["--follow", "--config", "c.yaml", "--sink", "s"]).flag,
+        "--sink"
+    );
+}

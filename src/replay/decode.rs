@@ -79,10 +79,14 @@ impl<'m> Record<'m> {
     }
 }
 
-/// The events of `record`: one, or a batch's. The kubecast extensions that are booleans
-/// (`k8sinitial`, `k8sinferred`) become booleans also when they came as binary-mode header
-/// strings, so that both modes replay to the same JSON.
-pub fn events_of(record: Record<'_>) -> Result<Vec<Event>, NotCloudEvent> {
+/// The events of `record`: one, or a batch's, their data redacted by `redact` (see
+/// [`redact_data`]). The kubecast extensions that are booleans (`k8sinitial`,
+/// `k8sinferred`) become booleans also when they came as binary-mode header strings, so that
+/// both modes replay to the same JSON.
+pub fn events_of(
+    record: Record<'_>,
+    redact: &crate::redact::RedactConfig,
+) -> Result<Vec<Event>, NotCloudEvent> {
     let mut events = if record.is_batch() {
         let bytes = record.payload.unwrap_or_default();
         serde_json::from_slice::<Vec<Event>>(bytes)
@@ -101,27 +105,39 @@ pub fn events_of(record: Record<'_>) -> Result<Vec<Event>, NotCloudEvent> {
     };
     for e in &mut events {
         normalize_booleans(e);
-        redact_data(e);
+        redact_data(e, redact);
     }
     Ok(events)
 }
 
-/// Replay's outputs go through the same redaction as kubecast's own: the data of a change
-/// (`io.k8s.*`) that is a JSON object is redacted again, which changes nothing kubecast wrote
-/// and keeps secrets out of what older versions or other producers wrote. Data that is not
-/// an object is left as it is.
-fn redact_data(event: &mut Event) {
-    if !event.ty().starts_with("io.k8s.") || !data_is_json(event) {
+/// Replay's outputs go through the same redaction as kubecast's own: the data of every event
+/// that is a JSON object is redacted again by `redact` (the default rules and what the
+/// writer's config named), whatever its type — kubecast's own changes, its `compat`
+/// shapes (`dev.knative.apiserver.*`), alerts, older versions' and other producers' events.
+/// That changes nothing kubecast wrote with the same rules. A Secret is known by its
+/// extensions (`k8skind`/`k8sapiversion`, or a compat shape's `kind`/`apiversion`) or by its
+/// own `apiVersion` and `kind`. Data that is not an object is left as it is.
+fn redact_data(event: &mut Event, redact: &crate::redact::RedactConfig) {
+    if !data_is_json(event) {
         return;
     }
-    let secret = extension_text(event, "k8skind").as_deref() == Some("Secret")
-        && extension_text(event, "k8sapiversion").as_deref() == Some("v1");
-    let shape = crate::redact::Shape { secret };
-    let redact = crate::redact::RedactConfig::default();
     let Some(bytes) = data_bytes(event) else {
         return;
     };
-    let Ok(out) = crate::redact::redacted(&bytes, &redact, shape) else {
+    // The extensions where they name a kind; only then is the data read for its own.
+    let secret = [("k8skind", "k8sapiversion"), ("kind", "apiversion")]
+        .iter()
+        .find_map(|(kind, version)| {
+            let kind = extension_text(event, kind)?;
+            Some(kind == "Secret" && extension_text(event, version).as_deref() == Some("v1"))
+        })
+        .unwrap_or_else(|| {
+            serde_json::from_slice::<SecretShape>(&bytes).is_ok_and(|s| {
+                s.kind.as_deref() == Some("Secret") && s.api_version.as_deref() == Some("v1")
+            })
+        });
+    let shape = crate::redact::Shape { secret };
+    let Ok(out) = crate::redact::redacted(&bytes, redact, shape) else {
         return;
     };
     if out[..] == bytes[..] {
@@ -139,6 +155,14 @@ fn redact_data(event: &mut Event) {
         _ => Data::Binary(out),
     };
     event.set_data_unchecked(data);
+}
+
+/// An object's own `apiVersion` and `kind`, the rest skipped.
+#[derive(serde::Deserialize)]
+struct SecretShape {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<String>,
+    kind: Option<String>,
 }
 
 fn describe(e: &SdkError) -> String {

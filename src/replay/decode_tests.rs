@@ -1,4 +1,5 @@
 use super::*;
+use crate::redact::RedactConfig;
 
 fn record<'a>(headers: &[(&str, &'a str)], payload: Option<&'a [u8]>) -> Record<'a> {
     Record::from_parts(
@@ -11,7 +12,7 @@ fn record<'a>(headers: &[(&str, &'a str)], payload: Option<&'a [u8]>) -> Record<
 }
 
 fn one(r: Record<'_>) -> Event {
-    let mut events = events_of(r).unwrap_or_else(|e| panic!("{e}"));
+    let mut events = events_of(r, &RedactConfig::default()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(events.len(), 1);
     events.remove(0)
 }
@@ -70,10 +71,13 @@ fn structured_mode_is_read_with_or_without_its_content_type() {
 fn a_structured_batch_gives_every_event_in_it() {
     let batch = br#"[{"specversion":"1.0","id":"a","source":"s","type":"t"},
                      {"specversion":"1.0","id":"b","source":"s","type":"t","data_base64":"AAE="}]"#;
-    let events = events_of(record(
-        &[("content-type", "application/cloudevents-batch+json")],
-        Some(batch),
-    ))
+    let events = events_of(
+        record(
+            &[("content-type", "application/cloudevents-batch+json")],
+            Some(batch),
+        ),
+        &RedactConfig::default(),
+    )
     .unwrap_or_else(|e| panic!("{e}"));
     let ids: Vec<&str> = events.iter().map(|e| e.id()).collect();
     assert_eq!(ids, ["a", "b"]);
@@ -99,7 +103,7 @@ fn records_that_are_not_cloudevents_say_why() {
         ),
     ];
     for (headers, payload, why) in cases {
-        match events_of(record(headers, payload)) {
+        match events_of(record(headers, payload), &RedactConfig::default()) {
             Ok(e) => panic!("{headers:?} {payload:?} taken for {e:?}"),
             Err(NotCloudEvent(text)) => assert!(text.contains(why), "`{text}` should say `{why}`"),
         }
@@ -108,7 +112,7 @@ fn records_that_are_not_cloudevents_say_why() {
         &[("content-type", "application/cloudevents-batch+json")],
         Some(b"{}"),
     );
-    assert!(events_of(batch).is_err());
+    assert!(events_of(batch, &RedactConfig::default()).is_err());
 }
 
 #[test]
@@ -119,7 +123,7 @@ fn an_unknown_spec_version_is_refused() {
         ("ce_source", "s"),
         ("ce_type", "t"),
     ];
-    assert!(events_of(record(&headers, None)).is_err());
+    assert!(events_of(record(&headers, None), &RedactConfig::default()).is_err());
 }
 
 #[test]
@@ -168,4 +172,50 @@ fn data_read_from_a_topic_goes_through_the_same_redaction_and_kubecasts_own_is_u
     let own = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"spec\":{\"containers\":[{\"env\":[{\"value\":\"<redacted>\"}]}]}}"}},"spec":{"containers":[{"env":[{"name":"T","value":"<redacted>"}]}]}}"#;
     let p = one(record(&headers("Pod"), Some(own)));
     assert_eq!(&data_bytes(&p).expect("data")[..], &own[..]);
+}
+
+#[test]
+fn compat_shapes_other_types_and_the_writers_configured_names_are_redacted_too() {
+    let headers = |ty: &'static str, extra: [(&'static str, &'static str); 2]| {
+        let mut h = vec![
+            ("ce_specversion", "1.0"),
+            ("ce_id", "u:7:update"),
+            ("ce_source", "k8s://c/api/v1/namespaces/ns/secrets"),
+            ("ce_type", ty),
+            ("content-type", "application/json"),
+        ];
+        h.extend(extra);
+        h
+    };
+    // kubecast's own `compat: apiserversource` shape of a Secret.
+    let secret = br#"{"metadata":{"name":"s"},"data":{"password":"aHVudGVyMg=="}}"#;
+    let knative = headers(
+        "dev.knative.apiserver.resource.update",
+        [("ce_kind", "Secret"), ("ce_apiversion", "v1")],
+    );
+    let s = one(record(&knative, Some(secret)));
+    assert_eq!(data_json(&s).expect("JSON")["data"]["password"], "<redacted>");
+    // Another producer's type, naming no kind: the data's own kind, and env values by shape.
+    let other = headers("com.example.object.changed", [("ce_x", "1"), ("ce_y", "2")]);
+    let own_kind = br#"{"apiVersion":"v1","kind":"Secret","data":{"k":"djE="}}"#;
+    let o = one(record(&other, Some(own_kind)));
+    assert_eq!(data_json(&o).expect("JSON")["data"]["k"], "<redacted>");
+    let env = br#"{"spec":{"containers":[{"env":[{"name":"T","value":"s3cr3t"}]}]}}"#;
+    let o = one(record(&other, Some(env)));
+    assert_eq!(
+        data_json(&o).expect("JSON")["spec"]["containers"][0]["env"][0]["value"],
+        "<redacted>"
+    );
+    // What the writer's config named: an annotation, in a template too.
+    let annotated = br#"{"metadata":{"annotations":{"example.com/token":"t0k3n"}},"spec":{"template":{"metadata":{"labels":{"owner":"o"}}}}}"#;
+    let redact = RedactConfig {
+        annotations: vec!["example.com/token".into()],
+        labels: vec!["owner".into()],
+        ..RedactConfig::default()
+    };
+    let pod = headers("io.k8s.apps.v1.deployment.modified", [("ce_k8skind", "Deployment"), ("ce_k8sapiversion", "apps/v1")]);
+    let mut events = events_of(record(&pod, Some(annotated)), &redact).unwrap_or_else(|e| panic!("{e}"));
+    let d = data_json(&events.remove(0)).expect("JSON");
+    assert_eq!(d["metadata"]["annotations"]["example.com/token"], "<redacted>");
+    assert_eq!(d["spec"]["template"]["metadata"]["labels"]["owner"], "<redacted>");
 }

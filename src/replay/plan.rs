@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use kube::core::Selector;
 
+use super::ReplayError;
 use crate::sinks::Secret;
 
 /// `--format`: which of these a replay takes depends on what it prints.
@@ -192,9 +193,31 @@ pub struct Plan {
     /// is a terminal.
     pub events: Option<EventFormat>,
     pub diff: Option<DiffClusters>,
+    /// The default redaction with the names of `--redact-annotation` and `--redact-label`;
+    /// [`Plan::redaction`] adds `--config`'s.
+    pub redact: crate::redact::RedactConfig,
+    /// `--config`: whose `encoding.redact` names are redacted too (and whose `--sink`
+    /// re-publishes, see [`Destination::Sink`]).
+    pub config: Option<PathBuf>,
 }
 
 impl Plan {
+    /// What every output's data is redacted by: the default rules, the names of `--config`'s
+    /// `encoding.redact` and those of `--redact-annotation` and `--redact-label`. Fails when
+    /// `--config` cannot be loaded.
+    pub fn redaction(&self) -> Result<crate::redact::RedactConfig, ReplayError> {
+        let mut redact = self.redact.clone();
+        if let Some(path) = &self.config {
+            let loaded = crate::config::load(path).map_err(|e| {
+                ReplayError::Config(format!("{}: {}", path.display(), crate::error_chain(&e)))
+            })?;
+            let names = loaded.encoding.redact;
+            redact.annotations.extend(names.annotations);
+            redact.labels.extend(names.labels);
+        }
+        Ok(redact)
+    }
+
     /// The topics as the command line named them, for messages.
     pub fn topics_text(&self) -> String {
         let names: Vec<String> = self.topics.iter().map(|t| format!("`{t}`")).collect();

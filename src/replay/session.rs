@@ -76,6 +76,7 @@ fn write_error(what: &str) -> impl Fn(std::io::Error) -> ReplayError + use<> {
 /// to `out`.
 pub fn replay(plan: &Plan, out: &mut dyn Write, stop: &AtomicBool) -> Result<Summary, ReplayError> {
     let started = Instant::now();
+    let redact = plan.redaction()?;
     let mut sink = Sink::open(plan)?;
     let topics = read::Topics::open(plan)?;
     let named = topics.names.len() > 1;
@@ -119,7 +120,7 @@ pub fn replay(plan: &Plan, out: &mut dyn Write, stop: &AtomicBool) -> Result<Sum
             partition: m.partition(),
             offset: m.offset(),
         };
-        let events = match events_of(Record::of(m)) {
+        let events = match events_of(Record::of(m), &redact) {
             Ok(events) => events,
             Err(why) => {
                 s.not_cloudevents += 1;
