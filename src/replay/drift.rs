@@ -1,5 +1,5 @@
 //! `--diff-clusters A B [--at TIME]`: how two clusters differ — the objects each had at a
-//! time (as `--state-at` reconstructs them), matched by kind, namespace and name, compared
+//! time (as `--state-at` reconstructs them), matched by API group, kind, namespace and name, compared
 //! field by field with [`changes::diff`](super::changes::diff). Values kubecast redacted are
 //! compared as written (`<redacted>` equals `<redacted>`): the record holds nothing else.
 //! Entry points: [`compare`] and [`print`].
@@ -99,8 +99,14 @@ pub struct UnknownCluster {
     pub seen: String,
 }
 
-/// One cluster's objects by (kind, namespace, name).
-type Side = BTreeMap<(String, String, String), (Object, Value)>;
+/// One cluster's objects by (API group, kind, namespace, name).
+type Side = BTreeMap<(String, String, String, String), (Object, Value)>;
+
+/// The API group of `api_version` (`serving.knative.dev/v1` -> `serving.knative.dev`; `v1`,
+/// the core group, -> empty).
+fn group(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
 
 /// Compares the objects `pods` (of every cluster, at `d.at_ms`) of clusters `d.a` and `d.b`;
 /// `seen` are the clusters any event read named.
@@ -123,8 +129,9 @@ pub fn compare(
             });
         }
     }
-    // Matched by kind, namespace and name: the version a kind is served at may differ
-    // between clusters of different Kubernetes versions and still be the same object.
+    // Matched by API group, kind, namespace and name: the version a kind is served at may
+    // differ between clusters of different Kubernetes versions and still be the same object,
+    // but a kind of another group (a Knative `Service` beside a core one) is another object.
     let mut sides: [Side; 2] = Default::default();
     for p in pods {
         let side = match p.cluster.as_deref() {
@@ -132,7 +139,12 @@ pub fn compare(
             Some(c) if c == d.b => 1,
             _ => continue,
         };
-        let key = (p.kind.clone(), p.namespace.clone(), p.name.clone());
+        let key = (
+            group(&p.api_version).to_string(),
+            p.kind.clone(),
+            p.namespace.clone(),
+            p.name.clone(),
+        );
         let object = Object {
             kind: p.kind,
             api_version: p.api_version,
@@ -349,5 +361,32 @@ mod tests {
         let drift = compare(pods, &plan(), &seen(), "now".into()).unwrap_or_else(|e| panic!("{e}"));
         assert!(!drift.differs());
         assert_eq!(drift.same, 1);
+    }
+
+    #[test]
+    fn kinds_of_one_name_in_two_api_groups_are_two_objects() {
+        let at = |cluster: &str, api_version: &str, image: &str| {
+            let mut p = pod(cluster, "Service", "web", json!({"spec": {"image": image}}));
+            p.api_version = api_version.into();
+            p
+        };
+        let pods = vec![
+            at("eu-1", "v1", "core"),
+            at("eu-1", "serving.knative.dev/v1", "knative-a"),
+            at("us-1", "v1", "core"),
+            at("us-1", "serving.knative.dev/v1", "knative-b"),
+        ];
+        let drift = compare(pods, &plan(), &seen(), "now".into()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(drift.same, 1, "the core Services are the same: {drift:?}");
+        assert_eq!(drift.differ.len(), 1, "{drift:?}");
+        assert_eq!(drift.differ[0].object.api_version, "serving.knative.dev/v1");
+        assert_eq!(drift.differ[0].fields[0].values["eu-1"], "knative-a");
+        // A version served in one cluster and not the other is the same object.
+        let pods = vec![
+            at("eu-1", "serving.knative.dev/v1", "x"),
+            at("us-1", "serving.knative.dev/v1beta1", "x"),
+        ];
+        let drift = compare(pods, &plan(), &seen(), "now".into()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((drift.same, drift.differs()), (1, false), "{drift:?}");
     }
 }
