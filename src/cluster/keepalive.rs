@@ -9,7 +9,11 @@
 //! dead connection fails as soon. A watch is checked end to end as well: the apiserver sends
 //! a bookmark about once a minute to a watch that asks for them (kubecast's do), so one that
 //! brought neither an event nor a bookmark for `watch_silence_seconds` is taken for dead
-//! even where something between kubecast and the apiserver (a proxy) keeps TCP alive.
+//! even where something between kubecast and the apiserver (a proxy) keeps TCP alive. The
+//! watch's own server-side timeout is kept below that bound ([`Keepalive::watch_timeout`]),
+//! so that a healthy watch that is quiet and gets no bookmarks (an older apiserver, a proxy
+//! that drops them) is ended by the apiserver and resumed from its position, not taken for
+//! dead.
 
 use std::time::Duration;
 
@@ -78,6 +82,16 @@ pub struct Keepalive {
     pub watch_silence: Duration,
 }
 
+impl Keepalive {
+    /// The `timeoutSeconds` a watch asks of the apiserver, for `watch.timeout_seconds` as
+    /// configured: at most three quarters of the silence bound, so the apiserver ends a quiet
+    /// watch a quarter of the bound before kubecast would take it for dead.
+    pub fn watch_timeout(&self, configured: u32) -> u32 {
+        let bound = (self.watch_silence.as_secs() * 3 / 4).max(1);
+        configured.min(u32::try_from(bound).unwrap_or(u32::MAX))
+    }
+}
+
 impl Default for Keepalive {
     fn default() -> Keepalive {
         let mut issues = Vec::new();
@@ -126,6 +140,28 @@ impl KeepaliveConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quiet_watch_is_ended_by_the_apiserver_before_it_would_be_taken_for_dead() {
+        for silence in [65, 120, 600] {
+            let mut issues = Vec::new();
+            let k = KeepaliveConfig {
+                watch_silence_seconds: silence,
+                ..KeepaliveConfig::default()
+            }
+            .validate(&mut issues);
+            assert!(issues.is_empty(), "{issues:?}");
+            for configured in [10, 60, 300, 3600] {
+                let sent = k.watch_timeout(configured);
+                assert!(
+                    u64::from(sent) < k.watch_silence.as_secs(),
+                    "timeoutSeconds {sent} (configured {configured}) is not below the silence bound {silence}"
+                );
+                assert!(sent <= configured && sent >= configured.min(48));
+            }
+        }
+        assert_eq!(Keepalive::default().watch_timeout(300), 90);
+    }
 
     #[test]
     fn the_defaults_find_a_dead_connection_within_45_seconds() {

@@ -144,7 +144,10 @@ pub struct WatchConfig {
     #[serde(default = "default_page_size")]
     pub page_size: u32,
     /// Seconds after which the apiserver ends a watch request and kubecast opens the next
-    /// one from the last resourceVersion. Default: 300.
+    /// one from the last resourceVersion. Sent as at most three quarters of
+    /// `kubernetes.keepalive.watch_silence_seconds` (90 with the default 120), so that a
+    /// quiet watch without bookmarks ends cleanly before it would be taken for dead.
+    /// Default: 300.
     #[serde(default = "default_watch_timeout")]
     pub timeout_seconds: u32,
     /// Longest wait between two attempts after an error, in seconds. Default: 30.

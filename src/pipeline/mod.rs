@@ -233,7 +233,7 @@ async fn bridge(
             label_selector,
             field_selector: p.field_selector.clone(),
             page_size: config.watch.page_size,
-            timeout_seconds: config.watch.timeout_seconds,
+            timeout_seconds: config.keepalive.watch_timeout(config.watch.timeout_seconds),
             silence: config.keepalive.watch_silence,
             max_backoff,
             streaming: config.watch.streaming_list,
