@@ -3,8 +3,10 @@
 //! record (holder and renew time) has not changed for `lease_duration` by the candidate's own
 //! clock, so clocks that disagree do not matter. Every write carries the resourceVersion it
 //! read, so of two candidates racing for an expired Lease exactly one wins. A leader that
-//! cannot renew for `lease_duration` counts itself a follower again (it may already have been
-//! replaced). Entry point: [`Elector::run`]; one round is [`Elector::round`].
+//! cannot renew within its renew deadline (two thirds of `lease_duration`, as client-go's
+//! `RenewDeadline` of 10 s in a 15 s Lease) counts itself a follower again: it stops before
+//! any candidate may take the Lease, with a third of the Lease to spare for a slow clock or a
+//! slow stop. Entry point: [`Elector::run`]; one round is [`Elector::round`].
 
 use std::time::{Duration, Instant};
 
@@ -33,6 +35,13 @@ impl LeaseSettings {
     /// it runs out), at least `renew_every`.
     pub fn round_limit(&self) -> Duration {
         (self.lease_duration / 3).max(self.renew_every)
+    }
+
+    /// How long after its last renewal a leader that could not renew steps down: two thirds
+    /// of the Lease, so it has stopped a third of a Lease before any candidate may take it
+    /// (a candidate waits the whole Lease from when it saw the renewal).
+    pub fn renew_deadline(&self) -> Duration {
+        self.lease_duration * 2 / 3
     }
 }
 
@@ -202,55 +211,66 @@ impl Elector {
         Ok(true)
     }
 
-    /// Lets the Lease go (this replica stopped publishing what it guards): it is written
-    /// free, so another replica takes it at its next round instead of waiting for it to
-    /// expire. Nothing is written unless the Lease is this replica's.
-    pub async fn release(&mut self) -> Result<(), LeaseError> {
+    /// Lets the Lease go (this replica stopped publishing what it guards): this replica stops
+    /// counting itself its holder at once, and the returned request writes the Lease free, so
+    /// another replica takes it at its next round instead of waiting for it to expire. The
+    /// request borrows nothing, so a caller can run it without waiting for it; it writes
+    /// nothing unless the Lease is this replica's.
+    pub fn release(
+        &mut self,
+    ) -> impl std::future::Future<Output = Result<(), LeaseError>> + Send + 'static {
         self.renewed = None;
         self.holder = None;
-        let mut lease = match self.api.get_opt(&self.settings.name).await {
-            Ok(Some(l)) => l,
-            Ok(None) => return Ok(()),
-            Err(e) => return Err(self.error(e)),
-        };
-        let Some(spec) = lease.spec.as_mut() else {
-            return Ok(());
-        };
-        if spec.holder_identity.as_deref() != Some(self.settings.identity.as_str()) {
-            return Ok(());
-        }
-        spec.holder_identity = None;
-        spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
-        match self
-            .api
-            .replace(&self.settings.name, &PostParams::default(), &lease)
-            .await
-        {
-            // Someone else wrote it meanwhile: it is not this replica's to let go.
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(self.error(e)),
+        let (api, settings) = (self.api.clone(), self.settings.clone());
+        async move {
+            let error = |source| LeaseError::Api {
+                namespace: settings.namespace.clone(),
+                name: settings.name.clone(),
+                source,
+            };
+            let mut lease = match api.get_opt(&settings.name).await {
+                Ok(Some(l)) => l,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(error(e)),
+            };
+            let Some(spec) = lease.spec.as_mut() else {
+                return Ok(());
+            };
+            if spec.holder_identity.as_deref() != Some(settings.identity.as_str()) {
+                return Ok(());
+            }
+            spec.holder_identity = None;
+            spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+            match api
+                .replace(&settings.name, &PostParams::default(), &lease)
+                .await
+            {
+                // Someone else wrote it meanwhile: it is not this replica's to let go.
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(error(e)),
+            }
         }
     }
 
-    /// A request failed: a leader stays one until its Lease could have expired.
+    /// A request failed: a leader stays one until its renew deadline.
     fn failed(&mut self, e: kube::Error) -> Result<bool, LeaseError> {
         self.lapse_if_expired();
         tracing::warn!(lease = %self.settings.name, error = %e, "Lease request failed");
         Err(self.error(e))
     }
 
-    /// Whether this replica counts itself the leader (after its last round).
+    /// Whether this replica counts itself the leader: it renewed within its renew deadline.
     pub fn is_leader(&self) -> bool {
         self.renewed
-            .is_some_and(|r| r.elapsed() < self.settings.lease_duration)
+            .is_some_and(|r| r.elapsed() < self.settings.renew_deadline())
     }
 
-    /// When this replica's leadership ends unless it renews: its last renewal plus the
-    /// Lease's duration.
+    /// When this replica's leadership ends unless it renews: its last renewal (when the
+    /// request was sent) plus the renew deadline.
     pub fn leads_until(&self) -> Option<tokio::time::Instant> {
         self.renewed
-            .map(|r| tokio::time::Instant::from_std(r + self.settings.lease_duration))
+            .map(|r| tokio::time::Instant::from_std(r + self.settings.renew_deadline()))
     }
 
     fn round_limit(&self) -> Duration {
@@ -260,8 +280,8 @@ impl Elector {
     /// Runs rounds every `renew_every` until the returned receiver is dropped; the receiver
     /// holds whether this replica leads. A round that gets no answer within a third of the
     /// Lease is given up (its connection with it: the next round opens a new one), and
-    /// leadership ends when the Lease does even while a round is waiting, so a
-    /// leader cut off from the apiserver stops publishing before any standby may take over.
+    /// leadership ends at the renew deadline even while a round is waiting, so a leader cut
+    /// off from the apiserver stops publishing before any standby may take over.
     pub fn run(mut self) -> watch::Receiver<bool> {
         let (tx, rx) = watch::channel(false);
         tokio::spawn(async move {
@@ -280,7 +300,7 @@ impl Elector {
                             r = &mut round => break r.is_ok(),
                             () = crate::backoff::sleep_until(until), if !expired && until.is_some() => {
                                 expired = true;
-                                tracing::warn!(%lease, "the Lease ran out while renewing it got no answer: stepping down");
+                                tracing::warn!(%lease, "the renew deadline passed while renewing the Lease got no answer: stepping down before it may be taken");
                                 if tx.send(false).is_err() {
                                     return;
                                 }
@@ -306,12 +326,11 @@ impl Elector {
         rx
     }
 
-    /// A request failed or got no answer: a leader stays one until its Lease could have
-    /// expired.
+    /// A request failed or got no answer: a leader stays one until its renew deadline.
     pub fn lapse_if_expired(&mut self) {
         if self
             .renewed
-            .is_some_and(|r| r.elapsed() >= self.settings.lease_duration)
+            .is_some_and(|r| r.elapsed() >= self.settings.renew_deadline())
         {
             self.renewed = None;
         }
@@ -333,7 +352,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_leader_whose_lease_requests_never_return_steps_down_when_its_lease_runs_out() {
+    async fn a_leader_whose_lease_requests_never_return_steps_down_at_its_renew_deadline() {
         let lease_duration = Duration::from_millis(600);
         let mut elector = Elector::new(
             unanswered(),
@@ -358,9 +377,10 @@ mod tests {
                 .expect("the elector is running");
         }
         let after = renewed.elapsed();
+        let deadline = lease_duration * 2 / 3;
         assert!(
-            after >= lease_duration && after < lease_duration + Duration::from_millis(300),
-            "stepped down {after:?} after the last renewal, the Lease is {lease_duration:?}"
+            after >= deadline && after < deadline + Duration::from_millis(150),
+            "stepped down {after:?} after the last renewal; the renew deadline is {deadline:?} of a {lease_duration:?} Lease"
         );
     }
 }

@@ -8,10 +8,20 @@
 //! members' record, renews the shards it holds, and takes or hands over shards as
 //! [`crate::ha::balance::plan`] says. A shard is handed over only at a committed point: its
 //! bridge stops as at a shutdown (the sinks deliver what they hold, the exactly-once sink
-//! commits) and then its Lease is written free. A shard whose Lease is lost (not renewed in
-//! time) stops at once: the next holder fences it and continues from the shard's committed
+//! commits) and then its Lease is written free, without the loop waiting for the write. A
+//! shard whose Lease was not renewed within its renew deadline (two thirds of the Lease), or
+//! whose replica's heartbeat was not written within it, stops at once, on a timer of its own:
+//! a third of a Lease before any other replica may take it (they wait a whole Lease from the
+//! last change they saw); the next holder fences it and continues from the shard's committed
 //! checkpoint. A shard whose sink a newer holder fenced is let go and not taken again for a
 //! Lease duration.
+//!
+//! Replicas with different shard counts cut the objects into different ranges (during a
+//! rolling update of `sharding.shards`, say), so two of them publishing at once would publish
+//! the same objects twice. Each replica announces its count in the members' record, and none
+//! takes a shard, or hands one over, while a replica alive announces another count (or none):
+//! the replicas of the count in force keep what they hold, the others wait until those are
+//! gone, then start each shard from a list compared with the known state.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -36,6 +46,8 @@ struct Running {
     grace: Grace,
     /// Its bridge is stopping to hand the shard over; the Lease goes free once it has.
     handing_over: bool,
+    /// Its Lease was lost: the bridge is stopping at once.
+    lost: bool,
 }
 
 /// What a shard's bridge task returns: its shard and how it ended.
@@ -52,7 +64,7 @@ pub(super) async fn sharded(
     let settings = election.resolve();
     let count = config.shards;
     let mut s = Shards {
-        members: Members::new(client.clone(), settings.clone()),
+        members: Members::new(client.clone(), settings.clone(), count),
         leases: (0..count)
             .map(|i| {
                 Elector::new(
@@ -69,6 +81,9 @@ pub(super) async fn sharded(
         cooldown: vec![None; count as usize],
         running: BTreeMap::new(),
         tasks: JoinSet::new(),
+        releasing: JoinSet::new(),
+        beat_until: None,
+        others: BTreeMap::new(),
         config,
         client,
         ops: ops.clone(),
@@ -84,15 +99,18 @@ pub(super) async fn sharded(
     let mut tick = tokio::time::interval(s.settings.renew_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let deadline = s.deadline();
         tokio::select! {
             biased;
             _ = &mut shutdown => break,
+            () = crate::backoff::sleep_until(deadline), if deadline.is_some() => s.step_down_due(),
             Some(ended) = s.tasks.join_next() => {
                 // A bridge task that panicked is a bug; it ends the replica, as an
                 // unsharded bridge's panic would.
                 let (shard, outcome) = ended.map_err(|_| PipelineError::ShardPanicked)?;
-                s.ended(shard, outcome).await?;
+                s.ended(shard, outcome)?;
             }
+            Some(_) = s.releasing.join_next() => {}
             _ = tick.tick() => s.round().await?,
         }
     }
@@ -110,6 +128,13 @@ struct Shards {
     cooldown: Vec<Option<Instant>>,
     running: BTreeMap<u32, Running>,
     tasks: JoinSet<Ended>,
+    /// Leases being written free, which the loop does not wait for.
+    releasing: JoinSet<()>,
+    /// Until when this replica's last written heartbeat keeps it alive in the others' eyes,
+    /// less the same margin as a Lease's: its shards stop then unless it beats again.
+    beat_until: Option<Instant>,
+    /// The replicas alive that announce another shard count, as last logged.
+    others: BTreeMap<String, Option<u32>>,
     config: Validated,
     client: kube::Client,
     ops: Arc<Ops>,
@@ -124,13 +149,34 @@ impl Shards {
         self.leases.len() as u32
     }
 
-    /// How long the next request may wait: never past the first Lease this replica holds
-    /// (a shard is stopped before any other replica may take it), at most a round's limit.
+    /// When this replica must stop publishing a shard it holds unless it renews: its Lease's
+    /// renew deadline or its heartbeat's, whichever comes first.
+    fn held_until(&self, i: u32) -> Option<Instant> {
+        let lease = self.leases[i as usize].leads_until()?;
+        Some(self.beat_until.map_or(lease, |beat| lease.min(beat)))
+    }
+
+    /// Whether shard `i` is this replica's to publish now.
+    fn holds(&self, i: u32) -> bool {
+        self.held_until(i).is_some_and(|until| Instant::now() < until)
+    }
+
+    /// The first deadline of a shard whose bridge still runs: when [`Shards::step_down_due`]
+    /// is due.
+    fn deadline(&self) -> Option<Instant> {
+        self.running
+            .iter()
+            .filter(|(_, r)| !r.lost)
+            .map(|(i, _)| self.held_until(*i).unwrap_or_else(Instant::now))
+            .min()
+    }
+
+    /// How long the next request may wait: never past the first deadline of a shard this
+    /// replica holds, at most a round's limit.
     fn within(&self) -> Duration {
         let now = Instant::now();
-        self.leases
-            .iter()
-            .filter_map(Elector::leads_until)
+        (0..self.count())
+            .filter_map(|i| self.held_until(i))
             .min()
             .map_or(self.settings.round_limit(), |until| {
                 until
@@ -139,16 +185,75 @@ impl Shards {
             })
     }
 
+    /// Stops, at once, the bridge of every shard past its deadline.
+    fn step_down_due(&mut self) {
+        for i in 0..self.count() {
+            if !self.holds(i) {
+                self.stop_lost(i);
+            }
+        }
+    }
+
+    /// Shard `i` is no longer this replica's: its bridge stops at once (no grace: the next
+    /// holder continues from the committed checkpoint).
+    fn stop_lost(&mut self, i: u32) {
+        let Some(r) = self.running.get_mut(&i).filter(|r| !r.lost) else {
+            return;
+        };
+        tracing::warn!(
+            shard = i,
+            "the shard's Lease or this replica's heartbeat was not renewed within its renew deadline: its bridge stops at once"
+        );
+        r.lost = true;
+        r.grace.set(Duration::ZERO);
+        r.handing_over = false;
+        if let Some(stop) = r.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Whether a replica alive announces another shard count; logs when that changes.
+    fn another_count(&mut self) -> bool {
+        let others = self.members.other_counts();
+        if others != self.others {
+            if others.is_empty() {
+                tracing::info!(
+                    shards = self.count(),
+                    "every replica alive announces this shard count again: taking shards"
+                );
+            } else {
+                let announced: Vec<String> = others
+                    .iter()
+                    .map(|(id, n)| match n {
+                        Some(n) => format!("{id} ({n} shards)"),
+                        None => format!("{id} (no count)"),
+                    })
+                    .collect();
+                tracing::warn!(shards = self.count(), others = %announced.join(", "),
+                    "replicas alive announce another shard count: taking and handing over no shard until they are gone, so no object is published by both");
+            }
+            self.others = others;
+        }
+        !self.others.is_empty()
+    }
+
     /// One round: heartbeat, plan, the Leases' rounds, then start and stop bridges to match.
     async fn round(&mut self) -> Result<(), PipelineError> {
+        let beat_at = Instant::now();
         match tokio::time::timeout(self.within(), self.members.beat()).await {
-            Ok(Ok(alive)) => self.alive = alive,
+            Ok(Ok(true)) => {
+                self.beat_until = Some(beat_at + self.settings.renew_deadline());
+            }
+            Ok(Ok(false)) => {
+                tracing::debug!("other replicas wrote the members' record each time; beating again next round");
+            }
             Ok(Err(e)) => {
                 tracing::warn!(error = %crate::error_chain(&e), "raising this replica's heartbeat failed; balancing with the replicas last seen");
-                self.alive = self.members.alive();
             }
-            Err(_) => self.alive = self.members.alive(),
+            Err(_) => {}
         }
+        self.alive = self.members.alive();
+        let mixed = self.another_count();
         let now = Instant::now();
         let holders: Vec<Option<String>> = self
             .leases
@@ -176,7 +281,7 @@ impl Shards {
         // heartbeats before any of them takes shards (fewer hand-overs to balance).
         let looked = std::mem::replace(&mut self.looked, true);
         let rounds = futures::future::join_all(self.leases.iter_mut().enumerate().map(|(i, l)| {
-            let may_take = looked && plan.take.contains(&(i as u32)) && !cooling[i];
+            let may_take = looked && !mixed && plan.take.contains(&(i as u32)) && !cooling[i];
             async move {
                 if let Err(e) = l.round_if(may_take).await {
                     tracing::debug!(error = %crate::error_chain(&e), "a shard Lease round failed");
@@ -200,28 +305,17 @@ impl Shards {
             }
         }
         for i in 0..self.count() {
-            let held = self.leases[i as usize].is_leader();
-            match (held, self.running.get_mut(&i)) {
-                (true, None) if !cooling[i as usize] => self.start(i)?,
-                (false, Some(r)) => {
-                    if r.stop.is_some() {
-                        tracing::warn!(
-                            shard = i,
-                            "lost the shard's Lease: its bridge stops at once"
-                        );
-                    }
-                    r.grace.set(Duration::ZERO);
-                    r.handing_over = false;
-                    if let Some(stop) = r.stop.take() {
-                        let _ = stop.send(());
-                    }
-                }
+            let held = self.holds(i);
+            match (held, self.running.contains_key(&i)) {
+                (true, false) if !cooling[i as usize] && !mixed => self.start(i)?,
+                (false, true) => self.stop_lost(i),
                 _ => {}
             }
         }
         let handing = self.running.values().any(|r| r.handing_over);
         if let Some(i) = plan.hand_over
             && !handing
+            && !mixed
             && let Some(r) = self.running.get_mut(&i)
             && let Some(stop) = r.stop.take()
         {
@@ -273,17 +367,14 @@ impl Shards {
                 stop: Some(stop),
                 grace,
                 handing_over: false,
+                lost: false,
             },
         );
         Ok(())
     }
 
     /// Shard `i`'s bridge ended.
-    async fn ended(
-        &mut self,
-        i: u32,
-        outcome: Result<Stats, PipelineError>,
-    ) -> Result<(), PipelineError> {
+    fn ended(&mut self, i: u32, outcome: Result<Stats, PipelineError>) -> Result<(), PipelineError> {
         let running = self.running.remove(&i);
         self.ops.release(i);
         tracing::info!(shard = i, "the shard's bridge stopped");
@@ -292,13 +383,13 @@ impl Shards {
                 self.stats.absorb(stats);
                 if running.is_some_and(|r| r.handing_over) {
                     // Stopped at a committed point: the shard is free for its next holder.
-                    self.release(i).await;
+                    self.release(i);
                     tracing::info!(shard = i, "handed the shard over");
                 }
             }
             Err(e) if e.is_fenced() => {
                 tracing::warn!(shard = i, error = %crate::error_chain(&e), "a newer holder fenced this replica's sink for the shard: letting it go");
-                self.release(i).await;
+                self.release(i);
                 self.cooldown[i as usize] = Some(Instant::now() + self.settings.lease_duration);
             }
             Err(e) => return Err(e),
@@ -307,17 +398,20 @@ impl Shards {
         Ok(())
     }
 
-    /// Writes shard `i`'s Lease free (if it is this replica's), within a round's limit; a
+    /// Writes shard `i`'s Lease free (if it is this replica's), within a round's limit, without
+    /// the loop waiting for it: this replica no longer counts itself its holder at once, and a
     /// Lease not written free expires instead.
-    async fn release(&mut self, i: u32) {
+    fn release(&mut self, i: u32) {
         let limit = self.settings.round_limit();
-        let written = tokio::time::timeout(limit, self.leases[i as usize].release()).await;
-        if !matches!(written, Ok(Ok(()))) {
-            tracing::warn!(
-                shard = i,
-                "letting the shard's Lease go failed; it expires instead"
-            );
-        }
+        let write = self.leases[i as usize].release();
+        self.releasing.spawn(async move {
+            if !matches!(tokio::time::timeout(limit, write).await, Ok(Ok(()))) {
+                tracing::warn!(
+                    shard = i,
+                    "letting the shard's Lease go failed; it expires instead"
+                );
+            }
+        });
     }
 
     /// The shards held, in the metrics.
@@ -344,13 +438,15 @@ impl Shards {
         let mut failed = None;
         while let Some(ended) = self.tasks.join_next().await {
             let outcome = match ended {
-                Ok((i, outcome)) => self.ended(i, outcome).await,
+                Ok((i, outcome)) => self.ended(i, outcome),
                 Err(_) => Err(PipelineError::ShardPanicked),
             };
             if let Err(e) = outcome {
                 failed = Some(e);
             }
         }
+        // The Leases are free before this replica leaves, so the others take them at once.
+        while self.releasing.join_next().await.is_some() {}
         let leave = tokio::time::timeout(self.settings.round_limit(), self.members.leave()).await;
         if !matches!(leave, Ok(Ok(()))) {
             tracing::warn!(

@@ -3,7 +3,9 @@
 //! from discovery). kubecast talks plain HTTP to this proxy on loopback; the proxy forwards
 //! every request, streaming, to `kubectl proxy` (the stack's own kubectl, which adds the
 //! admin's credentials and speaks TLS to the apiserver), except those a test armed a fault
-//! for, which get the status it chose as a Kubernetes `Status` object.
+//! for, which get the status it chose as a Kubernetes `Status` object, and those under a path
+//! it holds, which get no answer at all (a partition of one kind of request: the Lease's,
+//! while watches go on).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -37,6 +39,10 @@ struct Faults {
     armed: Vec<Fault>,
     /// What was answered with a fault: `"{status} {path}?{query}"`.
     served: Vec<String>,
+    /// Paths under which requests get no answer while held.
+    held: Vec<String>,
+    /// Requests held so far.
+    held_count: usize,
 }
 
 /// A running proxy (and the `kubectl proxy` behind it); both stop when dropped.
@@ -134,6 +140,21 @@ impl ApiProxy {
             });
     }
 
+    /// From now on, requests for paths under `path` get no answer (they hang until their
+    /// client gives up); every other request is forwarded as before.
+    pub fn hold(&self, path: &str) {
+        self.faults
+            .lock()
+            .expect("the faults' lock")
+            .held
+            .push(path.to_string());
+    }
+
+    /// How many requests were held so far.
+    pub fn held(&self) -> usize {
+        self.faults.lock().expect("the faults' lock").held_count
+    }
+
     /// The requests answered with a fault so far, as `"{status} {path}?{query}"`.
     pub fn served(&self) -> Vec<String> {
         self.faults.lock().expect("the faults' lock").served.clone()
@@ -187,12 +208,24 @@ fn take_fault(faults: &Mutex<Faults>, req: &hyper::Request<Incoming>) -> Option<
     Some(status)
 }
 
+/// Whether `req` is under a held path (counted if so).
+fn is_held(faults: &Mutex<Faults>, req: &hyper::Request<Incoming>) -> bool {
+    let mut f = faults.lock().expect("the faults' lock");
+    let held = f.held.iter().any(|p| req.uri().path().starts_with(p));
+    f.held_count += usize::from(held);
+    held
+}
+
 async fn forward(
     mut req: hyper::Request<Incoming>,
     client: Client<HttpConnector, Incoming>,
     faults: Arc<Mutex<Faults>>,
     upstream: u16,
 ) -> Result<hyper::Response<Body>, hyper::Error> {
+    if is_held(&faults, &req) {
+        // No answer, ever: the client's own timeout ends the request.
+        return std::future::pending().await;
+    }
     if let Some(status) = take_fault(&faults, &req) {
         let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
             "message": format!("injected by the test's API proxy: {status}"), "code": status});

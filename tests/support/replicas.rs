@@ -106,7 +106,13 @@ impl Replicas {
 
     /// One more replica; returns its index.
     pub fn add(&mut self, scene: &Scene) -> usize {
-        let (dir, k) = self.spawn(scene);
+        self.add_env(scene, &[])
+    }
+
+    /// One more replica with more environment of its own (`KUBECONFIG` through a proxy);
+    /// returns its index.
+    pub fn add_env(&mut self, scene: &Scene, env: &[(&str, &str)]) -> usize {
+        let (dir, k) = self.spawn(scene, env);
         self.dirs.push(dir);
         self.procs.push(k);
         self.identities.push(format!("replica-{}", self.started));
@@ -139,7 +145,7 @@ impl Replicas {
 
     /// A new replica process with an identity never used before (a restarted Pod has a
     /// new name).
-    fn spawn(&mut self, scene: &Scene) -> (PathBuf, Kubecast) {
+    fn spawn(&mut self, scene: &Scene, extra: &[(&str, &str)]) -> (PathBuf, Kubecast) {
         self.started += 1;
         let identity = format!("replica-{}", self.started);
         let config = self.shared.replacen(
@@ -152,6 +158,7 @@ impl Replicas {
             .env
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(extra.iter().copied())
             .collect();
         let k = Kubecast::start_env(&scene.stack, &dir, &config, &[], &env);
         (dir, k)
@@ -159,7 +166,7 @@ impl Replicas {
 
     /// `kill -9` of replica `i` and a fresh process in its place; returns the old log.
     pub async fn kill_and_replace(&mut self, scene: &Scene, i: usize) -> String {
-        let (dir, fresh) = self.spawn(scene);
+        let (dir, fresh) = self.spawn(scene, &[]);
         let old = std::mem::replace(&mut self.procs[i], fresh);
         self.dirs[i] = dir;
         self.identities[i] = format!("replica-{}", self.started);
