@@ -6,6 +6,12 @@
 //! [`FORGET_AFTER`] Leases is removed from the record. Every write names the resourceVersion
 //! it read, so replicas writing at once retry instead of overwriting each other.
 //!
+//! Each replica also announces its `sharding.shards` in a second annotation,
+//! `kubecast.io/member-shards` (identity to count; kept apart so that the heartbeats' format
+//! stays the one earlier versions read and write): replicas with different counts cut the
+//! objects into different ranges, so none takes a shard while another count is announced
+//! ([`Members::other_counts`]).
+//!
 //! Entry point: [`Members::beat`].
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,6 +27,9 @@ use super::{LeaseError, LeaseSettings};
 /// The annotation holding the heartbeats.
 pub const ANNOTATION: &str = "kubecast.io/members";
 
+/// The annotation holding each member's shard count.
+pub const SHARDS_ANNOTATION: &str = "kubecast.io/member-shards";
+
 /// How many Lease durations a silent replica stays in the record.
 const FORGET_AFTER: u32 = 5;
 
@@ -34,41 +43,64 @@ pub struct Members {
     /// The Lease's name: `{lease}-members`.
     name: String,
     beat: u64,
+    /// The shard count this replica announces.
+    shards: u32,
     /// Per identity, its last counter and when it was seen to change.
     seen: BTreeMap<String, (u64, Instant)>,
+    /// Per identity, the shard count it announced last (none: it announced none, as versions
+    /// before the announcement).
+    counts: BTreeMap<String, u32>,
 }
 
 impl Members {
-    /// The members of the replicas electing on `settings.name`.
-    pub fn new(client: kube::Client, settings: LeaseSettings) -> Members {
+    /// The members of the replicas electing on `settings.name`; this one announces `shards`.
+    pub fn new(client: kube::Client, settings: LeaseSettings, shards: u32) -> Members {
         Members {
             api: Api::namespaced(client, &settings.namespace),
             name: format!("{}-members", settings.name),
             settings,
             beat: 0,
+            shards,
             seen: BTreeMap::new(),
+            counts: BTreeMap::new(),
         }
     }
 
-    /// Raises this replica's heartbeat and returns the replicas alive (this one included).
-    pub async fn beat(&mut self) -> Result<BTreeSet<String>, LeaseError> {
-        self.write(true).await?;
-        Ok(self.alive())
+    /// Raises this replica's heartbeat; returns whether it was written (other replicas
+    /// writing at the same time can keep it from being written for a round).
+    pub async fn beat(&mut self) -> Result<bool, LeaseError> {
+        self.write(true).await
     }
 
     /// Removes this replica from the record (it stops): the others rebalance at once.
     pub async fn leave(&mut self) -> Result<(), LeaseError> {
-        self.write(false).await
+        self.write(false).await.map(|_| ())
     }
 
-    /// Up to [`TRIES`] read-and-writes while other replicas write in between.
-    async fn write(&mut self, stay: bool) -> Result<(), LeaseError> {
+    /// Up to [`TRIES`] read-and-writes while other replicas write in between; whether one
+    /// was written.
+    async fn write(&mut self, stay: bool) -> Result<bool, LeaseError> {
         for _ in 0..TRIES {
             if self.try_beat(stay).await? {
-                break;
+                return Ok(true);
             }
         }
-        Ok(())
+        Ok(false)
+    }
+
+    /// The replicas alive as of the last beat (this one left out) that announce another
+    /// shard count than this one's, with the count they announce (`None`: none).
+    pub fn other_counts(&self) -> BTreeMap<String, Option<u32>> {
+        let me = &self.settings.identity;
+        self.alive()
+            .into_iter()
+            .filter(|id| id != me)
+            .map(|id| {
+                let count = self.counts.get(&id).copied();
+                (id, count)
+            })
+            .filter(|(_, count)| *count != Some(self.shards))
+            .collect()
     }
 
     /// The replicas alive as of the last beat, this one included.
@@ -93,12 +125,20 @@ impl Members {
             .get_opt(&self.name)
             .await
             .map_err(|e| self.error(e))?;
-        let mut record: BTreeMap<String, u64> = current
-            .as_ref()
-            .and_then(|l| l.metadata.annotations.as_ref())
-            .and_then(|a| a.get(ANNOTATION))
-            .and_then(|v| serde_json::from_str(v).ok())
-            .unwrap_or_default();
+        let annotation = |key: &str| {
+            current
+                .as_ref()
+                .and_then(|l| l.metadata.annotations.as_ref())
+                .and_then(|a| a.get(key))
+                .and_then(|v| serde_json::from_str::<BTreeMap<String, u64>>(v).ok())
+                .unwrap_or_default()
+        };
+        let mut record = annotation(ANNOTATION);
+        // A count beyond u32 is no count this version announces: read as none.
+        let mut counts: BTreeMap<String, u32> = annotation(SHARDS_ANNOTATION)
+            .into_iter()
+            .filter_map(|(id, n)| Some((id, u32::try_from(n).ok()?)))
+            .collect();
         let me = self.settings.identity.clone();
         for (id, beat) in &record {
             if *id == me {
@@ -121,22 +161,33 @@ impl Members {
             record.remove(&id);
             self.seen.remove(&id);
         }
+        counts.retain(|id, _| record.contains_key(id) || *id == me);
         if stay {
             // Past whatever an earlier run of this identity wrote.
             self.beat = self.beat.max(record.get(&me).copied().unwrap_or(0)) + 1;
-            record.insert(me, self.beat);
+            record.insert(me.clone(), self.beat);
+            counts.insert(me, self.shards);
         } else {
             record.remove(&me);
+            counts.remove(&me);
         }
-        // A map of strings to numbers always serializes.
+        self.counts = counts.clone();
+        // Maps of strings to numbers always serialize.
         let value = serde_json::to_string(&record).unwrap_or_default();
+        let shards = serde_json::to_string(&counts).unwrap_or_default();
         let written = match current {
             None => {
                 let lease = Lease {
                     metadata: ObjectMeta {
                         name: Some(self.name.clone()),
                         namespace: Some(self.settings.namespace.clone()),
-                        annotations: Some([(ANNOTATION.to_string(), value)].into()),
+                        annotations: Some(
+                            [
+                                (ANNOTATION.to_string(), value),
+                                (SHARDS_ANNOTATION.to_string(), shards),
+                            ]
+                            .into(),
+                        ),
                         ..Default::default()
                     },
                     spec: None,
@@ -144,11 +195,9 @@ impl Members {
                 self.api.create(&PostParams::default(), &lease).await
             }
             Some(mut lease) => {
-                lease
-                    .metadata
-                    .annotations
-                    .get_or_insert_with(Default::default)
-                    .insert(ANNOTATION.to_string(), value);
+                let annotations = lease.metadata.annotations.get_or_insert_with(Default::default);
+                annotations.insert(ANNOTATION.to_string(), value);
+                annotations.insert(SHARDS_ANNOTATION.to_string(), shards);
                 self.api
                     .replace(&self.name, &PostParams::default(), &lease)
                     .await
