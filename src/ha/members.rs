@@ -6,11 +6,12 @@
 //! [`FORGET_AFTER`] Leases is removed from the record. Every write names the resourceVersion
 //! it read, so replicas writing at once retry instead of overwriting each other.
 //!
-//! Each replica also announces its `sharding.shards` in a second annotation,
-//! `kubecast.io/member-shards` (identity to count; kept apart so that the heartbeats' format
-//! stays the one earlier versions read and write): replicas with different counts cut the
-//! objects into different ranges, so none takes a shard while another count is announced
-//! ([`Members::other_counts`]).
+//! Each replica also announces, in a second annotation `kubecast.io/member-shards` (kept
+//! apart so that the heartbeats' format stays the one earlier versions read and write), its
+//! `sharding.shards`, when it joined (its own clock, written once) and the shards it runs
+//! now. Replicas with different counts cut the objects into different ranges, so only one
+//! count is in force at a time: that of the replica alive that joined first
+//! ([`Members::generation`]). The others wait until no replica of another count runs a shard.
 //!
 //! Entry point: [`Members::beat`].
 
@@ -27,8 +28,40 @@ use super::{LeaseError, LeaseSettings};
 /// The annotation holding the heartbeats.
 pub const ANNOTATION: &str = "kubecast.io/members";
 
-/// The annotation holding each member's shard count.
+/// The annotation holding each member's [`Announced`].
 pub const SHARDS_ANNOTATION: &str = "kubecast.io/member-shards";
+
+/// What a member announces of its shards.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Announced {
+    /// Its `sharding.shards`.
+    pub shards: u32,
+    /// When it joined, in milliseconds since the epoch by its clock.
+    pub since: i64,
+    /// The shards it runs now (a bridge running or stopping).
+    #[serde(default)]
+    pub held: Vec<u32>,
+}
+
+/// What the members' record says of the shard counts, for this replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Generation {
+    /// The count in force: that of the replica alive that joined first (ties by identity).
+    pub in_force: u32,
+    /// The replicas alive of another count than this one's (or none announced), with what
+    /// they announced.
+    pub others: BTreeMap<String, Option<Announced>>,
+}
+
+impl Generation {
+    /// Whether a replica alive of another count runs a shard (or announces nothing, as
+    /// versions before the announcement, which may run any).
+    pub fn others_hold(&self) -> bool {
+        self.others
+            .values()
+            .any(|a| a.as_ref().is_none_or(|a| !a.held.is_empty()))
+    }
+}
 
 /// How many Lease durations a silent replica stays in the record.
 const FORGET_AFTER: u32 = 5;
@@ -43,13 +76,13 @@ pub struct Members {
     /// The Lease's name: `{lease}-members`.
     name: String,
     beat: u64,
-    /// The shard count this replica announces.
-    shards: u32,
+    /// What this replica announces (its `held` set before each beat).
+    announced: Announced,
     /// Per identity, its last counter and when it was seen to change.
     seen: BTreeMap<String, (u64, Instant)>,
-    /// Per identity, the shard count it announced last (none: it announced none, as versions
-    /// before the announcement).
-    counts: BTreeMap<String, u32>,
+    /// Per identity, what it announced last (none: it announced nothing, as versions before
+    /// the announcement).
+    others: BTreeMap<String, Announced>,
 }
 
 impl Members {
@@ -60,10 +93,19 @@ impl Members {
             name: format!("{}-members", settings.name),
             settings,
             beat: 0,
-            shards,
+            announced: Announced {
+                shards,
+                since: jiff::Timestamp::now().as_millisecond(),
+                held: Vec::new(),
+            },
             seen: BTreeMap::new(),
-            counts: BTreeMap::new(),
+            others: BTreeMap::new(),
         }
+    }
+
+    /// The shards this replica runs, announced from its next beat on.
+    pub fn set_held(&mut self, held: Vec<u32>) {
+        self.announced.held = held;
     }
 
     /// Raises this replica's heartbeat; returns whether it was written (other replicas
@@ -88,19 +130,28 @@ impl Members {
         Ok(false)
     }
 
-    /// The replicas alive as of the last beat (this one left out) that announce another
-    /// shard count than this one's, with the count they announce (`None`: none).
-    pub fn other_counts(&self) -> BTreeMap<String, Option<u32>> {
+    /// The shard counts of the replicas alive as of the last beat.
+    pub fn generation(&self) -> Generation {
         let me = &self.settings.identity;
-        self.alive()
-            .into_iter()
-            .filter(|id| id != me)
-            .map(|id| {
-                let count = self.counts.get(&id).copied();
-                (id, count)
-            })
-            .filter(|(_, count)| *count != Some(self.shards))
-            .collect()
+        let alive = self.alive();
+        let mut first = (self.announced.since, me.as_str(), self.announced.shards);
+        let mut others = BTreeMap::new();
+        for id in alive.iter().filter(|id| *id != me) {
+            let announced = self.others.get(id).cloned();
+            match &announced {
+                Some(a) if (a.since, id.as_str()) < (first.0, first.1) => {
+                    first = (a.since, id.as_str(), a.shards);
+                }
+                _ => {}
+            }
+            if announced.as_ref().is_none_or(|a| a.shards != self.announced.shards) {
+                others.insert(id.clone(), announced);
+            }
+        }
+        Generation {
+            in_force: first.2,
+            others,
+        }
     }
 
     /// The replicas alive as of the last beat, this one included.
@@ -130,14 +181,17 @@ impl Members {
                 .as_ref()
                 .and_then(|l| l.metadata.annotations.as_ref())
                 .and_then(|a| a.get(key))
-                .and_then(|v| serde_json::from_str::<BTreeMap<String, u64>>(v).ok())
-                .unwrap_or_default()
         };
-        let mut record = annotation(ANNOTATION);
-        // A count beyond u32 is no count this version announces: read as none.
-        let mut counts: BTreeMap<String, u32> = annotation(SHARDS_ANNOTATION)
+        let mut record: BTreeMap<String, u64> = annotation(ANNOTATION)
+            .and_then(|v| serde_json::from_str(v).ok())
+            .unwrap_or_default();
+        // A damaged entry reads as an announcement of nothing (the safe side: a replica
+        // that may run any shard).
+        let mut announced: BTreeMap<String, Announced> = annotation(SHARDS_ANNOTATION)
+            .and_then(|v| serde_json::from_str::<BTreeMap<String, serde_json::Value>>(v).ok())
+            .unwrap_or_default()
             .into_iter()
-            .filter_map(|(id, n)| Some((id, u32::try_from(n).ok()?)))
+            .filter_map(|(id, v)| Some((id, serde_json::from_value(v).ok()?)))
             .collect();
         let me = self.settings.identity.clone();
         for (id, beat) in &record {
@@ -161,20 +215,19 @@ impl Members {
             record.remove(&id);
             self.seen.remove(&id);
         }
-        counts.retain(|id, _| record.contains_key(id) || *id == me);
+        announced.retain(|id, _| record.contains_key(id) && *id != me);
+        self.others = announced.clone();
         if stay {
             // Past whatever an earlier run of this identity wrote.
             self.beat = self.beat.max(record.get(&me).copied().unwrap_or(0)) + 1;
             record.insert(me.clone(), self.beat);
-            counts.insert(me, self.shards);
+            announced.insert(me, self.announced.clone());
         } else {
             record.remove(&me);
-            counts.remove(&me);
         }
-        self.counts = counts.clone();
-        // Maps of strings to numbers always serialize.
+        // Maps of strings to numbers and plain records always serialize.
         let value = serde_json::to_string(&record).unwrap_or_default();
-        let shards = serde_json::to_string(&counts).unwrap_or_default();
+        let shards = serde_json::to_string(&announced).unwrap_or_default();
         let written = match current {
             None => {
                 let lease = Lease {

@@ -18,4 +18,4 @@ mod shard;
 pub use change::ChangeKind;
 pub use object::{KnownObject, ObjectKey, ObjectRef};
 pub use path::{FieldPath, PathError, Step};
-pub use shard::{Shard, fnv1a64};
+pub use shard::{Floors, Shard, continue_from, fnv1a64};

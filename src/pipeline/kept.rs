@@ -28,6 +28,13 @@ pub struct KeptState {
     /// With routes or alert rules: each object's routing state (route marks, alert
     /// episodes) as committed.
     pub routing: Vec<ObjectState>,
+    /// After a change of shard count: the earlier count's positions per shard
+    /// ([`crate::sinks::Kept::earlier`]), turned into `positions` and `floors` by
+    /// [`KeptState::of_shard`].
+    pub earlier: Option<Vec<BTreeMap<String, String>>>,
+    /// What the earlier count's shards had passed on, left out of the watches resumed from
+    /// the earliest of their positions.
+    pub floors: Option<crate::model::Floors>,
 }
 
 impl KeptState {
@@ -39,15 +46,27 @@ impl KeptState {
             positions: kept.positions,
             known,
             routing,
+            earlier: kept.earlier,
+            floors: None,
         })
     }
 
     /// The part of it that is `shard`'s: the shards' objects share the keeper's state topic
-    /// (an object's record is keyed by its uid, which hashes into one shard only).
+    /// (an object's record is keyed by its uid, which hashes into one shard only). After a
+    /// change of shard count, the positions are where the earlier count's shards that
+    /// overlap `shard` had reached (the earliest of theirs), with the floors that leave out
+    /// what each had passed on.
     pub fn of_shard(mut self, shard: Option<crate::model::Shard>) -> KeptState {
         if let Some(shard) = shard {
             self.known.retain(|k| shard.contains(&k.object.uid));
             self.routing.retain(|r| shard.contains(&r.uid));
+        }
+        if let Some(earlier) = self.earlier.take() {
+            let (positions, floors) = crate::model::continue_from(&earlier, shard);
+            tracing::info!(earlier_shards = earlier.len(), resumed_scopes = positions.len(),
+                "the shard count changed: continuing where the earlier count's shards stopped");
+            self.positions = positions;
+            self.floors = Some(floors);
         }
         self
     }

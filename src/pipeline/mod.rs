@@ -195,6 +195,13 @@ async fn bridge(
         },
         None => None,
     };
+    // After a change of shard count: what the earlier shards had passed on, left out of the
+    // watches that resume from the earliest of their positions.
+    let floors = kept
+        .as_ref()
+        .and_then(|k| k.as_ref())
+        .and_then(|k| k.floors.clone())
+        .map(Arc::new);
     // Alert rules of other kinds judge the resources they name, as watched.
     let router = match &config.routing {
         Some(r) => {
@@ -243,6 +250,7 @@ async fn bridge(
                 .map(|s| Duration::from_secs(u64::from(s))),
             ops: ops.clone(),
             shard: config.shard,
+            floors: floors.clone(),
         });
         if let Target::Resolved(r) = &p.target {
             // Not ready until each scope has listed, from the start.

@@ -18,10 +18,16 @@
 //!
 //! Replicas with different shard counts cut the objects into different ranges (during a
 //! rolling update of `sharding.shards`, say), so two of them publishing at once would publish
-//! the same objects twice. Each replica announces its count in the members' record, and none
-//! takes a shard, or hands one over, while a replica alive announces another count (or none):
-//! the replicas of the count in force keep what they hold, the others wait until those are
-//! gone, then start each shard from a list compared with the known state.
+//! the same objects twice. Each replica announces its count, when it joined and the shards it
+//! runs in the members' record; one count is in force, that of the replica alive that joined
+//! first. The replicas of that count share the shards among themselves as usual (a replica of
+//! another count is not counted in the balance); a replica of another count runs no shard
+//! (it hands over any it runs, at a committed point) and waits. A replica of the count in
+//! force takes a shard only when no replica of another count has announced running one for a
+//! whole Lease (so that none with a stale view of who is alive still runs one). Once the
+//! last replica of the old count is gone, the new count is in force and each of its shards
+//! continues where the old shards whose ranges overlap it had committed (the sink's
+//! checkpoint, [`crate::sinks::Kept`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -83,7 +89,8 @@ pub(super) async fn sharded(
         tasks: JoinSet::new(),
         releasing: JoinSet::new(),
         beat_until: None,
-        others: BTreeMap::new(),
+        generation: (true, BTreeSet::new()),
+        blocked_until: None,
         config,
         client,
         ops: ops.clone(),
@@ -133,8 +140,12 @@ struct Shards {
     /// Until when this replica's last written heartbeat keeps it alive in the others' eyes,
     /// less the same margin as a Lease's: its shards stop then unless it beats again.
     beat_until: Option<Instant>,
-    /// The replicas alive that announce another shard count, as last logged.
-    others: BTreeMap<String, Option<u32>>,
+    /// Whether this replica's count was in force, and the replicas of other counts, as last
+    /// logged.
+    generation: (bool, BTreeSet<String>),
+    /// Until when no shard is taken: a replica of another count ran one less than a Lease
+    /// ago.
+    blocked_until: Option<Instant>,
     config: Validated,
     client: kube::Client,
     ops: Arc<Ops>,
@@ -212,33 +223,58 @@ impl Shards {
         }
     }
 
-    /// Whether a replica alive announces another shard count; logs when that changes.
-    fn another_count(&mut self) -> bool {
-        let others = self.members.other_counts();
-        if others != self.others {
-            if others.is_empty() {
-                tracing::info!(
-                    shards = self.count(),
-                    "every replica alive announces this shard count again: taking shards"
-                );
-            } else {
-                let announced: Vec<String> = others
-                    .iter()
-                    .map(|(id, n)| match n {
-                        Some(n) => format!("{id} ({n} shards)"),
-                        None => format!("{id} (no count)"),
-                    })
-                    .collect();
-                tracing::warn!(shards = self.count(), others = %announced.join(", "),
-                    "replicas alive announce another shard count: taking and handing over no shard until they are gone, so no object is published by both");
-            }
-            self.others = others;
+    /// Whether this replica may run shards now, by the members' record: its count is in
+    /// force, and no replica of another count has run a shard for a Lease. Logs changes;
+    /// leaves the replicas of other counts out of `self.alive`.
+    fn may_run(&mut self) -> bool {
+        let g = self.members.generation();
+        let now = Instant::now();
+        if g.others_hold() {
+            self.blocked_until = Some(now + self.settings.lease_duration);
         }
-        !self.others.is_empty()
+        let in_force = g.in_force == self.count();
+        let others: BTreeSet<String> = g.others.keys().cloned().collect();
+        if (in_force, others.clone()) != self.generation {
+            let announced: Vec<String> = g
+                .others
+                .iter()
+                .map(|(id, a)| match a {
+                    Some(a) => format!("{id} ({} shards, running {:?})", a.shards, a.held),
+                    None => format!("{id} (announces no shard count)"),
+                })
+                .collect();
+            if others.is_empty() {
+                tracing::info!(shards = self.count(), "every replica alive has this shard count");
+            } else if in_force {
+                tracing::warn!(shards = self.count(), others = %announced.join(", "),
+                    "replicas of another shard count are alive; this count is in force: taking shards once none of them has run one for a Lease");
+            } else {
+                tracing::warn!(shards = self.count(), in_force = g.in_force, others = %announced.join(", "),
+                    "another shard count is in force: running no shard until its replicas are gone, so that no object is published by both");
+            }
+            self.generation = (in_force, others);
+        }
+        self.alive.retain(|id| !g.others.contains_key(id));
+        in_force && self.blocked_until.is_none_or(|until| now >= until)
+    }
+
+    /// Hands over every shard this replica runs (another count is in force).
+    fn hand_over_all(&mut self) {
+        for (i, r) in self.running.iter_mut() {
+            if let Some(stop) = r.stop.take() {
+                tracing::info!(
+                    shard = i,
+                    "another shard count is in force: stopping the shard at a committed point"
+                );
+                r.handing_over = true;
+                let _ = stop.send(());
+            }
+        }
     }
 
     /// One round: heartbeat, plan, the Leases' rounds, then start and stop bridges to match.
     async fn round(&mut self) -> Result<(), PipelineError> {
+        self.members.set_held(self.running.keys().copied().collect());
         let beat_at = Instant::now();
         match tokio::time::timeout(self.within(), self.members.beat()).await {
             Ok(Ok(true)) => {
@@ -253,7 +289,10 @@ impl Shards {
             Err(_) => {}
         }
         self.alive = self.members.alive();
-        let mixed = self.another_count();
+        let may_run = self.may_run();
+        if !may_run && !self.generation.0 {
+            self.hand_over_all();
+        }
         let now = Instant::now();
         let holders: Vec<Option<String>> = self
             .leases
@@ -281,7 +320,7 @@ impl Shards {
         // heartbeats before any of them takes shards (fewer hand-overs to balance).
         let looked = std::mem::replace(&mut self.looked, true);
         let rounds = futures::future::join_all(self.leases.iter_mut().enumerate().map(|(i, l)| {
-            let may_take = looked && !mixed && plan.take.contains(&(i as u32)) && !cooling[i];
+            let may_take = looked && may_run && plan.take.contains(&(i as u32)) && !cooling[i];
             async move {
                 if let Err(e) = l.round_if(may_take).await {
                     tracing::debug!(error = %crate::error_chain(&e), "a shard Lease round failed");
@@ -307,7 +346,7 @@ impl Shards {
         for i in 0..self.count() {
             let held = self.holds(i);
             match (held, self.running.contains_key(&i)) {
-                (true, false) if !cooling[i as usize] && !mixed => self.start(i)?,
+                (true, false) if !cooling[i as usize] && may_run => self.start(i)?,
                 (false, true) => self.stop_lost(i),
                 _ => {}
             }
@@ -315,7 +354,7 @@ impl Shards {
         let handing = self.running.values().any(|r| r.handing_over);
         if let Some(i) = plan.hand_over
             && !handing
-            && !mixed
+            && may_run
             && let Some(r) = self.running.get_mut(&i)
             && let Some(stop) = r.stop.take()
         {

@@ -92,6 +92,10 @@ pub struct Kept {
     pub positions: BTreeMap<String, String>,
     /// Each object's state as committed, by key (its uid), as the pipeline encoded it.
     pub states: Vec<(String, Vec<u8>)>,
+    /// Where this keeper's own checkpoint is missing or older than those of another shard
+    /// count (`sharding.shards` changed): that count's positions, per shard index, for
+    /// continuing where its shards stopped (`positions` is then empty).
+    pub earlier: Option<Vec<BTreeMap<String, String>>>,
 }
 
 /// What became of an event a sink took, as its window settles it (in sequence order).

@@ -50,6 +50,9 @@ pub struct WatchSettings {
     /// apiserver (`shardSelector`) and checked again here, since an apiserver without
     /// sharded list and watch sends everything.
     pub shard: Option<Shard>,
+    /// After a change of shard count: the changes the earlier count's shards had passed on,
+    /// which a watch resumed from the earliest of their positions leaves out.
+    pub floors: Option<Arc<crate::model::Floors>>,
 }
 
 /// What discovery says of a resource whose watch or list answered 404.
@@ -497,10 +500,24 @@ impl Watch {
                     });
                 }
             };
-            if in_shard(s.shard, &item) && self.out.send(item).await.is_err() {
+            if in_shard(s.shard, &item)
+                && is_new(s.floors.as_deref(), &label, &item)
+                && self.out.send(item).await.is_err()
+            {
                 return Ok(Next::Closed);
             }
         }
+    }
+}
+
+/// Whether `item` is a change the earlier shard count had not passed on yet (always, without
+/// `floors`): a watch event above the floor of the earlier shard that held its object.
+fn is_new(floors: Option<&crate::model::Floors>, label: &str, item: &Observed) -> bool {
+    match (floors, item) {
+        (Some(f), Observed::Applied { object, .. } | Observed::Deleted { object, .. }) => {
+            f.passes(label, &object.uid, &object.rv)
+        }
+        _ => true,
     }
 }
 

@@ -112,7 +112,21 @@ impl Replicas {
     /// One more replica with more environment of its own (`KUBECONFIG` through a proxy);
     /// returns its index.
     pub fn add_env(&mut self, scene: &Scene, env: &[(&str, &str)]) -> usize {
+        self.add_edited(scene, env, |c| c.to_string())
+    }
+
+    /// One more replica whose config is the shared one passed through `edit` (another
+    /// `sharding.shards`, as a rolling update brings); returns its index.
+    pub fn add_edited(
+        &mut self,
+        scene: &Scene,
+        env: &[(&str, &str)],
+        edit: impl FnOnce(&str) -> String,
+    ) -> usize {
+        let shared = std::mem::take(&mut self.shared);
+        self.shared = edit(&shared);
         let (dir, k) = self.spawn(scene, env);
+        self.shared = shared;
         self.dirs.push(dir);
         self.procs.push(k);
         self.identities.push(format!("replica-{}", self.started));
@@ -133,6 +147,22 @@ impl Replicas {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         self.procs[i].log()
+    }
+
+    /// Stops replica `i` with SIGTERM, as a rolling update does; it must exit 0 within
+    /// `limit`. Its index stays, for its log; [`Replicas::alive`] no longer names it.
+    pub async fn stop_one(&mut self, i: usize, limit: Duration) {
+        self.procs[i].signal("TERM");
+        self.killed.push(i);
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.procs[i].running() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "replica {i} still runs {limit:?} after SIGTERM:\n{}",
+                self.procs[i].log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// The identities of the replicas not killed.

@@ -310,6 +310,7 @@ async fn beside_an_exactly_once_sink_routes_hand_it_whole_steps_and_start_from_i
             .iter()
             .filter_map(|(k, v)| Some((k.to_string(), v.clone()?)))
             .collect(),
+        earlier: None,
     };
     let kept = crate::pipeline::kept::KeptState::decode(kept).unwrap();
     let (d, start) = keeper(Some(kept)).await.unwrap();

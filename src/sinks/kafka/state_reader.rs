@@ -5,13 +5,20 @@
 //! A reader left unused for long is not resumed: compaction drops tombstones after the
 //! topic's `delete.retention.ms` (a day by default), so a reader that far behind could miss
 //! a delete. [`StateReader::fresh`] says whether it may be.
+//!
+//! It reads the checkpoints of every shard count of the sink (`{base}`, and
+//! `{base}/shard-{i}-of-{n}`), not only its own: when the count changed, the count whose
+//! checkpoints were committed last (the checkpoint topic has one partition, so offsets order
+//! them) is where this one continues from ([`Kept::earlier`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
+use rdkafka::{ClientConfig, Message};
 
 use super::checkpoint::{self, Checkpoint, CheckpointError};
+use super::txn_config::shard_of_key;
+use crate::model::Shard;
 use crate::sinks::Kept;
 
 /// Where a reader stands in one sink's checkpoint and state topics, and what it has read.
@@ -19,11 +26,16 @@ use crate::sinks::Kept;
 pub struct StateReader {
     checkpoint_topic: String,
     state_topic: String,
-    key: String,
+    /// The key of every shard count's checkpoints, before the shard.
+    base: String,
+    /// This sink's shard (shard 0 of 1 without sharding).
+    shard: Shard,
     /// Per partition, the next offset to read.
     checkpoint_next: HashMap<i32, i64>,
     state_next: HashMap<i32, i64>,
-    latest: Option<Checkpoint>,
+    /// Every shard's last checkpoint (of every count) and the offset it was read at; a
+    /// removed one is kept as `None`.
+    latest: HashMap<Shard, (i64, Option<Checkpoint>)>,
     /// Each object's state record (opaque) by key.
     known: HashMap<String, Vec<u8>>,
     /// When it last read to the ends.
@@ -33,16 +45,22 @@ pub struct StateReader {
 }
 
 impl StateReader {
-    /// A reader at the beginning of an exactly-once sink's topics: its checkpoint (the
-    /// record keyed `key`) and its known state.
-    pub fn new(checkpoint_topic: &str, state_topic: &str, key: &str) -> StateReader {
+    /// A reader at the beginning of an exactly-once sink's topics: the checkpoints under
+    /// `base` (its own is `shard`'s; `None`: unsharded) and its known state.
+    pub fn new(
+        checkpoint_topic: &str,
+        state_topic: &str,
+        base: &str,
+        shard: Option<Shard>,
+    ) -> StateReader {
         StateReader {
             checkpoint_topic: checkpoint_topic.to_string(),
             state_topic: state_topic.to_string(),
-            key: key.to_string(),
+            base: base.to_string(),
+            shard: shard.unwrap_or(Shard { index: 0, count: 1 }),
             checkpoint_next: HashMap::new(),
             state_next: HashMap::new(),
-            latest: None,
+            latest: HashMap::new(),
             known: HashMap::new(),
             read_at: None,
             last_read: 0,
@@ -59,14 +77,25 @@ impl StateReader {
     pub fn read(&mut self, config: &ClientConfig, limit: Duration) -> Result<(), CheckpointError> {
         let mut read = 0;
         let mut corrupt = None;
-        let (topic, key) = (&self.checkpoint_topic, &self.key);
+        let (topic, base) = (&self.checkpoint_topic, &self.base);
         let latest = &mut self.latest;
         checkpoint::read_from(config, topic, &mut self.checkpoint_next, limit, |m| {
             read += 1;
-            if corrupt.is_none()
-                && let Err(e) = checkpoint::apply_checkpoint(m, topic, key, latest)
-            {
-                corrupt = Some(e);
+            let Some((key, shard)) = m
+                .key()
+                .and_then(|k| std::str::from_utf8(k).ok())
+                .and_then(|k| Some((k, shard_of_key(base, k)?)))
+            else {
+                return;
+            };
+            let mut one = None;
+            match checkpoint::apply_checkpoint(m, topic, key, &mut one) {
+                Ok(()) => {
+                    latest.insert(shard, (m.offset(), one));
+                }
+                Err(e) => {
+                    corrupt.get_or_insert(e);
+                }
             }
         })?;
         let (topic, known) = (&self.state_topic, &mut self.known);
@@ -86,18 +115,149 @@ impl StateReader {
         Ok(())
     }
 
-    /// The last checkpoint read and the known state with it; `None` when there is no
-    /// checkpoint (nothing was ever committed, or it was removed).
+    /// The last checkpoint read and the known state with it; `None` when nothing was ever
+    /// committed (or every checkpoint was removed). When another shard count's checkpoints
+    /// were committed after this sink's own (or it has none), those are where it continues:
+    /// `earlier` holds them and `positions` is empty.
     pub fn kept(&self) -> Option<Kept> {
-        let c = self.latest.as_ref()?;
-        Some(Kept {
-            seq: c.seq,
-            positions: c.positions.clone(),
-            states: self
-                .known
+        let own = self.latest.get(&self.shard).and_then(|(offset, c)| Some((*offset, c.as_ref()?)));
+        // The newest checkpoint of another count: where that count's shards stopped.
+        let other = self
+            .latest
+            .iter()
+            .filter(|(s, (_, c))| s.count != self.shard.count && c.is_some())
+            .max_by_key(|(_, (offset, _))| *offset)
+            .map(|(s, (offset, _))| (*offset, s.count));
+        let states = || {
+            self.known
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+                .collect()
+        };
+        let any_of_this_count = self
+            .latest
+            .iter()
+            .any(|(s, (_, c))| s.count == self.shard.count && c.is_some());
+        match (own, other) {
+            (Some((at, c)), other) if other.is_none_or(|(o, _)| at > o) => Some(Kept {
+                seq: c.seq,
+                positions: c.positions.clone(),
+                states: states(),
+                earlier: None,
+            }),
+            (own, Some((_, count))) => {
+                // Every shard of that count, or the scopes are listed.
+                let earlier: Option<Vec<_>> = (0..count)
+                    .map(|index| {
+                        let shard = Shard { index, count };
+                        self.latest
+                            .get(&shard)
+                            .and_then(|(_, c)| c.as_ref())
+                            .map(|c| c.positions.clone())
+                    })
+                    .collect();
+                Some(Kept {
+                    seq: own.map_or(0, |(_, c)| c.seq),
+                    positions: Default::default(),
+                    states: states(),
+                    earlier,
+                })
+            }
+            // Another shard of this count committed, this one not yet: its objects' states
+            // are known, its watches list.
+            (None, None) if any_of_this_count => Some(Kept {
+                states: states(),
+                ..Kept::default()
+            }),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn checkpoint(seq: u64, rv: &str) -> Option<Checkpoint> {
+        Some(Checkpoint {
+            seq,
+            positions: BTreeMap::from([("*".to_string(), rv.to_string())]),
         })
+    }
+
+    fn reader(shard: Option<Shard>, latest: &[(u32, u32, i64, Option<Checkpoint>)]) -> StateReader {
+        let mut r = StateReader::new("c", "s", "test/kafka", shard);
+        for (index, count, offset, c) in latest {
+            r.latest
+                .insert(Shard { index: *index, count: *count }, (*offset, c.clone()));
+        }
+        r.known.insert("u1".into(), b"{}".to_vec());
+        r
+    }
+
+    #[test]
+    fn a_shard_continues_from_its_own_checkpoint_while_its_count_committed_last() {
+        let r = reader(
+            Shard::new(1, 2),
+            &[(0, 4, 1, checkpoint(9, "5")), (1, 2, 7, checkpoint(3, "20")), (0, 2, 8, checkpoint(4, "21"))],
+        );
+        let kept = r.kept().expect("committed");
+        assert_eq!((kept.seq, kept.positions["*"].as_str()), (3, "20"));
+        assert!(kept.earlier.is_none());
+        assert_eq!(kept.states.len(), 1);
+    }
+
+    #[test]
+    fn after_a_change_of_count_a_shard_gets_the_newest_counts_positions_and_the_known_state() {
+        // Four shards committed after this shard's own (of two) last checkpoint.
+        let four: Vec<_> = (0..4)
+            .map(|i| (i, 4, 10 + i64::from(i), checkpoint(50, &format!("{}", 100 + i))))
+            .collect();
+        let mut latest = vec![(1, 2, 3, checkpoint(7, "20"))];
+        latest.extend(four.iter().cloned());
+        let kept = reader(Shard::new(1, 2), &latest).kept().expect("committed");
+        assert!(kept.positions.is_empty(), "its own are older");
+        assert_eq!(kept.seq, 7, "its own sequence goes on");
+        let earlier = kept.earlier.expect("the four shards' positions");
+        assert_eq!(earlier.len(), 4);
+        assert_eq!(earlier[3]["*"], "103");
+        assert_eq!(kept.states.len(), 1, "the known state is read");
+        // Unsharded after being sharded: the same.
+        let kept = reader(None, &four).kept().expect("committed");
+        assert_eq!(kept.earlier.map(|e| e.len()), Some(4));
+    }
+
+    #[test]
+    fn a_shard_of_the_new_count_that_has_not_committed_continues_from_the_old_count() {
+        // Shard 4 of 6 committed first; shard 0 of 6 has not yet.
+        let mut latest: Vec<_> = (0..4)
+            .map(|i| (i, 4, i64::from(i), checkpoint(5, &format!("{}", 100 + i))))
+            .collect();
+        latest.push((4, 6, 20, checkpoint(1, "200")));
+        let kept = reader(Shard::new(0, 6), &latest).kept().expect("committed");
+        assert_eq!(kept.earlier.map(|e| e.len()), Some(4));
+        assert!(kept.positions.is_empty());
+        // Once it committed, its own.
+        latest.push((0, 6, 21, checkpoint(2, "201")));
+        let kept = reader(Shard::new(0, 6), &latest).kept().expect("committed");
+        assert_eq!((kept.earlier, kept.positions["*"].as_str()), (None, "201"));
+    }
+
+    #[test]
+    fn a_count_with_a_shard_never_committed_gives_no_positions_but_the_known_state() {
+        let latest = [(1, 2, 10, checkpoint(1, "100"))];
+        let kept = reader(Shard::new(0, 2), &latest).kept().expect("committed");
+        assert!(kept.positions.is_empty() && kept.earlier.is_none());
+        assert_eq!(kept.states.len(), 1);
+        // An earlier count with a shard that never committed: listed, the known state kept.
+        let latest = [(0, 4, 10, checkpoint(1, "100")), (2, 4, 11, checkpoint(1, "101"))];
+        let kept = reader(Shard::new(0, 2), &latest).kept().expect("committed");
+        assert!(kept.positions.is_empty() && kept.earlier.is_none());
+        assert_eq!(kept.states.len(), 1);
+        assert!(reader(Shard::new(0, 2), &[]).kept().is_none(), "nothing committed");
+        // Removed checkpoints count as none.
+        assert!(reader(None, &[(0, 1, 4, None)]).kept().is_none());
     }
 }

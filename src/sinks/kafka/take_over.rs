@@ -121,7 +121,7 @@ impl Keeper for TxnKeeper {
                 let mut reader = slot
                     .take()
                     .filter(|r| r.fresh(WARM_FOR))
-                    .unwrap_or_else(|| StateReader::new(&txn.checkpoint_topic, &txn.state_topic, &txn.checkpoint_key));
+                    .unwrap_or_else(|| StateReader::new(&txn.checkpoint_topic, &txn.state_topic, &txn.checkpoint_base, txn.shard));
                 let config = config.clone();
                 // The reader goes back into the slot inside the blocking call, before the slot
                 // is unlocked: when the leadership comes during a read, this future is dropped
@@ -210,7 +210,7 @@ pub(super) async fn take_over(
     let warm = txn.warm.lock().await.take().filter(|r| r.fresh(WARM_FOR));
     let was_warm = warm.is_some();
     let mut reader = warm.unwrap_or_else(|| {
-        StateReader::new(&txn.checkpoint_topic, &txn.state_topic, &txn.checkpoint_key)
+        StateReader::new(&txn.checkpoint_topic, &txn.state_topic, &txn.checkpoint_base, txn.shard)
     });
     let reader = tokio::task::spawn_blocking(move || -> Result<_, CheckpointError> {
         reader.read(&config, CALL_TIMEOUT * 10)?;

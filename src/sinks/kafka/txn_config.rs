@@ -79,8 +79,13 @@ pub struct TxnSettings {
     pub sink: String,
     pub id: String,
     pub checkpoint_topic: String,
-    /// This sink's key in the checkpoint topic: `{cluster}/{sink}`.
+    /// This sink's key in the checkpoint topic: `{cluster}/{sink}` (with `sharding`, per
+    /// shard: `{cluster}/{sink}/shard-{i}-of-{n}`).
     pub checkpoint_key: String,
+    /// `{cluster}/{sink}`: the key of every shard count's checkpoints, before the shard.
+    pub checkpoint_base: String,
+    /// With `sharding`, this sink's shard.
+    pub shard: Option<crate::model::Shard>,
     pub state_topic: String,
     pub max_events: usize,
     pub linger: Duration,
@@ -106,18 +111,36 @@ impl std::fmt::Debug for TxnSettings {
     }
 }
 
+/// The checkpoint key of `shard` under `base` (`base` itself without sharding).
+pub fn checkpoint_key(base: &str, shard: Option<crate::model::Shard>) -> String {
+    match shard {
+        Some(s) => format!("{base}/shard-{}-of-{}", s.index, s.count),
+        None => base.to_string(),
+    }
+}
+
+/// The shard a checkpoint key under `base` names (the unsharded `base` is shard 0 of 1):
+/// `None` for another sink's key.
+pub fn shard_of_key(base: &str, key: &str) -> Option<crate::model::Shard> {
+    if key == base {
+        return crate::model::Shard::new(0, 1);
+    }
+    let rest = key.strip_prefix(base)?.strip_prefix("/shard-")?;
+    let (index, count) = rest.split_once("-of-")?;
+    crate::model::Shard::new(index.parse().ok()?, count.parse().ok()?)
+}
+
 impl TxnSettings {
     /// Makes these the settings of one shard's sink: its own transactional id (a shard that
     /// moves fences its previous holder only) and checkpoint. The checkpoint's key names the
-    /// shard count too: positions saved for other ranges are not this shard's, so a changed
-    /// count starts each shard with a list, compared with the known state it reads. The state
-    /// topic is shared (an object's record is keyed by its uid, which is in one shard only).
+    /// shard count too: positions saved for other ranges are not this shard's, so after a
+    /// change of count each shard continues from those of the earlier count's shards that
+    /// overlap its range ([`crate::model::continue_from`]). The state topic is shared (an
+    /// object's record is keyed by its uid, which is in one shard only).
     pub fn shard(&mut self, shard: crate::model::Shard) {
         self.id = format!("{}-{}", self.id, shard.index);
-        self.checkpoint_key = format!(
-            "{}/shard-{}-of-{}",
-            self.checkpoint_key, shard.index, shard.count
-        );
+        self.checkpoint_key = checkpoint_key(&self.checkpoint_base, Some(shard));
+        self.shard = Some(shard);
     }
 }
 
@@ -174,12 +197,36 @@ impl TransactionsConfig {
             id,
             checkpoint_topic: self.checkpoint_topic.clone(),
             checkpoint_key: format!("{cluster}/{sink}"),
+            checkpoint_base: format!("{cluster}/{sink}"),
+            shard: None,
             state_topic,
             max_events: self.max_events,
             linger: Duration::from_millis(self.max_ms),
             timeout: Duration::from_millis(u64::from(self.timeout_ms)),
             ready: Arc::default(),
             warm: Arc::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+    use crate::model::Shard;
+
+    #[test]
+    fn checkpoint_keys_name_their_shard_and_other_sinks_keys_none() {
+        let base = "prod/kafka";
+        for shard in [None, Shard::new(0, 1), Shard::new(3, 6)] {
+            let key = checkpoint_key(base, shard);
+            assert_eq!(
+                shard_of_key(base, &key),
+                Some(shard.unwrap_or(Shard { index: 0, count: 1 })),
+                "{key}"
+            );
+        }
+        for other in ["prod/kafka2", "prod/kafka/shard-6-of-6", "prod/kafka/shard-x-of-2", "prod"] {
+            assert_eq!(shard_of_key(base, other), None, "{other}");
         }
     }
 }
