@@ -51,9 +51,9 @@ async fn four_shards_become_six_in_a_rolling_update_with_every_change_exactly_on
         let n = replicas.add_edited(&scene, &[], |c| c.replace("shards: 4", "shards: 6"));
         new.push(n);
         replicas.procs[n]
-            .wait_for_log("another shard count is in force", 1, LIMIT)
+            .wait_for_log("sharing shards with the other replicas", 1, LIMIT)
             .await;
-        if let Err(e) = committed.wait_for_more("changes while both counts run", 10, LIMIT).await {
+        if let Err(e) = committed.wait_for_more("changes while both counts run", 20, LIMIT).await {
             panic!("{e}\n{}", replicas.logs());
         }
         replicas.stop_one(*o, LIMIT).await;
@@ -112,6 +112,13 @@ async fn four_shards_become_six_in_a_rolling_update_with_every_change_exactly_on
         last_old <= first_new,
         "a shard of six started at {first_new}, before the last of four stopped at {last_old}"
     );
+    for n in &new {
+        assert!(
+            replicas.procs[*n].count_in_log("another shard count is in force") > 0,
+            "a new replica ran beside the old count without saying that it waits:\n{}",
+            replicas.procs[*n].log()
+        );
+    }
     let resumed = new
         .iter()
         .map(|i| replicas.procs[*i].count_in_log("continuing where the earlier count's shards stopped"))
