@@ -12,9 +12,7 @@
 //! does, and reads each from its beginning; the records the partitions already took from
 //! their queues are carried over to the next pass, so a topic that appears loses nothing.
 //!
-//! Errors the brokers recover from by themselves (all brokers down, a broken connection, a
-//! timeout, a leader moving) are waited out: said once on standard error, and given up with
-//! [`ReplayError::Unreachable`] only when the brokers stay unreachable for the stall bound.
+//! Errors the brokers recover from by themselves are waited out ([`super::outage`]).
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,11 +20,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 use rdkafka::message::OwnedMessage;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::ReplayError;
+use super::outage::{Outage, transient};
 use super::read::{Quiet, Span, Topics};
 
 /// How long one wait for a record lasts before the stop flag and the stall are checked
@@ -102,39 +101,8 @@ struct Progress {
     announced: bool,
     /// When the topics were last looked for new ones matching a pattern.
     looked: Instant,
-    /// Since when the brokers have been unreachable (a transient error, not yet followed
-    /// by a record, a partition's end or an answer), and the last such error.
-    troubled: Option<(Instant, KafkaError)>,
-    /// When the brokers were last asked whether they answer again.
-    probed: Instant,
-}
-
-/// How often a replay whose brokers are unreachable asks them whether they answer again.
-const PROBE_EVERY: Duration = Duration::from_secs(1);
-
-/// Whether `e` is one the client recovers from by itself once the brokers answer again.
-fn transient(e: &KafkaError) -> bool {
-    use RDKafkaErrorCode as C;
-    let code = match e {
-        KafkaError::MessageConsumption(c) | KafkaError::Global(c) => *c,
-        _ => return false,
-    };
-    matches!(
-        code,
-        C::AllBrokersDown
-            | C::BrokerTransportFailure
-            | C::OperationTimedOut
-            | C::RequestTimedOut
-            | C::NetworkException
-            | C::Resolve
-            | C::BrokerNotAvailable
-            | C::LeaderNotAvailable
-            | C::NotLeaderForPartition
-            | C::ReplicaNotAvailable
-            | C::NotCoordinator
-            | C::CoordinatorNotAvailable
-            | C::CoordinatorLoadInProgress
-    )
+    /// The brokers not answering, while they do not.
+    outage: Outage,
 }
 
 /// How often a follow looks for new topics matching its patterns.
@@ -173,8 +141,7 @@ impl Topics {
             last: Instant::now(),
             announced: false,
             looked: Instant::now(),
-            troubled: None,
-            probed: Instant::now(),
+            outage: Outage::default(),
         };
         loop {
             let outcome = self.merge(
@@ -294,13 +261,13 @@ impl Topics {
                             pause(&self.consumer, part.span).map_err(kafka)?;
                         }
                     }
-                    Some(Err(e)) if transient(&e) => self.troubled(progress, e, stall, notice),
+                    Some(Err(e)) if transient(&e) => progress.outage.begin(e, stall, notice),
                     Some(Err(e)) => return Err(kafka(e)),
                 }
             }
             if arrived {
                 progress.last = Instant::now();
-                self.recovered(progress, notice);
+                progress.outage.end(notice);
             }
             if self.follow && !progress.announced && parts.iter().all(|p| p.state == State::AtEnd) {
                 progress.announced = true;
@@ -363,23 +330,22 @@ impl Topics {
                     return Ok(Outcome::Grew(grown));
                 }
             }
-            if progress.troubled.is_some() && progress.probed.elapsed() >= PROBE_EVERY {
-                progress.probed = Instant::now();
-                if self.consumer.fetch_metadata(None, PROBE_EVERY).is_ok() {
-                    self.recovered(progress, notice);
-                } else if let Some((since, e)) = progress.troubled.take_if(|(since, _)| since.elapsed() >= stall) {
+            if let Some(wait) = progress.outage.probe_due() {
+                if self.consumer.fetch_metadata(None, wait).is_ok() {
+                    progress.outage.end(notice);
+                } else if let Some((since, source)) = progress.outage.over(stall) {
                     return Err(ReplayError::Unreachable {
                         topic: self.names.join(", "),
                         stall,
-                        since: since.elapsed(),
-                        source: e,
+                        since,
+                        source,
                     });
                 }
             }
             // Serves the consumer's own events (errors, a rejected authentication);
             // every record comes through a partition queue.
             match self.consumer.poll(Duration::ZERO) {
-                Some(Err(e)) if transient(&e) => self.troubled(progress, e, stall, notice),
+                Some(Err(e)) if transient(&e) => progress.outage.begin(e, stall, notice),
                 Some(Err(e)) => return Err(kafka(e)),
                 _ => {}
             }
@@ -389,39 +355,6 @@ impl Topics {
             wake.wait(WAIT);
         }
         Ok(Outcome::Ended)
-    }
-}
-
-impl Topics {
-    /// A transient error: said once, and waited out up to `stall`.
-    fn troubled(
-        &self,
-        progress: &mut Progress,
-        e: KafkaError,
-        stall: Duration,
-        notice: &mut impl FnMut(String),
-    ) {
-        match &mut progress.troubled {
-            Some((_, last)) => *last = e,
-            None => {
-                notice(format!(
-                    "the brokers do not answer ({e}); waiting up to {}s for them",
-                    stall.as_secs()
-                ));
-                progress.probed = Instant::now();
-                progress.troubled = Some((Instant::now(), e));
-            }
-        }
-    }
-
-    /// The brokers answer again (a record, a partition's end, metadata).
-    fn recovered(&self, progress: &mut Progress, notice: &mut impl FnMut(String)) {
-        if let Some((since, _)) = progress.troubled.take() {
-            notice(format!(
-                "the brokers answer again after {}s; reading on",
-                since.elapsed().as_secs()
-            ));
-        }
     }
 }
 

@@ -27,6 +27,7 @@ mod filter;
 mod html;
 mod lines;
 mod merge;
+mod outage;
 mod output;
 mod plan;
 mod publish;
