@@ -179,12 +179,10 @@ pub fn replay_record(data: &[u8]) {
     if let Some(ct) = content_type {
         headers.push(("content-type".into(), ct));
     }
-    if let Ok(events) =
-        crate::replay::events_of(
-            crate::replay::Record::from_parts(headers, payload),
-            &crate::redact::RedactConfig::default(),
-        )
-    {
+    if let Ok(events) = crate::replay::events_of(
+        crate::replay::Record::from_parts(headers, payload),
+        &crate::redact::RedactConfig::default(),
+    ) {
         for e in &events {
             let _ = crate::replay::decode_facts(e);
         }

@@ -59,7 +59,12 @@ async fn a_kafka_outage_of_a_minute_loses_nothing_and_keeps_the_queue_bounded() 
     coalescing.wait_for_log("list complete", 1, LIMIT).await;
 
     // A follow from the start, whose stall bound outlasts the outage.
-    let mut follow = Follow::start(stack, &topic, &["--from-offset", "0", "--stall-seconds", "300"]).await;
+    let mut follow = Follow::start(
+        stack,
+        &topic,
+        &["--from-offset", "0", "--stall-seconds", "300"],
+    )
+    .await;
     let churn = Churn::start(&scene.client, &scene.ns, 50, Duration::from_millis(50));
     kubecast.check(
         kafka

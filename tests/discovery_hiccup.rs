@@ -61,9 +61,10 @@ async fn a_discovery_that_fails_after_a_404_infers_no_delete_and_the_watch_resum
     let kubeconfig = scene.dir.join("kubeconfig-proxied");
     proxy.kubeconfig(&kubeconfig);
     let file = scene.dir.join("events.jsonl");
-    let config = scene
-        .config("", &[file_sink("file", &file)])
-        .replace("watch:\n", &format!("watch:\n  resources: [widgets.{group}]\n"));
+    let config = scene.config("", &[file_sink("file", &file)]).replace(
+        "watch:\n",
+        &format!("watch:\n  resources: [widgets.{group}]\n"),
+    );
     let mut kubecast = Kubecast::start_env(
         &scene.stack,
         &scene.dir,
@@ -77,7 +78,12 @@ async fn a_discovery_that_fails_after_a_404_infers_no_delete_and_the_watch_resum
             (file_events(&f).len() >= 2).then_some(())
         })
         .await
-        .ok_or_else(|| format!("two added events; the file has {:?}", types(&file_events(&file)))),
+        .ok_or_else(|| {
+            format!(
+                "two added events; the file has {:?}",
+                types(&file_events(&file))
+            )
+        }),
     );
 
     // The watch's next request answers 404, and the discovery it asks fails once.
@@ -100,10 +106,7 @@ async fn a_discovery_that_fails_after_a_404_infers_no_delete_and_the_watch_resum
     let events = kubecast.check(
         wait_for(LIMIT, "c's added event after the fault", || {
             let events = file_events(&f);
-            events
-                .iter()
-                .any(|e| e["k8sname"] == "c")
-                .then_some(events)
+            events.iter().any(|e| e["k8sname"] == "c").then_some(events)
         })
         .await
         .ok_or_else(|| format!("c added; the file has {:?}", types(&file_events(&file)))),

@@ -272,9 +272,19 @@ async fn no_secret_leaves_kubecast_through_any_sink_log_metric_or_report() {
         "/spec/jobTemplate/spec/template/metadata",
     ] {
         let meta = cronjob.pointer(at).unwrap_or(&Value::Null);
-        assert_eq!(meta["annotations"]["example.com/own"], "<redacted>", "{at}: {meta}");
-        assert_eq!(meta["labels"]["example.com/own-label"], "<redacted>", "{at}: {meta}");
-        assert_eq!((&meta["annotations"]["keep"], &meta["labels"]["app"]), (&json!("k"), &json!("leaky")), "{at}: {meta}");
+        assert_eq!(
+            meta["annotations"]["example.com/own"], "<redacted>",
+            "{at}: {meta}"
+        );
+        assert_eq!(
+            meta["labels"]["example.com/own-label"], "<redacted>",
+            "{at}: {meta}"
+        );
+        assert_eq!(
+            (&meta["annotations"]["keep"], &meta["labels"]["app"]),
+            (&json!("k"), &json!("leaky")),
+            "{at}: {meta}"
+        );
     }
 
     let record_text = |r: &support::consume::Record| {

@@ -45,11 +45,23 @@ async fn a_replica_whose_lease_requests_get_no_answer_stops_each_shard_before_an
     let cut = replicas.add_env(&scene, &[("KUBECONFIG", &kubeconfig)]);
     let other = replicas.add(&scene);
     let alive = replicas.alive();
-    if let Err(e) = wait_balanced(&scene.client, &scene.ns, &replicas.lease, SHARDS, &alive, LIMIT).await {
+    if let Err(e) = wait_balanced(
+        &scene.client,
+        &scene.ns,
+        &replicas.lease,
+        SHARDS,
+        &alive,
+        LIMIT,
+    )
+    .await
+    {
         panic!("{e}\n{}", replicas.logs());
     }
     let churn = Churn::start(&scene.client, &scene.ns, 6, Duration::from_millis(50));
-    if let Err(e) = committed.wait_for_more("the churn's events", 20, LIMIT).await {
+    if let Err(e) = committed
+        .wait_for_more("the churn's events", 20, LIMIT)
+        .await
+    {
         panic!("{e}\n{}", replicas.logs());
     }
 
@@ -59,8 +71,15 @@ async fn a_replica_whose_lease_requests_get_no_answer_stops_each_shard_before_an
         scene.ns
     ));
     let survivor = vec![replicas.identities[other].clone()];
-    if let Err(e) =
-        wait_balanced(&scene.client, &scene.ns, &replicas.lease, SHARDS, &survivor, LIMIT).await
+    if let Err(e) = wait_balanced(
+        &scene.client,
+        &scene.ns,
+        &replicas.lease,
+        SHARDS,
+        &survivor,
+        LIMIT,
+    )
+    .await
     {
         panic!("{e}\n{}", replicas.logs());
     }
@@ -110,9 +129,16 @@ async fn a_replica_whose_lease_requests_get_no_answer_stops_each_shard_before_an
             t.shard,
             replicas.logs()
         );
-        println!("shard {}: stopped {gap:?} before the other replica took it", t.shard);
+        println!(
+            "shard {}: stopped {gap:?} before the other replica took it",
+            t.shard
+        );
     }
-    assert!(moved > 0, "no shard moved from the cut replica:\n{}", replicas.logs());
+    assert!(
+        moved > 0,
+        "no shard moved from the cut replica:\n{}",
+        replicas.logs()
+    );
     println!(
         "{} changes from {ops} operations, each once; {moved} shards moved",
         want.len()

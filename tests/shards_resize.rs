@@ -33,15 +33,26 @@ async fn four_shards_become_six_in_a_rolling_update_with_every_change_exactly_on
     let _mqtt = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
     scene.pods.create_each("stable", 8).await;
     let observer = Observer::start(&scene.client, &scene.ns).await;
-    let mut replicas =
-        Replicas::start_with(&scene, 3, &topic, &prefix, "sharding:\n  shards: 4\n");
+    let mut replicas = Replicas::start_with(&scene, 3, &topic, &prefix, "sharding:\n  shards: 4\n");
     let old: Vec<usize> = (0..3).collect();
     let lease = replicas.lease.clone();
-    if let Err(e) = wait_balanced(&scene.client, &scene.ns, &lease, 4, &replicas.alive(), LIMIT).await {
+    if let Err(e) = wait_balanced(
+        &scene.client,
+        &scene.ns,
+        &lease,
+        4,
+        &replicas.alive(),
+        LIMIT,
+    )
+    .await
+    {
         panic!("{e}\n{}", replicas.logs());
     }
     let churn = Churn::start(&scene.client, &scene.ns, 8, Duration::from_millis(20));
-    if let Err(e) = committed.wait_for_more("the churn's events", 20, LIMIT).await {
+    if let Err(e) = committed
+        .wait_for_more("the churn's events", 20, LIMIT)
+        .await
+    {
         panic!("{e}\n{}", replicas.logs());
     }
 
@@ -53,7 +64,10 @@ async fn four_shards_become_six_in_a_rolling_update_with_every_change_exactly_on
         replicas.procs[n]
             .wait_for_log("sharing shards with the other replicas", 1, LIMIT)
             .await;
-        if let Err(e) = committed.wait_for_more("changes while both counts run", 20, LIMIT).await {
+        if let Err(e) = committed
+            .wait_for_more("changes while both counts run", 20, LIMIT)
+            .await
+        {
             panic!("{e}\n{}", replicas.logs());
         }
         replicas.stop_one(*o, LIMIT).await;
@@ -62,16 +76,26 @@ async fn four_shards_become_six_in_a_rolling_update_with_every_change_exactly_on
             .map(|i| replicas.identities[*i].clone())
             .collect();
         if !old_alive.is_empty()
-            && let Err(e) = wait_balanced(&scene.client, &scene.ns, &lease, 4, &old_alive, LIMIT).await
+            && let Err(e) =
+                wait_balanced(&scene.client, &scene.ns, &lease, 4, &old_alive, LIMIT).await
         {
-            panic!("the old count after replica {o} stopped: {e}\n{}", replicas.logs());
+            panic!(
+                "the old count after replica {o} stopped: {e}\n{}",
+                replicas.logs()
+            );
         }
     }
-    let new_alive: Vec<String> = new.iter().map(|i| replicas.identities[*i].clone()).collect();
+    let new_alive: Vec<String> = new
+        .iter()
+        .map(|i| replicas.identities[*i].clone())
+        .collect();
     if let Err(e) = wait_balanced(&scene.client, &scene.ns, &lease, 6, &new_alive, LIMIT).await {
         panic!("the new count: {e}\n{}", replicas.logs());
     }
-    if let Err(e) = committed.wait_for_more("changes under six shards", 20, LIMIT).await {
+    if let Err(e) = committed
+        .wait_for_more("changes under six shards", 20, LIMIT)
+        .await
+    {
         panic!("{e}\n{}", replicas.logs());
     }
     let ops = churn.stop().await;
@@ -82,8 +106,13 @@ async fn four_shards_become_six_in_a_rolling_update_with_every_change_exactly_on
         Err(e) => {
             let records = committed.records();
             let have: BTreeSet<&str> = records.iter().map(|r| r.ce("id")).collect();
-            let missing: Vec<&String> = want.iter().filter(|w| !have.contains(w.as_str())).collect();
-            panic!("{} changes missing: {missing:?}\n{e}\n{}", missing.len(), replicas.logs())
+            let missing: Vec<&String> =
+                want.iter().filter(|w| !have.contains(w.as_str())).collect();
+            panic!(
+                "{} changes missing: {missing:?}\n{e}\n{}",
+                missing.len(),
+                replicas.logs()
+            )
         }
     };
     let ids: Vec<&str> = records.iter().map(|r| r.ce("id")).collect();
@@ -121,9 +150,14 @@ async fn four_shards_become_six_in_a_rolling_update_with_every_change_exactly_on
     }
     let resumed = new
         .iter()
-        .map(|i| replicas.procs[*i].count_in_log("continuing where the earlier count's shards stopped"))
+        .map(|i| {
+            replicas.procs[*i].count_in_log("continuing where the earlier count's shards stopped")
+        })
         .sum::<usize>();
-    assert!(resumed >= 6, "each of the six shards continued from the four's checkpoints ({resumed})");
+    assert!(
+        resumed >= 6,
+        "each of the six shards continued from the four's checkpoints ({resumed})"
+    );
     println!(
         "{} changes from {ops} operations through 4 -> 6 shards, each once; the six started {:?} after the four stopped",
         want.len(),

@@ -193,7 +193,11 @@ async fn two_kubecasts_sharing_a_client_id_back_off(protocol: &str) {
     );
     for (i, k) in kubecasts.into_iter().enumerate() {
         let (code, log) = k.stop(LIMIT).await;
-        assert_eq!(code, Some(0), "kubecast {i} did not stop cleanly; its log:\n{log}");
+        assert_eq!(
+            code,
+            Some(0),
+            "kubecast {i} did not stop cleanly; its log:\n{log}"
+        );
     }
 }
 

@@ -144,7 +144,10 @@ impl Members {
                 }
                 _ => {}
             }
-            if announced.as_ref().is_none_or(|a| a.shards != self.announced.shards) {
+            if announced
+                .as_ref()
+                .is_none_or(|a| a.shards != self.announced.shards)
+            {
                 others.insert(id.clone(), announced);
             }
         }
@@ -248,7 +251,10 @@ impl Members {
                 self.api.create(&PostParams::default(), &lease).await
             }
             Some(mut lease) => {
-                let annotations = lease.metadata.annotations.get_or_insert_with(Default::default);
+                let annotations = lease
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default);
                 annotations.insert(ANNOTATION.to_string(), value);
                 annotations.insert(SHARDS_ANNOTATION.to_string(), shards);
                 self.api

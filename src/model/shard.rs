@@ -147,8 +147,10 @@ pub fn continue_from(
         count,
         per_scope: BTreeMap::new(),
     };
-    let labels: std::collections::BTreeSet<&String> =
-        overlapping.iter().flat_map(|j| earlier[*j].keys()).collect();
+    let labels: std::collections::BTreeSet<&String> = overlapping
+        .iter()
+        .flat_map(|j| earlier[*j].keys())
+        .collect();
     for label in labels {
         let each: Option<Vec<(usize, u64)>> = overlapping
             .iter()
@@ -218,7 +220,10 @@ mod tests {
     fn a_new_count_continues_from_the_earliest_overlapping_position_and_skips_what_each_passed_on()
     {
         let at = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
         };
         // Four earlier shards; shard 1 of 2 overlaps earlier shards 2 and 3.
         let earlier = vec![
@@ -228,7 +233,11 @@ mod tests {
             at(&[("*", "90"), ("cm", "x")]),
         ];
         let (positions, floors) = continue_from(&earlier, Shard::new(1, 2));
-        assert_eq!(positions, at(&[("*", "90")]), "cm: one position is not an integer");
+        assert_eq!(
+            positions,
+            at(&[("*", "90")]),
+            "cm: one position is not an integer"
+        );
         assert_eq!(floors.per_scope["*"], vec![None, None, Some(120), Some(90)]);
         // A uid of earlier shard 2 at 120 was passed on there; at 121 it is new.
         let uid = (0..1000)
@@ -236,7 +245,10 @@ mod tests {
             .find(|u| Shard::of(u, 4).index == 2)
             .expect("some uid hashes into shard 2 of 4");
         assert!(!floors.passes("*", &uid, "120") && floors.passes("*", &uid, "121"));
-        assert!(floors.passes("other", &uid, "1"), "a scope without floors passes all");
+        assert!(
+            floors.passes("other", &uid, "1"),
+            "a scope without floors passes all"
+        );
         // Everything (one count) overlaps every earlier shard.
         let (positions, _) = continue_from(&earlier, None);
         assert_eq!(positions, at(&[("*", "90")]));

@@ -63,8 +63,11 @@ impl KeptState {
         }
         if let Some(earlier) = self.earlier.take() {
             let (positions, floors) = crate::model::continue_from(&earlier, shard);
-            tracing::info!(earlier_shards = earlier.len(), resumed_scopes = positions.len(),
-                "the shard count changed: continuing where the earlier count's shards stopped");
+            tracing::info!(
+                earlier_shards = earlier.len(),
+                resumed_scopes = positions.len(),
+                "the shard count changed: continuing where the earlier count's shards stopped"
+            );
             self.positions = positions;
             self.floors = Some(floors);
         }

@@ -203,8 +203,7 @@ fn marked_metadata(mut v: Value, marker: &str) -> Value {
                 for (k, v) in m.iter_mut() {
                     if let (true, Value::Object(meta)) = (k == "metadata", &mut *v) {
                         for list in ["annotations", "labels"] {
-                            if let Value::Object(a) =
-                                meta.entry(list).or_insert_with(|| json!({}))
+                            if let Value::Object(a) = meta.entry(list).or_insert_with(|| json!({}))
                             {
                                 a.insert(TOKEN.into(), json!(marker));
                             }

@@ -252,8 +252,14 @@ fn configured_annotations_and_labels_are_redacted_in_every_metadata_of_the_docum
                 "/status/tasks/0/podTemplate/metadata",
             ] {
                 let meta = doc.pointer(path).expect("the metadata is kept");
-                assert_eq!(meta["annotations"]["example.com/token"], "<redacted>", "{at}{path} (env_values {env_values})");
-                assert_eq!(meta["labels"]["owner"], "<redacted>", "{at}{path} (env_values {env_values})");
+                assert_eq!(
+                    meta["annotations"]["example.com/token"], "<redacted>",
+                    "{at}{path} (env_values {env_values})"
+                );
+                assert_eq!(
+                    meta["labels"]["owner"], "<redacted>",
+                    "{at}{path} (env_values {env_values})"
+                );
                 assert_eq!(meta["annotations"]["keep"], "k", "{at}{path}");
                 assert_eq!(meta["labels"]["app"], "a", "{at}{path}");
             }
@@ -263,7 +269,8 @@ fn configured_annotations_and_labels_are_redacted_in_every_metadata_of_the_docum
 
 #[test]
 fn a_metadata_spelled_with_escapes_under_any_member_is_still_found() {
-    let obj = br#"{"status":{"t":{"m\u0065tadata":{"annotations":{"example.com/token":"s3cr3t"}}}}}"#;
+    let obj =
+        br#"{"status":{"t":{"m\u0065tadata":{"annotations":{"example.com/token":"s3cr3t"}}}}}"#;
     let redact = RedactConfig {
         env_values: false,
         annotations: vec!["example.com/token".into()],

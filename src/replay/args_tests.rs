@@ -250,7 +250,11 @@ fn the_writers_redaction_comes_from_its_config_or_flags_also_while_following() {
     ])
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(p.config, Some("c.yaml".into()));
-    assert_eq!(p.destination, Destination::Stdout, "no --sink: nothing re-published");
+    assert_eq!(
+        p.destination,
+        Destination::Stdout,
+        "no --sink: nothing re-published"
+    );
     assert_eq!(p.redact.annotations, ["example.com/token"]);
     assert_eq!(p.redact.labels, ["owner"]);
     assert!(p.redact.env_values);

@@ -194,7 +194,10 @@ fn compat_shapes_other_types_and_the_writers_configured_names_are_redacted_too()
         [("ce_kind", "Secret"), ("ce_apiversion", "v1")],
     );
     let s = one(record(&knative, Some(secret)));
-    assert_eq!(data_json(&s).expect("JSON")["data"]["password"], "<redacted>");
+    assert_eq!(
+        data_json(&s).expect("JSON")["data"]["password"],
+        "<redacted>"
+    );
     // Another producer's type, naming no kind: the data's own kind, and env values by shape.
     let other = headers("com.example.object.changed", [("ce_x", "1"), ("ce_y", "2")]);
     let own_kind = br#"{"apiVersion":"v1","kind":"Secret","data":{"k":"djE="}}"#;
@@ -213,9 +216,22 @@ fn compat_shapes_other_types_and_the_writers_configured_names_are_redacted_too()
         labels: vec!["owner".into()],
         ..RedactConfig::default()
     };
-    let pod = headers("io.k8s.apps.v1.deployment.modified", [("ce_k8skind", "Deployment"), ("ce_k8sapiversion", "apps/v1")]);
-    let mut events = events_of(record(&pod, Some(annotated)), &redact).unwrap_or_else(|e| panic!("{e}"));
+    let pod = headers(
+        "io.k8s.apps.v1.deployment.modified",
+        [
+            ("ce_k8skind", "Deployment"),
+            ("ce_k8sapiversion", "apps/v1"),
+        ],
+    );
+    let mut events =
+        events_of(record(&pod, Some(annotated)), &redact).unwrap_or_else(|e| panic!("{e}"));
     let d = data_json(&events.remove(0)).expect("JSON");
-    assert_eq!(d["metadata"]["annotations"]["example.com/token"], "<redacted>");
-    assert_eq!(d["spec"]["template"]["metadata"]["labels"]["owner"], "<redacted>");
+    assert_eq!(
+        d["metadata"]["annotations"]["example.com/token"],
+        "<redacted>"
+    );
+    assert_eq!(
+        d["spec"]["template"]["metadata"]["labels"]["owner"],
+        "<redacted>"
+    );
 }

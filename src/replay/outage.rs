@@ -47,7 +47,12 @@ pub(super) struct Outage {
 
 impl Outage {
     /// A transient error: an outage starts (said once) or goes on.
-    pub(super) fn begin(&mut self, e: KafkaError, stall: Duration, notice: &mut impl FnMut(String)) {
+    pub(super) fn begin(
+        &mut self,
+        e: KafkaError,
+        stall: Duration,
+        notice: &mut impl FnMut(String),
+    ) {
         match &mut self.since {
             Some((_, last)) => *last = e,
             None => {
@@ -94,11 +99,20 @@ mod tests {
 
     #[test]
     fn connection_errors_are_waited_out_and_others_are_not() {
-        for code in [RDKafkaErrorCode::AllBrokersDown, RDKafkaErrorCode::BrokerTransportFailure] {
+        for code in [
+            RDKafkaErrorCode::AllBrokersDown,
+            RDKafkaErrorCode::BrokerTransportFailure,
+        ] {
             assert!(transient(&KafkaError::MessageConsumption(code)), "{code:?}");
         }
-        for code in [RDKafkaErrorCode::UnknownTopicOrPartition, RDKafkaErrorCode::TopicAuthorizationFailed] {
-            assert!(!transient(&KafkaError::MessageConsumption(code)), "{code:?}");
+        for code in [
+            RDKafkaErrorCode::UnknownTopicOrPartition,
+            RDKafkaErrorCode::TopicAuthorizationFailed,
+        ] {
+            assert!(
+                !transient(&KafkaError::MessageConsumption(code)),
+                "{code:?}"
+            );
         }
     }
 
@@ -111,11 +125,18 @@ mod tests {
         let down = || KafkaError::MessageConsumption(RDKafkaErrorCode::AllBrokersDown);
         o.begin(down(), Duration::from_secs(60), &mut notice);
         o.begin(down(), Duration::from_secs(60), &mut notice);
-        assert!(o.over(Duration::from_secs(60)).is_none(), "within the bound");
+        assert!(
+            o.over(Duration::from_secs(60)).is_none(),
+            "within the bound"
+        );
         assert!(o.over(Duration::ZERO).is_some(), "past the bound");
         o.begin(down(), Duration::from_secs(60), &mut notice);
         o.end(&mut notice);
         o.end(&mut notice);
-        assert_eq!(said.len(), 3, "two outages begun and one ended, each said once: {said:?}");
+        assert_eq!(
+            said.len(),
+            3,
+            "two outages begun and one ended, each said once: {said:?}"
+        );
     }
 }

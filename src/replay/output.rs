@@ -97,8 +97,11 @@ mod tests {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.as_bytes()))
             .collect();
-        let mut events =
-            events_of(Record::from_parts(headers, Some(payload)), &Default::default()).unwrap_or_else(|e| panic!("{e}"));
+        let mut events = events_of(
+            Record::from_parts(headers, Some(payload)),
+            &Default::default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let mut buf = Vec::new();
         structured_line(events.remove(0), &mut buf).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(buf.iter().filter(|b| **b == b'\n').count(), 1, "one line");

@@ -68,7 +68,10 @@ impl ApiProxy {
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {kubectl} proxy: {e}"));
-        let stdout = child.stdout.take().expect("kubectl proxy's stdout is piped");
+        let stdout = child
+            .stdout
+            .take()
+            .expect("kubectl proxy's stdout is piped");
         let mut lines = BufReader::new(stdout).lines();
         let upstream: u16 = super::within(
             std::time::Duration::from_secs(30),
@@ -187,18 +190,17 @@ impl Drop for ApiProxy {
 fn take_fault(faults: &Mutex<Faults>, req: &hyper::Request<Incoming>) -> Option<u16> {
     let path = req.uri().path();
     let query = req.uri().query().unwrap_or("");
-    let is_watch = query.split('&').any(|p| p == "watch=true" || p == "watch=1");
+    let is_watch = query
+        .split('&')
+        .any(|p| p == "watch=true" || p == "watch=1");
     let mut f = faults.lock().expect("the faults' lock");
-    let i = f
-        .armed
-        .iter()
-        .position(|a| {
-            if a.watch {
-                is_watch && path.starts_with(&a.path)
-            } else {
-                path == a.path
-            }
-        })?;
+    let i = f.armed.iter().position(|a| {
+        if a.watch {
+            is_watch && path.starts_with(&a.path)
+        } else {
+            path == a.path
+        }
+    })?;
     let status = f.armed[i].status;
     f.armed[i].times -= 1;
     if f.armed[i].times == 0 {
@@ -232,7 +234,11 @@ async fn forward(
         let response = hyper::Response::builder()
             .status(status)
             .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body.to_string())).map_err(|e| match e {}).boxed())
+            .body(
+                Full::new(Bytes::from(body.to_string()))
+                    .map_err(|e| match e {})
+                    .boxed(),
+            )
             .expect("a status and a JSON body make a response");
         return Ok(response);
     }

@@ -75,10 +75,9 @@ impl Follow {
 
     /// Waits until standard error holds `needle`.
     pub async fn wait_said(&self, needle: &str, limit: Duration) {
-        let found = super::consume::wait_for(limit, needle, || {
-            self.said().contains(needle).then_some(())
-        })
-        .await;
+        let found =
+            super::consume::wait_for(limit, needle, || self.said().contains(needle).then_some(()))
+                .await;
         assert!(
             found.is_some(),
             "replay --follow did not say `{needle}` within {limit:?}; it said:\n{}",
@@ -178,7 +177,12 @@ impl EventWriter {
         });
         let data = format!(r#"{{"metadata":{{"name":"{id}"}}}}"#);
         self.producer
-            .send(BaseRecord::to(topic).key(id).payload(&data).headers(headers))
+            .send(
+                BaseRecord::to(topic)
+                    .key(id)
+                    .payload(&data)
+                    .headers(headers),
+            )
             .map_err(|(e, _)| e)
             .expect("queueing a record");
     }

@@ -164,14 +164,17 @@ impl Shards {
 
     /// One round: heartbeat, plan, the Leases' rounds, then start and stop bridges to match.
     async fn round(&mut self) -> Result<(), PipelineError> {
-        self.members.set_held(self.running.keys().copied().collect());
+        self.members
+            .set_held(self.running.keys().copied().collect());
         let beat_at = Instant::now();
         match tokio::time::timeout(self.within(), self.members.beat()).await {
             Ok(Ok(true)) => {
                 self.beat_until = Some(beat_at + self.settings.renew_deadline());
             }
             Ok(Ok(false)) => {
-                tracing::debug!("other replicas wrote the members' record each time; beating again next round");
+                tracing::debug!(
+                    "other replicas wrote the members' record each time; beating again next round"
+                );
             }
             Ok(Err(e)) => {
                 tracing::warn!(error = %crate::error_chain(&e), "raising this replica's heartbeat failed; balancing with the replicas last seen");
@@ -303,7 +306,11 @@ impl Shards {
     }
 
     /// Shard `i`'s bridge ended.
-    fn ended(&mut self, i: u32, outcome: Result<Stats, PipelineError>) -> Result<(), PipelineError> {
+    fn ended(
+        &mut self,
+        i: u32,
+        outcome: Result<Stats, PipelineError>,
+    ) -> Result<(), PipelineError> {
         let running = self.running.remove(&i);
         self.ops.release(i);
         tracing::info!(shard = i, "the shard's bridge stopped");

@@ -20,7 +20,8 @@ impl Shards {
 
     /// Whether shard `i` is this replica's to publish now.
     pub(super) fn holds(&self, i: u32) -> bool {
-        self.held_until(i).is_some_and(|until| Instant::now() < until)
+        self.held_until(i)
+            .is_some_and(|until| Instant::now() < until)
     }
 
     /// The first deadline of a shard whose bridge still runs: when [`Shards::step_down_due`]
@@ -95,7 +96,10 @@ impl Shards {
                 })
                 .collect();
             if others.is_empty() {
-                tracing::info!(shards = self.count(), "every replica alive has this shard count");
+                tracing::info!(
+                    shards = self.count(),
+                    "every replica alive has this shard count"
+                );
             } else if in_force {
                 tracing::warn!(shards = self.count(), others = %announced.join(", "),
                     "replicas of another shard count are alive; this count is in force: taking shards once none of them has run one for a Lease");
