@@ -239,12 +239,7 @@ async fn eight_shards_on_three_replicas_through_a_kill_a_join_and_a_freeze_keep_
         .flat_map(|o| o.changes())
         .map(|c| c.id())
         .collect();
-    let records = match committed.wait_for_ids(&want, LIMIT).await {
-        Ok(r) => r,
-        Err(e) => panic!("{e}\n{}", replicas.logs()),
-    };
-    let ids: Vec<&str> = records.iter().map(|r| r.ce("id")).collect();
-    let duplicates = check_received(&want, &ids, "read_committed Kafka");
+    let duplicates = replicas.committed_once(&committed, &want, LIMIT).await;
     assert_eq!(
         duplicates, 0,
         "read_committed must see each change exactly once"
@@ -357,13 +352,8 @@ async fn without_sharded_watches_on_the_apiserver_kubecast_filters_by_shard_itse
     churn.stop().await;
     observer.catch_up(&scene.pods, LIMIT).await;
     let want: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
-    let records = match committed.wait_for_ids(&want, LIMIT).await {
-        Ok(r) => r,
-        Err(e) => panic!("{e}\n{}", replicas.logs()),
-    };
-    let ids: Vec<&str> = records.iter().map(|r| r.ce("id")).collect();
     assert_eq!(
-        check_received(&want, &ids, "read_committed Kafka"),
+        replicas.committed_once(&committed, &want, LIMIT).await,
         0,
         "each change once, though every replica received every object"
     );

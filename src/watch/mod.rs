@@ -13,7 +13,9 @@
 //! apiserver rejects stop it, as [`WatchError::Rejected`].
 
 mod attempt;
+mod found;
 mod parse;
+mod passes;
 mod request;
 mod resource;
 mod source;

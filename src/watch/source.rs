@@ -18,13 +18,14 @@ use futures::AsyncBufReadExt;
 use tokio::sync::mpsc;
 
 use super::attempt::{Attempt, Cause, Failure, Next, classify};
+use super::found::{self, Found};
 use super::parse::parse_list_page;
+use super::passes::passes;
 use super::request::{ListRequest, WatchRequest};
 use super::stream::{LineOutcome, Stream};
 use super::{Observed, StreamingList, WatchError};
 use crate::backoff::Backoff;
 use crate::classify::Scope;
-use crate::kinds::{discovery, resolve};
 use crate::model::Shard;
 use crate::ops::Ops;
 
@@ -53,17 +54,6 @@ pub struct WatchSettings {
     /// After a change of shard count: the changes the earlier count's shards had passed on,
     /// which a watch resumed from the earliest of their positions leaves out.
     pub floors: Option<Arc<crate::model::Floors>>,
-}
-
-/// What discovery says of a resource whose watch or list answered 404.
-enum Found {
-    /// Not served at any version: its objects are gone.
-    Gone,
-    /// Served, at this resource's preferred version.
-    At(Arc<crate::kinds::Resource>),
-    /// Discovery failed without proving anything (a timeout, a 5xx, a 429): nothing is
-    /// inferred, and the watch retries.
-    Unknown(String),
 }
 
 /// After this many consecutive attempts to resume that the apiserver answered with an error,
@@ -150,37 +140,39 @@ impl Watch {
                 Ok(Next::Closed) => return Ok(Ended::Closed),
                 // A 404 is no evidence that anything was deleted (a version no longer served,
                 // an apiserver lagging behind its peers): discovery decides.
-                Ok(Next::Unserved) => match self.discovered().await {
-                    Found::Gone => {
-                        tracing::warn!(scope = %ns, "the resource is no longer served, and discovery confirms it (its CRD was deleted): its objects are gone");
-                        self.position = None;
-                        let sent = self
-                            .send(Observed::Unserved {
-                                scope: self.scope.clone(),
-                            })
-                            .await;
-                        return Ok(if sent { Ended::Unserved } else { Ended::Closed });
-                    }
-                    Found::At(r) if r.api_version() != self.scope.resource.api_version() => {
-                        tracing::warn!(scope = %ns, from = %self.scope.resource.api_version(), to = %r.api_version(),
+                Ok(Next::Unserved) => {
+                    match found::found(&self.client, &self.scope.resource).await {
+                        Found::Gone => {
+                            tracing::warn!(scope = %ns, "the resource is no longer served, and discovery confirms it (its CRD was deleted): its objects are gone");
+                            self.position = None;
+                            let sent = self
+                                .send(Observed::Unserved {
+                                    scope: self.scope.clone(),
+                                })
+                                .await;
+                            return Ok(if sent { Ended::Unserved } else { Ended::Closed });
+                        }
+                        Found::At(r) if r.api_version() != self.scope.resource.api_version() => {
+                            tracing::warn!(scope = %ns, from = %self.scope.resource.api_version(), to = %r.api_version(),
                             "the resource is no longer served at its version; following its preferred served version and listing again (unchanged objects emit nothing)");
-                        self.scope = Scope::new(r, self.scope.namespace.as_deref());
-                        self.position = None;
-                        backoff.reset();
-                    }
-                    Found::At(_) => {
-                        let wait = backoff.next_delay();
-                        tracing::warn!(scope = %ns, retry_in_ms = wait.as_millis() as u64,
+                            self.scope = Scope::new(r, self.scope.namespace.as_deref());
+                            self.position = None;
+                            backoff.reset();
+                        }
+                        Found::At(_) => {
+                            let wait = backoff.next_delay();
+                            tracing::warn!(scope = %ns, retry_in_ms = wait.as_millis() as u64,
                             "the apiserver answered 404, but discovery still serves the resource at this version (an apiserver behind its peers?); nothing inferred, retrying");
-                        tokio::time::sleep(wait).await;
-                    }
-                    Found::Unknown(reason) => {
-                        let wait = backoff.next_delay();
-                        tracing::warn!(scope = %ns, %reason, retry_in_ms = wait.as_millis() as u64,
+                            tokio::time::sleep(wait).await;
+                        }
+                        Found::Unknown(reason) => {
+                            let wait = backoff.next_delay();
+                            tracing::warn!(scope = %ns, %reason, retry_in_ms = wait.as_millis() as u64,
                             "the apiserver answered 404 and discovery did not prove the resource gone; nothing inferred, retrying");
-                        tokio::time::sleep(wait).await;
+                            tokio::time::sleep(wait).await;
+                        }
                     }
-                },
+                }
                 Ok(Next::Resume) => backoff.reset(),
                 Ok(Next::Resync) => {
                     tracing::info!(scope = %ns, "resync: listing again to compare with the known state");
@@ -236,23 +228,6 @@ impl Watch {
                     tokio::time::sleep(wait).await;
                 }
             }
-        }
-    }
-
-    /// What discovery says of the scope's resource now: gone (proven: its group is not in
-    /// `/apis`, or each of its versions answers 404), served at a version, or unknown.
-    async fn discovered(&self) -> Found {
-        let r = &self.scope.resource;
-        match discovery::served_group(&self.client, &r.group).await {
-            Err(e) => Found::Unknown(crate::error_chain(&e)),
-            Ok(served) => match resolve::resolve(r.key(), &served) {
-                Ok(found) => Found::At(found),
-                // Served without list or watch: not gone, and nothing to follow.
-                Err(e @ resolve::ResolveError::NotWatchable { .. }) => {
-                    Found::Unknown(e.to_string())
-                }
-                Err(_) => Found::Gone,
-            },
         }
     }
 
@@ -355,7 +330,7 @@ impl Watch {
                         scope: scope.clone(),
                         object,
                     };
-                    if in_shard(s.shard, &item) && !self.send(item).await {
+                    if passes(&s, scope.label(), &item) && !self.send(item).await {
                         return false;
                     }
                 }
@@ -500,37 +475,9 @@ impl Watch {
                     });
                 }
             };
-            if in_shard(s.shard, &item)
-                && is_new(s.floors.as_deref(), &label, &item)
-                && self.out.send(item).await.is_err()
-            {
+            if passes(&s, &label, &item) && self.out.send(item).await.is_err() {
                 return Ok(Next::Closed);
             }
         }
-    }
-}
-
-/// Whether `item` is a change the earlier shard count had not passed on yet (always, without
-/// `floors`): a watch event above the floor of the earlier shard that held its object.
-fn is_new(floors: Option<&crate::model::Floors>, label: &str, item: &Observed) -> bool {
-    match (floors, item) {
-        (Some(f), Observed::Applied { object, .. } | Observed::Deleted { object, .. }) => {
-            f.passes(label, &object.uid, &object.rv)
-        }
-        _ => true,
-    }
-}
-
-/// Whether `item` is for `shard` (always, without one): an object is when its uid hashes into
-/// the shard's range.
-fn in_shard(shard: Option<Shard>, item: &Observed) -> bool {
-    let Some(shard) = shard else {
-        return true;
-    };
-    match item {
-        Observed::Listed { object, .. }
-        | Observed::Applied { object, .. }
-        | Observed::Deleted { object, .. } => shard.contains(&object.uid),
-        _ => true,
     }
 }

@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::consume::KafkaTopic;
 use super::kubecast::{Kubecast, scratch_dir};
+use super::observer::check_received;
 use super::scene::{Scene, exactly_once};
 use super::unique_name;
 
@@ -232,6 +234,31 @@ impl Replicas {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Waits until `committed` (read_committed) holds every change of `want`, failing with the
+    /// changes still missing and every replica's log; returns how many records repeat one.
+    pub async fn committed_once(
+        &self,
+        committed: &KafkaTopic,
+        want: &std::collections::BTreeSet<String>,
+        limit: Duration,
+    ) -> usize {
+        if let Err(e) = committed.wait_for_ids(want, limit).await {
+            let records = committed.records();
+            let have: std::collections::BTreeSet<&str> =
+                records.iter().map(|r| r.ce("id")).collect();
+            let missing: Vec<&String> =
+                want.iter().filter(|w| !have.contains(w.as_str())).collect();
+            panic!(
+                "{} changes missing: {missing:?}\n{e}\n{}",
+                missing.len(),
+                self.logs()
+            );
+        }
+        let records = committed.records();
+        let ids: Vec<&str> = records.iter().map(|r| r.ce("id")).collect();
+        check_received(want, &ids, "read_committed Kafka")
     }
 
     /// Every replica's log, labelled.
