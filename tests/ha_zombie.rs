@@ -113,6 +113,21 @@ async fn a_frozen_leader_is_fenced_and_a_deleted_lease_or_a_restarted_apiserver_
     // The apiserver goes away during the term: the leader cannot renew and steps down;
     // when it is back, the replicas compete and one leads again.
     let churned = churn.stop().await;
+    // The term's leader has published every change so far before the apiserver goes away.
+    // Without that, changes no leader committed would meet the restarted apiserver's watch
+    // cache, whose history starts after them: a `410 Gone` and a re-list that folds them
+    // into each object's current state, as documented, and no watcher can see them again.
+    observer
+        .catch_up(&support::pods::Pods::new(&scene.client, &scene.ns), LIMIT)
+        .await;
+    let so_far: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
+    check(
+        committed
+            .wait_for_ids(&so_far, LIMIT)
+            .await
+            .map_err(|e| format!("before the apiserver stopped: {e}")),
+        &replicas,
+    );
     stack.script(&["stop", "kube-apiserver"]);
     until(
         &replicas,
