@@ -121,7 +121,7 @@ pub struct KafkaSettings {
 }
 
 /// librdkafka's `socket.timeout.ms` unless `librdkafka` sets it.
-const SOCKET_TIMEOUT_MS: &str = "20000";
+const SOCKET_TIMEOUT_MS: &str = "15000";
 
 /// Properties whose values kubecast's delivery guarantees depend on.
 const PROTECTED: &[&str] = &[
@@ -223,11 +223,13 @@ impl KafkaConfig {
         set("message.timeout.ms", &self.delivery_timeout_ms.to_string());
         // A request unanswered this long closes its connection (librdkafka's
         // `socket.max.fails` is 1) and goes again on a new one: a black-holed broker
-        // connection is replaced within 20 s of the first request into it, instead of
+        // connection is replaced within 15 s of the first request into it, instead of
         // librdkafka's 60 (a transactional producer's: the transaction timeout). A
-        // connection idle at the cut gets its first request within that time too (a
-        // transaction waits for its coordinator), so a black hole costs at most about 40 s.
-        // Overridable under `librdkafka`.
+        // connection idle at the cut may get its first request only when another's timed
+        // out (a metadata request after a failed produce), so the closes can chain: with a
+        // producer's three connections, at most about 45 s, inside the minute the partition
+        // tests hold every connection to (20 s chained to 61 s once). Overridable under
+        // `librdkafka`.
         set("socket.timeout.ms", SOCKET_TIMEOUT_MS);
         set(
             "message.max.bytes",
