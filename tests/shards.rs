@@ -24,7 +24,7 @@ use support::observer::{Observer, check_received};
 use support::pods::{Pods, namespace};
 use support::replicas::Replicas;
 use support::scene::Scene;
-use support::shards::{Term, holders, terms, wait_balanced};
+use support::shards::{Term, balanced_then_churning, holders, terms, wait_balanced};
 use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -337,18 +337,16 @@ async fn without_sharded_watches_on_the_apiserver_kubecast_filters_by_shard_itse
         "sharding:\n  shards: 4\n",
         &[("KUBECONFIG", &kubeconfig)],
     );
-    let alive = replicas.alive();
-    if let Err(e) = wait_balanced(&scene.client, &scene.ns, &replicas.lease, 4, &alive, LIMIT).await
-    {
-        panic!("{e}\n{}", replicas.logs());
-    }
-    let churn = Churn::start(&scene.client, &scene.ns, 10, Duration::from_millis(10));
-    if let Err(e) = committed
-        .wait_for_more("the churn's events", 50, LIMIT)
-        .await
-    {
-        panic!("{e}\n{}", replicas.logs());
-    }
+    let churn = balanced_then_churning(
+        &scene,
+        &replicas,
+        4,
+        &committed,
+        (10, Duration::from_millis(10)),
+        50,
+        LIMIT,
+    )
+    .await;
     churn.stop().await;
     observer.catch_up(&scene.pods, LIMIT).await;
     let want: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();

@@ -10,12 +10,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use support::apiproxy::ApiProxy;
-use support::churn::Churn;
 use support::consume::{KafkaTopic, MqttSubscriber};
 use support::observer::Observer;
 use support::replicas::{LEASE_DURATION_MS, Replicas};
 use support::scene::Scene;
-use support::shards::{terms, wait_balanced};
+use support::shards::{balanced_then_churning, terms, wait_balanced};
 use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -44,26 +43,16 @@ async fn a_replica_whose_lease_requests_get_no_answer_stops_each_shard_before_an
     );
     let cut = replicas.add_env(&scene, &[("KUBECONFIG", &kubeconfig)]);
     let other = replicas.add(&scene);
-    let alive = replicas.alive();
-    if let Err(e) = wait_balanced(
-        &scene.client,
-        &scene.ns,
-        &replicas.lease,
+    let churn = balanced_then_churning(
+        &scene,
+        &replicas,
         SHARDS,
-        &alive,
+        &committed,
+        (6, Duration::from_millis(50)),
+        20,
         LIMIT,
     )
-    .await
-    {
-        panic!("{e}\n{}", replicas.logs());
-    }
-    let churn = Churn::start(&scene.client, &scene.ns, 6, Duration::from_millis(50));
-    if let Err(e) = committed
-        .wait_for_more("the churn's events", 20, LIMIT)
-        .await
-    {
-        panic!("{e}\n{}", replicas.logs());
-    }
+    .await;
 
     // From here on the first replica's Lease requests get no answer.
     let held_at = jiff::Timestamp::now();

@@ -13,12 +13,11 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use support::churn::Churn;
 use support::consume::{KafkaTopic, MqttSubscriber};
 use support::observer::Observer;
 use support::replicas::Replicas;
 use support::scene::Scene;
-use support::shards::{terms, wait_balanced};
+use support::shards::{balanced_then_churning, terms, wait_balanced};
 use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -36,25 +35,16 @@ async fn four_shards_become_six_in_a_rolling_update_with_every_change_exactly_on
     let mut replicas = Replicas::start_with(&scene, 3, &topic, &prefix, "sharding:\n  shards: 4\n");
     let old: Vec<usize> = (0..3).collect();
     let lease = replicas.lease.clone();
-    if let Err(e) = wait_balanced(
-        &scene.client,
-        &scene.ns,
-        &lease,
+    let churn = balanced_then_churning(
+        &scene,
+        &replicas,
         4,
-        &replicas.alive(),
+        &committed,
+        (8, Duration::from_millis(20)),
+        20,
         LIMIT,
     )
-    .await
-    {
-        panic!("{e}\n{}", replicas.logs());
-    }
-    let churn = Churn::start(&scene.client, &scene.ns, 8, Duration::from_millis(20));
-    if let Err(e) = committed
-        .wait_for_more("the churn's events", 20, LIMIT)
-        .await
-    {
-        panic!("{e}\n{}", replicas.logs());
-    }
+    .await;
 
     // The rolling update: a new replica, then an old one stops.
     let mut new = Vec::new();

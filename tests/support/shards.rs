@@ -123,3 +123,30 @@ pub fn terms(log: &str) -> Vec<Term> {
     }));
     out
 }
+
+/// Waits until `replicas` hold their `n` shards balanced, then starts a churn of `slots` pods
+/// every `pause` in the scene's namespace and waits until `events` more of its changes are
+/// in `committed`; fails with the replicas' logs.
+pub async fn balanced_then_churning(
+    scene: &super::scene::Scene,
+    replicas: &super::replicas::Replicas,
+    n: u32,
+    committed: &super::consume::KafkaTopic,
+    (slots, pause): (usize, Duration),
+    events: usize,
+    limit: Duration,
+) -> super::churn::Churn {
+    let alive = replicas.alive();
+    if let Err(e) = wait_balanced(&scene.client, &scene.ns, &replicas.lease, n, &alive, limit).await
+    {
+        panic!("{e}\n{}", replicas.logs());
+    }
+    let churn = super::churn::Churn::start(&scene.client, &scene.ns, slots, pause);
+    if let Err(e) = committed
+        .wait_for_more("the churn's events", events, limit)
+        .await
+    {
+        panic!("{e}\n{}", replicas.logs());
+    }
+    churn
+}
