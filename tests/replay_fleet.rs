@@ -388,7 +388,7 @@ async fn a_fleet_reads_as_one_record_in_time_order_named_by_cluster_everywhere_a
         .create(&ap.path(), &configmap("zone", json!({"mode": "a"})))
         .await;
     terminal.wait_for(
-        &format!("topic `{}` partition 0 matches", ap.topic.topic),
+        &format!("topic `{}` appeared", ap.topic.topic),
         LIMIT,
     );
     terminal.wait_for(&format!("ConfigMap {}/zone", ap.ns), LIMIT);

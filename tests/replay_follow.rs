@@ -1,7 +1,9 @@
 //! `kubecast replay --follow` over a pattern while the topics it reads are busy: new topics
 //! that match appear while records stream into eight partitions of another (so the follow
 //! holds records of some partitions while others' next are due when it finds them), and every
-//! record is printed exactly once.
+//! record is printed exactly once. A follow started before any of its topics exist waits
+//! for them (a new Kafka, before kubecast wrote anything) and reads each from its beginning,
+//! or from `--since`; without `--follow` a pattern that matches nothing is an error.
 
 mod support;
 
@@ -11,6 +13,7 @@ use std::time::Duration;
 
 use support::consume::create_topic;
 use support::follow::{EventWriter, Follow};
+use support::kubecast::replay_command;
 use support::{Stack, unique_name};
 
 const LIMIT: Duration = Duration::from_secs(90);
@@ -55,7 +58,7 @@ async fn topics_that_appear_while_the_others_are_busy_lose_no_record_of_any() {
         }
         w.flush();
         follow
-            .wait_said(&format!("topic `{topic}` partition 0 matches"), LIMIT)
+            .wait_said(&format!("topic `{topic}` appeared"), LIMIT)
             .await;
     }
     stop.store(true, Ordering::Relaxed);
@@ -79,4 +82,150 @@ async fn topics_that_appear_while_the_others_are_busy_lose_no_record_of_any() {
         "{} records followed over 4 topics (11 partitions), 3 of which appeared while it read",
         want.len()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_started_before_its_topics_exist_waits_and_reads_each_from_its_beginning() {
+    let stack = Stack::load();
+    let base = unique_name("follow-wait");
+    let pattern = format!("^{base}-p-");
+    let named = format!("{base}-named");
+    let mut follow = Follow::spawn(&stack, &pattern, &["--topic", &named]);
+    follow
+        .wait_said(
+            &format!("no topic matches `{pattern}` yet: waiting for one"),
+            LIMIT,
+        )
+        .await;
+    follow
+        .wait_said(
+            &format!("topic `{named}` does not exist yet: waiting for it"),
+            LIMIT,
+        )
+        .await;
+    assert!(
+        follow.running(),
+        "a follow with no topic yet keeps running; it said:\n{}",
+        follow.said()
+    );
+
+    // The topics appear (as kubecast creates each with its first record), with records in
+    // them before the follow finds them, and more after.
+    let matched = format!("{base}-p-pods");
+    let w = EventWriter::new(&stack);
+    let mut want = Vec::new();
+    for (topic, partitions) in [(&matched, 3), (&named, 1)] {
+        create_topic(&stack, topic, partitions).await;
+        for i in 0..10 {
+            let id = format!("{topic}-early-{i}");
+            w.send(topic, &id);
+            want.push(id);
+        }
+    }
+    w.flush();
+    follow
+        .wait_said(
+            &format!("topic `{matched}` appeared (3 partition(s)): reading it from its beginning"),
+            LIMIT,
+        )
+        .await;
+    follow
+        .wait_said(&format!("topic `{named}` appeared (1 partition(s))"), LIMIT)
+        .await;
+    for topic in [&matched, &named] {
+        for i in 0..10 {
+            let id = format!("{topic}-late-{i}");
+            w.send(topic, &id);
+            want.push(id);
+        }
+    }
+    w.flush();
+    if let Err(e) = follow.wait_for_ids(&want, LIMIT).await {
+        panic!("{e}");
+    }
+    let printed = follow.ids();
+    assert_eq!(
+        printed.len(),
+        want.len(),
+        "every record of the topics that appeared, once each, and nothing else: {printed:?}"
+    );
+    let (code, said) = follow.interrupt().await;
+    assert_eq!(
+        code,
+        Some(0),
+        "Ctrl-C ends a follow with 0; it said:\n{said}"
+    );
+    assert!(
+        said.contains("40 event(s)") && said.contains("followed until interrupted"),
+        "the summary counts what was followed; it said:\n{said}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_that_appears_during_a_follow_since_a_time_is_read_from_that_time() {
+    let stack = Stack::load();
+    let base = unique_name("follow-wait-since");
+    let topic = format!("{base}-events");
+    let now = jiff::Timestamp::now();
+    let since = now - jiff::SignedDuration::from_hours(1);
+    let follow = Follow::spawn(
+        &stack,
+        &format!("^{base}-"),
+        &["--since", &since.to_string()],
+    );
+    follow.wait_said("yet: waiting for one", LIMIT).await;
+    // Stopped, the follow cannot look for topics: it finds this one with every record in it.
+    follow.signal("-STOP");
+    create_topic(&stack, &topic, 1).await;
+    let w = EventWriter::new(&stack);
+    let two_hours_ago = (now - jiff::SignedDuration::from_hours(2)).as_millisecond();
+    for i in 0..5 {
+        w.send_at(&topic, &format!("before-{i}"), Some(two_hours_ago + i));
+    }
+    let want: Vec<String> = (0..5).map(|i| format!("after-{i}")).collect();
+    for id in &want {
+        w.send(&topic, id);
+    }
+    w.flush();
+    follow.signal("-CONT");
+    follow
+        .wait_said(
+            &format!("topic `{topic}` appeared (1 partition(s)): reading it from offsets 0: 5"),
+            LIMIT,
+        )
+        .await;
+    if let Err(e) = follow.wait_for_ids(&want, LIMIT).await {
+        panic!("{e}");
+    }
+    assert_eq!(
+        follow.ids(),
+        want,
+        "only the records from --since on are printed"
+    );
+    let (code, said) = follow.interrupt().await;
+    assert_eq!(code, Some(0), "{said}");
+}
+
+#[test]
+fn without_follow_a_pattern_or_a_name_that_finds_no_topic_is_an_error() {
+    let stack = Stack::load();
+    let base = unique_name("follow-none");
+    for (topic, says) in [
+        (format!("^{base}-"), format!("no topic matches `^{base}-`")),
+        (base.clone(), format!("topic `{base}` does not exist")),
+    ] {
+        let out = replay_command(&stack, &topic)
+            .output()
+            .expect("running kubecast replay");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "exit code 1; it said:\n{stderr}"
+        );
+        assert!(
+            stderr.contains(&says),
+            "it names what found nothing: {stderr}"
+        );
+    }
 }

@@ -8,9 +8,11 @@
 //! end arrives, so a replay's order does not depend on which broker answered first. When
 //! following, a partition at its end does not hold anything back: a record appended there
 //! later is given when it comes, even if another partition gave a later one meanwhile. A
-//! follow also looks for new topics its patterns match, as Kafka's pattern subscription
-//! does, and reads each from its beginning; the records the partitions already took from
-//! their queues are carried over to the next pass, so a topic that appears loses nothing.
+//! follow also looks for new topics its patterns match (and named topics that did not exist
+//! yet), as Kafka's pattern subscription does, and reads each from its beginning (or
+//! `--since`); the records the partitions already took from their queues are carried over
+//! to the next pass, so a topic that appears loses nothing. A follow that found no topic at
+//! all says once what it waits for and looks until one appears.
 //!
 //! Errors the brokers recover from by themselves are waited out ([`super::outage`]).
 
@@ -25,6 +27,7 @@ use rdkafka::message::OwnedMessage;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::ReplayError;
+use super::args::TopicChoice;
 use super::outage::{Outage, transient};
 use super::read::{Quiet, Span, Topics};
 
@@ -113,10 +116,11 @@ type Queue = rdkafka::consumer::base_consumer::PartitionQueue<Quiet>;
 impl Topics {
     /// Calls `each` with every committed record of the spans, earliest first across
     /// partitions and in offset order within one, until every span is read, `each` breaks
-    /// or `stop` is set. Following, `notice` is told once when every partition first
-    /// reached its end (from then on each record appended is given as it comes), and of
-    /// each new topic a pattern matches (read from its beginning). Gives up when nothing
-    /// arrives for `stall` while a partition's next record is due.
+    /// or `stop` is set. Following, `notice` is told once of the names and patterns that
+    /// found no topic yet, once when every partition first reached its end (from then on
+    /// each record appended is given as it comes), and of each new topic a pattern or a
+    /// waited-for name matches. Gives up when nothing arrives for `stall` while a
+    /// partition's next record is due.
     pub fn read(
         &self,
         stall: Duration,
@@ -133,8 +137,21 @@ impl Topics {
             .cloned()
             .collect();
         self.add(&mut queues, spans, &wake, |span| self.start_of(span))?;
-        if queues.is_empty() {
+        if queues.is_empty() && !self.follow {
             return Ok(());
+        }
+        for choice in &self.waiting {
+            notice(match choice {
+                TopicChoice::Name(n) => format!(
+                    "topic `{n}` does not exist yet: waiting for it (looking every {}s; Ctrl-C stops)",
+                    LOOK_FOR_TOPICS.as_secs()
+                ),
+                TopicChoice::Pattern(p) => format!(
+                    "no topic matches `{}` yet: waiting for one (looking every {}s; Ctrl-C stops)",
+                    p.as_str(),
+                    LOOK_FOR_TOPICS.as_secs()
+                ),
+            });
         }
         let mut carried: Vec<Carried> = queues.iter().map(|_| (State::Reading, None)).collect();
         let mut progress = Progress {
@@ -155,15 +172,15 @@ impl Topics {
             match outcome {
                 Outcome::Ended => return Ok(()),
                 Outcome::Grew(spans) => {
-                    for s in &spans {
-                        notice(format!(
-                            "topic `{}` partition {} matches: reading it from its beginning",
-                            s.topic, s.partition
-                        ));
+                    for said in appeared(&spans) {
+                        notice(said);
                     }
                     carried.extend(spans.iter().map(|_| (State::Reading, None)));
-                    // A topic created after the follow started: all of it is new.
-                    self.add(&mut queues, spans, &wake, |_| Offset::Beginning)?;
+                    // Offset 0 may be gone to retention: the beginning is the log's start.
+                    self.add(&mut queues, spans, &wake, |s| match s.start {
+                        0 => Offset::Beginning,
+                        at => Offset::Offset(at),
+                    })?;
                 }
             }
         }
@@ -269,11 +286,18 @@ impl Topics {
                 progress.last = Instant::now();
                 progress.outage.end(notice);
             }
-            if self.follow && !progress.announced && parts.iter().all(|p| p.state == State::AtEnd) {
+            if self.follow
+                && !progress.announced
+                && !parts.is_empty()
+                && parts.iter().all(|p| p.state == State::AtEnd)
+            {
                 progress.announced = true;
+                let mut topics: Vec<&str> = parts.iter().map(|p| &*p.span.topic).collect();
+                topics.sort_unstable();
+                topics.dedup();
                 notice(format!(
                     "following {} topic(s), {} partition(s); Ctrl-C stops",
-                    self.names.len(),
+                    topics.len(),
                     parts.len()
                 ));
             }
@@ -300,7 +324,8 @@ impl Topics {
                     }
                     continue;
                 }
-                if parts.iter().all(|p| p.state == State::Done) {
+                // (A follow that has found no topic yet has no part: it waits for one.)
+                if !parts.is_empty() && parts.iter().all(|p| p.state == State::Done) {
                     return Ok(Outcome::Ended);
                 }
             } else if !arrived && progress.last.elapsed() >= stall {
@@ -319,7 +344,8 @@ impl Topics {
             }
             // Idle (nothing arrived; records may be held while another partition's next
             // is due): new topics join between two passes, the held records carried over.
-            if progress.announced && progress.looked.elapsed() >= LOOK_FOR_TOPICS {
+            let looking = progress.announced || parts.is_empty();
+            if looking && progress.looked.elapsed() >= LOOK_FOR_TOPICS {
                 progress.looked = Instant::now();
                 let known: Vec<&Span> = parts.iter().map(|p| p.span).collect();
                 let grown = self.new_spans(&known);
@@ -358,6 +384,30 @@ impl Topics {
     }
 }
 
+/// What a follow says of the topics that appeared: one line per topic, with where its
+/// partitions are read from (`spans` holds each topic's partitions together).
+fn appeared(spans: &[Span]) -> Vec<String> {
+    spans
+        .chunk_by(|a, b| a.topic == b.topic)
+        .map(|one| {
+            let from = if one.iter().all(|s| s.start == 0) {
+                "its beginning".to_string()
+            } else {
+                let at: Vec<String> = one
+                    .iter()
+                    .map(|s| format!("{}: {}", s.partition, s.start))
+                    .collect();
+                format!("offsets {}", at.join(", "))
+            };
+            format!(
+                "topic `{}` appeared ({} partition(s)): reading it from {from}",
+                one[0].topic,
+                one.len()
+            )
+        })
+        .collect()
+}
+
 /// The merge's order: the record's timestamp (records without one first), in milliseconds.
 fn order(m: &OwnedMessage) -> i64 {
     m.timestamp().to_millis().unwrap_or(i64::MIN)
@@ -368,4 +418,35 @@ fn pause(consumer: &BaseConsumer<Quiet>, span: &Span) -> Result<(), KafkaError> 
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition(&span.topic, span.partition);
     consumer.pause(&tpl)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(topic: &str, partition: i32, start: i64) -> Span {
+        Span {
+            topic: Arc::from(topic),
+            partition,
+            start,
+            end: i64::MAX,
+        }
+    }
+
+    #[test]
+    fn topics_that_appear_are_said_once_each_with_where_they_are_read_from() {
+        let said = appeared(&[
+            span("kubecast.pods", 0, 0),
+            span("kubecast.pods", 1, 0),
+            span("kubecast.nodes", 0, 5),
+            span("kubecast.nodes", 1, 0),
+        ]);
+        assert_eq!(
+            said,
+            [
+                "topic `kubecast.pods` appeared (2 partition(s)): reading it from its beginning",
+                "topic `kubecast.nodes` appeared (2 partition(s)): reading it from offsets 0: 5, 1: 0",
+            ]
+        );
+    }
 }

@@ -3,6 +3,10 @@
 //! offsets-for-times, offsets, the watermarks), with a consumer that commits nothing and
 //! sees only committed records. Entry point: [`Topics::open`]; [`Topics::read`]
 //! (`merge.rs`) reads the spans as one stream.
+//!
+//! A follow may start before its topics exist (kubecast creates a topic with its first
+//! record): a name or pattern that finds nothing is then waited for, not an error, and
+//! [`Topics::new_spans`] adds each topic as it appears.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,10 +52,13 @@ pub struct Topics {
     /// at each partition's end.
     pub(super) follow: bool,
     pub(super) at_end: bool,
-    /// The patterns of `--topic`, for the topics created while following.
-    patterns: Vec<TopicChoice>,
-    /// `--partition`.
-    partitions: Option<Vec<i32>>,
+    /// Following: the patterns of `--topic` and the names not found yet, for the topics
+    /// created while following.
+    watch_for: Vec<TopicChoice>,
+    /// Following: the names and patterns that found no topic when the follow started.
+    pub(super) waiting: Vec<TopicChoice>,
+    /// The range flags, for the topics found while following.
+    range: Range,
 }
 
 /// Kafka's own complaints (a broker briefly unreachable) are retried by librdkafka; the
@@ -99,12 +106,13 @@ impl Topics {
         };
         let consumer =
             Arc::new(new_consumer(plan, PREFETCH_MAX_KIB).map_err(kafka("creating the consumer"))?);
-        let names = resolve(&consumer, &plan.topics).map_err(|e| match e {
-            Resolve::Kafka(source) => kafka("reading the metadata")(source),
-            Resolve::Rejected(r) => ReplayError::Rejected(r),
-            Resolve::Missing(t) => ReplayError::NoTopic(t),
-            Resolve::NoMatch(p) => ReplayError::NoMatch(p),
-        })?;
+        let (names, waiting) =
+            resolve(&consumer, &plan.topics, plan.follow).map_err(|e| match e {
+                Resolve::Kafka(source) => kafka("reading the metadata")(source),
+                Resolve::Rejected(r) => ReplayError::Rejected(r),
+                Resolve::Missing(t) => ReplayError::NoTopic(t),
+                Resolve::NoMatch(p) => ReplayError::NoMatch(p),
+            })?;
         let at_end =
             plan.follow && plan.range.since_ms.is_none() && plan.range.from == Default::default();
         let mut spans = Vec::new();
@@ -123,24 +131,15 @@ impl Topics {
                     wanted.clone()
                 }
             };
-            let since = times(&consumer, &topic, &chosen, plan.range.since_ms)
-                .map_err(kafka("looking up --since"))?;
-            let until = times(&consumer, &topic, &chosen, plan.range.until_ms)
-                .map_err(kafka("looking up --until"))?;
-            for (i, p) in chosen.iter().enumerate() {
-                let (low, high) = consumer
-                    .fetch_watermarks(&topic, *p, REQUEST)
-                    .map_err(kafka("reading the watermarks"))?;
-                let mut s = span(*p, low, high, &plan.range, since[i], until[i]);
-                if plan.follow {
-                    s.end = i64::MAX;
-                }
-                if at_end {
-                    s.start = high;
-                }
-                s.topic = topic.clone();
-                spans.push(s);
-            }
+            let found = topic_spans(
+                &consumer,
+                &topic,
+                &chosen,
+                &plan.range,
+                (plan.follow, at_end),
+            )
+            .map_err(|(what, source)| kafka(what)(source))?;
+            spans.extend(found);
         }
         let from_start = spans.iter().all(|s| s.start == 0);
         // The reading consumer, its prefetch shared out over the partitions it reads.
@@ -157,20 +156,25 @@ impl Topics {
             from_start,
             follow: plan.follow,
             at_end,
-            patterns: plan
+            // Every pattern (a topic may yet appear that it matches), and the names not found.
+            watch_for: plan
                 .topics
                 .iter()
-                .filter(|c| matches!(c, TopicChoice::Pattern(_)))
+                .filter(|c| plan.follow && matches!(c, TopicChoice::Pattern(_)))
+                .chain(waiting.iter().filter(|c| matches!(c, TopicChoice::Name(_))))
                 .cloned()
                 .collect(),
-            partitions: plan.range.partitions.clone(),
+            waiting,
+            range: plan.range.clone(),
         })
     }
 
-    /// The partitions of topics a pattern matches that are not among `known` (none when no
-    /// `--topic` is a pattern, or the brokers did not answer: looked for again later).
+    /// Following: the partitions of topics a pattern matches, or named topics that did not
+    /// exist yet, that are not among `known`, each with its span (from its beginning, or
+    /// the range's start). None when nothing is looked for, or the brokers did not answer
+    /// (looked for again later).
     pub(super) fn new_spans(&self, known: &[&Span]) -> Vec<Span> {
-        if self.patterns.is_empty() {
+        if self.watch_for.is_empty() {
             return Vec::new();
         }
         let Ok(m) = self.consumer.fetch_metadata(None, Duration::from_secs(1)) else {
@@ -179,28 +183,41 @@ impl Topics {
         let mut spans = Vec::new();
         for t in m.topics().iter().filter(|t| t.error().is_none()) {
             let name = t.name();
-            let matched = self.patterns.iter().any(|p| p.takes(name));
+            let matched = self.watch_for.iter().any(|p| p.takes(name));
             if !matched || known.iter().any(|k| &*k.topic == name) {
                 continue;
             }
             let topic: Arc<str> = Arc::from(name);
-            for p in t.partitions().iter().map(|p| p.id()) {
-                if self
-                    .partitions
-                    .as_ref()
-                    .is_some_and(|only| !only.contains(&p))
-                {
-                    continue;
-                }
-                spans.push(Span {
-                    topic: topic.clone(),
-                    partition: p,
-                    start: 0,
-                    end: i64::MAX,
-                });
+            let partitions: Vec<i32> = t
+                .partitions()
+                .iter()
+                .map(|p| p.id())
+                .filter(|p| {
+                    self.range
+                        .partitions
+                        .as_ref()
+                        .is_none_or(|only| only.contains(p))
+                })
+                .collect();
+            // All of a topic created after the follow started is new: read from its
+            // beginning, or from where the range flags say.
+            match topic_spans(
+                &self.consumer,
+                &topic,
+                &partitions,
+                &self.range,
+                (true, false),
+            ) {
+                Ok(found) => spans.extend(found),
+                Err(_) => return Vec::new(),
             }
         }
         spans
+    }
+
+    /// Whether topics may join while reading: a follow with a pattern, or waiting for one.
+    pub(super) fn may_grow(&self) -> bool {
+        !self.watch_for.is_empty()
     }
 
     /// Records in the spans (none known ahead when following).
@@ -263,14 +280,18 @@ enum Resolve {
     NoMatch(String),
 }
 
-/// The topics `choices` name or match, each with its partitions, in name order. A name
-/// that does not exist, or a pattern that matches nothing, is an error.
+/// The topics `choices` name or match, each with its partitions, in name order, and the
+/// choices that found none. A name that does not exist, or a pattern that matches nothing,
+/// is an error, unless `follow` (then it is waited for).
+#[allow(clippy::type_complexity)]
 fn resolve(
     consumer: &BaseConsumer<Quiet>,
     choices: &[TopicChoice],
-) -> Result<Vec<(String, Vec<i32>)>, Resolve> {
+    follow: bool,
+) -> Result<(Vec<(String, Vec<i32>)>, Vec<TopicChoice>), Resolve> {
     let any_pattern = choices.iter().any(|c| matches!(c, TopicChoice::Pattern(_)));
     let mut found: std::collections::BTreeMap<String, Vec<i32>> = Default::default();
+    let mut waiting = Vec::new();
     let described = |only: Option<&str>| -> Result<Vec<(String, Vec<i32>)>, Resolve> {
         let m = metadata(consumer, only).map_err(|e| match e {
             Ok(k) => Resolve::Kafka(k),
@@ -300,7 +321,9 @@ fn resolve(
             .into_iter()
             .filter(|(name, _)| choice.takes(name))
             .collect();
-        if matched.is_empty() {
+        if matched.is_empty() && follow {
+            waiting.push(choice.clone());
+        } else if matched.is_empty() {
             return Err(match choice {
                 TopicChoice::Name(n) => Resolve::Missing(n.clone()),
                 TopicChoice::Pattern(p) => Resolve::NoMatch(p.as_str().to_string()),
@@ -308,7 +331,7 @@ fn resolve(
         }
         found.extend(matched);
     }
-    Ok(found.into_iter().collect())
+    Ok((found.into_iter().collect(), waiting))
 }
 
 /// The topic's metadata, asked for in short attempts so that a rejected authentication ends
@@ -334,6 +357,38 @@ fn metadata(
             }
         }
     }
+}
+
+/// The spans of `topic`'s `partitions` that `range` chooses. Following, spans have no end,
+/// and with `at_end` they start at each partition's end. The error names the request that
+/// failed.
+fn topic_spans(
+    consumer: &BaseConsumer<Quiet>,
+    topic: &Arc<str>,
+    partitions: &[i32],
+    range: &Range,
+    (follow, at_end): (bool, bool),
+) -> Result<Vec<Span>, (&'static str, KafkaError)> {
+    let since = times(consumer, topic, partitions, range.since_ms)
+        .map_err(|e| ("looking up --since", e))?;
+    let until = times(consumer, topic, partitions, range.until_ms)
+        .map_err(|e| ("looking up --until", e))?;
+    let mut spans = Vec::with_capacity(partitions.len());
+    for (i, p) in partitions.iter().enumerate() {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, *p, REQUEST)
+            .map_err(|e| ("reading the watermarks", e))?;
+        let mut s = span(*p, low, high, range, since[i], until[i]);
+        if follow {
+            s.end = i64::MAX;
+        }
+        if at_end {
+            s.start = high;
+        }
+        s.topic = topic.clone();
+        spans.push(s);
+    }
+    Ok(spans)
 }
 
 /// The offset of the first record at or after `at_ms` in each partition (`None`: none is,

@@ -79,7 +79,7 @@ pub fn replay(plan: &Plan, out: &mut dyn Write, stop: &AtomicBool) -> Result<Sum
     let redact = plan.redaction()?;
     let mut sink = Sink::open(plan)?;
     let topics = read::Topics::open(plan)?;
-    let named = topics.names.len() > 1;
+    let named = topics.names.len() > 1 || topics.may_grow();
     let bar = if plan.follow {
         ProgressBar::hidden()
     } else {

@@ -25,6 +25,13 @@ impl Follow {
     /// Starts `kubecast replay --follow --format json --topic TOPIC ARGS` and waits until it
     /// says it follows.
     pub async fn start(stack: &Stack, topic: &str, args: &[&str]) -> Follow {
+        let f = Follow::spawn(stack, topic, args);
+        f.wait_said("following", Duration::from_secs(60)).await;
+        f
+    }
+
+    /// Starts `kubecast replay --follow --format json --topic TOPIC ARGS`.
+    pub fn spawn(stack: &Stack, topic: &str, args: &[&str]) -> Follow {
         let mut child = replay_command(stack, topic)
             .args(["--follow", "--format", "json"])
             .args(args)
@@ -53,9 +60,17 @@ impl Follow {
                 s.push('\n');
             }
         });
-        let f = Follow { child, ids, said };
-        f.wait_said("following", Duration::from_secs(60)).await;
-        f
+        Follow { child, ids, said }
+    }
+
+    /// Stops the process (SIGSTOP) or lets it go on (SIGCONT): what it does not run, it
+    /// cannot look for topics meanwhile.
+    pub fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill {signal} of replay --follow failed");
     }
 
     /// The ids printed so far, in order.
@@ -159,6 +174,11 @@ impl EventWriter {
 
     /// Queues the event `id` to `topic` (its partition chosen by the key `id`).
     pub fn send(&self, topic: &str, id: &str) {
+        self.send_at(topic, id, None);
+    }
+
+    /// Queues the event `id` to `topic`, with the record's timestamp `at_ms` (else now).
+    pub fn send_at(&self, topic: &str, id: &str, at_ms: Option<i64>) {
         let time = jiff::Timestamp::now().to_string();
         let headers = [
             ("ce_specversion", "1.0"),
@@ -176,13 +196,15 @@ impl EventWriter {
             })
         });
         let data = format!(r#"{{"metadata":{{"name":"{id}"}}}}"#);
+        let mut record = BaseRecord::to(topic)
+            .key(id)
+            .payload(&data)
+            .headers(headers);
+        if let Some(ms) = at_ms {
+            record = record.timestamp(ms);
+        }
         self.producer
-            .send(
-                BaseRecord::to(topic)
-                    .key(id)
-                    .payload(&data)
-                    .headers(headers),
-            )
+            .send(record)
             .map_err(|(e, _)| e)
             .expect("queueing a record");
     }
