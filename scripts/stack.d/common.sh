@@ -9,7 +9,7 @@ STATE=${KUBECAST_STACK_DIR:-$ROOT/target/stack}
 CACHE=${KUBECAST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubecast}
 
 ETCD_VERSION=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2; exit }' "$ROOT/scripts/go/etcd/go.mod")
-K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$ROOT/scripts/go/kube-apiserver/go.mod")
+K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$ROOT/scripts/go/kubernetes/go.mod")
 HELM_VERSION=$(awk '$1 == "helm.sh/helm/v4" { print $2; exit }' "$ROOT/scripts/go/helm/go.mod")
 KUSTOMIZE_VERSION=$(awk '$1 == "sigs.k8s.io/kustomize/kustomize/v5" { print $2; exit }' "$ROOT/scripts/go/kustomize/go.mod")
 COMPOSE_GO_VERSION=$(awk '$1 == "require" && $2 == "github.com/compose-spec/compose-go/v2" { print $3; exit }' \

@@ -9,7 +9,7 @@ APT_UPDATED=
 
 # Installs the Debian packages among its arguments that are not installed yet.
 ensure_apt() {
-    local p missing=()
+    local p missing=() started=$SECONDS
     for p; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
     done
@@ -19,15 +19,19 @@ ensure_apt() {
     mkdir -p "$CACHE"
     log "installing Debian packages: ${missing[*]} (apt-get install; log in $CACHE/apt.log)"
     if [[ -z $APT_UPDATED ]]; then
-        $SUDO apt-get update -qq >"$CACHE/apt.log" 2>&1 ||
+        $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq >>"$CACHE/apt.log" 2>&1 ||
             die "apt-get update failed; see $CACHE/apt.log"
         APT_UPDATED=1
     fi
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+    # The lock timeout: scripts/test installs the tests' packages while the stack builds, and
+    # the stack may install one of its own meanwhile.
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+        --no-install-recommends "${missing[@]}" \
         >>"$CACHE/apt.log" 2>&1 || {
         tail -n 20 "$CACHE/apt.log" >&2
         die "apt-get install ${missing[*]} failed; see $CACHE/apt.log"
     }
+    log "installed ${missing[*]} in $((SECONDS - started))s"
 }
 
 # The packages every part of the stack script relies on.
@@ -72,24 +76,54 @@ ensure_go() {
     GO=$cached/bin/go
 }
 
-# Builds a Go command from one of the project's small modules in scripts/go/ and prints the
-# cached binary's path. The cache key holds the version and a digest of go.mod, go.sum and
-# the module's own Go files (if it has any).
-build_go_binary() {
-    local name=$1 module=$2 pkg=$3 version=$4 ldflags=$5 key out sources
-    sources=$(find "$module" -maxdepth 1 -name '*.go' | sort)
+# The cache key of a module in scripts/go/: a digest of go.mod, go.sum and the module's own
+# Go files (if it has any).
+module_key() { # module
+    local sources
+    sources=$(find "$1" -maxdepth 1 -name '*.go' | sort)
     # shellcheck disable=SC2086 # the file names hold no spaces
-    key=$(cat "$module/go.mod" "$module/go.sum" $sources | sha256sum | cut -c1-12)
-    out=$CACHE/bin/$name-$version-$key
+    cat "$1/go.mod" "$1/go.sum" $sources | sha256sum | cut -c1-12
+}
+
+# Runs `go build` in a module of scripts/go/ into OUT (a file for one package, a directory
+# for several), logging to LOG, then says how long it took.
+go_build_into() { # name module log out ldflags package...
+    local name=$1 module=$2 log=$3 out=$4 ldflags=$5 started=$SECONDS
+    shift 5
+    ensure_go
+    mkdir -p "$CACHE/bin"
+    log "$name: building $* with $("$GO" env GOVERSION) (first time on this machine, minutes; log in $log)"
+    if ! (cd "$module" && GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false" \
+        "$GO" build -trimpath -ldflags "$ldflags" -o "$out" "$@") >"$log" 2>&1; then
+        tail -n 30 "$log" >&2
+        die "$name: go build failed; full log in $log"
+    fi
+    log "$name: built in $((SECONDS - started))s"
+}
+
+# Builds a Go command from one of the project's small modules in scripts/go/ and prints the
+# cached binary's path, keyed by the version and the module.
+build_go_binary() { # name module pkg version ldflags
+    local name=$1 module=$2 pkg=$3 version=$4 ldflags=$5 out
+    out=$CACHE/bin/$name-$version-$(module_key "$module")
     if [[ ! -x $out ]]; then
-        ensure_go
-        mkdir -p "$CACHE/bin"
-        log "$name: building $pkg $version with $("$GO" env GOVERSION) (first time on this machine, several minutes; log in $out.log)"
-        if ! (cd "$module" && GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false" \
-            "$GO" build -trimpath -ldflags "$ldflags" -o "$out.tmp" "$pkg") >"$out.log" 2>&1; then
-            tail -n 30 "$out.log" >&2
-            die "$name: go build failed; full log in $out.log"
-        fi
+        go_build_into "$name" "$module" "$out.log" "$out.tmp" "$ldflags" "$pkg"
+        mv "$out.tmp" "$out"
+    fi
+    echo "$out"
+}
+
+# Builds several Go commands of one module with one `go build`, so that the packages they
+# share are compiled once (and two links run at a time), into a cached directory, and
+# prints its path.
+build_go_commands() { # name module version ldflags package...
+    local name=$1 module=$2 version=$3 ldflags=$4 out
+    shift 4
+    out=$CACHE/bin/$name-$version-$(module_key "$module")
+    if [[ ! -d $out ]]; then
+        rm -rf "$out.tmp"
+        mkdir -p "$out.tmp"
+        go_build_into "$name" "$module" "$out.log" "$out.tmp/" "$ldflags" "$@"
         mv "$out.tmp" "$out"
     fi
     echo "$out"
@@ -110,37 +144,30 @@ k8s_version_ldflags() {
     echo "$flags"
 }
 
-kube_apiserver_binary() {
-    build_go_binary kube-apiserver "$ROOT/scripts/go/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver \
-        "$K8S_VERSION" "$(k8s_version_ldflags)"
+# kube-apiserver, kube-controller-manager (so that Deployments really create ReplicaSets and
+# Pods, and namespaces really finish deleting), kube-scheduler (it binds the pods of
+# `scripts/stack nodes`' simulated nodes, with upstream's default profile) and kubectl
+# (`scripts/stack env` puts it on PATH, so a newcomer can change pods by hand): one
+# Kubernetes release, built together from scripts/go/kubernetes. Prints the command's path.
+kubernetes_binary() { # command
+    local dir
+    dir=$(build_go_commands kubernetes "$ROOT/scripts/go/kubernetes" "$K8S_VERSION" "$(k8s_version_ldflags)" \
+        k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+        k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+    [[ -x $dir/$1 ]] || die "kubernetes: no $1 in $dir"
+    echo "$dir/$1"
 }
 
-# kube-controller-manager from the same Kubernetes release, so that Deployments really create
-# ReplicaSets and Pods, and namespaces really finish deleting.
-kube_controller_manager_binary() {
-    build_go_binary kube-controller-manager "$ROOT/scripts/go/kube-controller-manager" \
-        k8s.io/kubernetes/cmd/kube-controller-manager "$K8S_VERSION" "$(k8s_version_ldflags)"
-}
-
-# kube-scheduler from the same Kubernetes release: it binds the pods of `scripts/stack nodes`'
-# simulated nodes, with upstream's default profile.
-kube_scheduler_binary() {
-    build_go_binary kube-scheduler "$ROOT/scripts/go/kube-scheduler" k8s.io/kubernetes/cmd/kube-scheduler \
-        "$K8S_VERSION" "$(k8s_version_ldflags)"
-}
+kube_apiserver_binary() { kubernetes_binary kube-apiserver; }
+kube_controller_manager_binary() { kubernetes_binary kube-controller-manager; }
+kube_scheduler_binary() { kubernetes_binary kube-scheduler; }
+kubectl_binary() { kubernetes_binary kubectl; }
 
 # kwok plays the kubelets of the simulated nodes (scripts/stack nodes): heartbeats, pod
 # status, graceful termination, as its stages in scripts/kwok/ say.
 kwok_binary() {
     build_go_binary kwok "$ROOT/scripts/go/kwok" sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" \
         "-s -w"
-}
-
-# kubectl from the same Kubernetes release as the apiserver: `scripts/stack env` puts it on
-# PATH, so a newcomer can change pods by hand.
-kubectl_binary() {
-    build_go_binary kubectl "$ROOT/scripts/go/kubectl" k8s.io/kubernetes/cmd/kubectl \
-        "$K8S_VERSION" "$(k8s_version_ldflags)"
 }
 
 # Helm and kustomize render deploy/ in tests/deploy_manifests.rs, compose-config checks
@@ -203,7 +230,7 @@ ensure_java() {
 
 # Prints the directory holding the Kafka broker's jars, fetching them with mvn on first use.
 kafka_libs() {
-    local pom=$ROOT/scripts/kafka/pom.xml key dir
+    local pom=$ROOT/scripts/kafka/pom.xml key dir started=$SECONDS
     key=$(sha256sum "$pom" | cut -c1-12)
     dir=$CACHE/kafka-$KAFKA_VERSION-$key
     if [[ ! -f $dir/complete ]]; then
@@ -222,6 +249,7 @@ kafka_libs() {
         touch "$dir.tmp/complete"
         rm -rf "$dir"
         mv "$dir.tmp" "$dir"
+        log "kafka: jars fetched in $((SECONDS - started))s"
     fi
     echo "$dir/libs"
 }
