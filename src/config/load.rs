@@ -19,6 +19,8 @@ const NOT_OVERRIDES: &[&str] = &[
     "KUBECAST_CONFIG",
     "KUBECAST_CACHE",
     "KUBECAST_TEST_",
+    // scripts/demo's settings (`KUBECAST_DEMO_METRICS`).
+    "KUBECAST_DEMO_",
     // `kubecast replay`'s own (its SASL password).
     "KUBECAST_REPLAY_",
 ];
