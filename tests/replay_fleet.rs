@@ -387,10 +387,7 @@ async fn a_fleet_reads_as_one_record_in_time_order_named_by_cluster_everywhere_a
     objects
         .create(&ap.path(), &configmap("zone", json!({"mode": "a"})))
         .await;
-    terminal.wait_for(
-        &format!("topic `{}` appeared", ap.topic.topic),
-        LIMIT,
-    );
+    terminal.wait_for(&format!("topic `{}` appeared", ap.topic.topic), LIMIT);
     terminal.wait_for(&format!("ConfigMap {}/zone", ap.ns), LIMIT);
     terminal.signal(libc::SIGINT);
     assert_eq!(
