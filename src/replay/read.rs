@@ -280,19 +280,21 @@ enum Resolve {
     NoMatch(String),
 }
 
+/// A topic's name and its partitions.
+type Described = (String, Vec<i32>);
+
 /// The topics `choices` name or match, each with its partitions, in name order, and the
 /// choices that found none. A name that does not exist, or a pattern that matches nothing,
 /// is an error, unless `follow` (then it is waited for).
-#[allow(clippy::type_complexity)]
 fn resolve(
     consumer: &BaseConsumer<Quiet>,
     choices: &[TopicChoice],
     follow: bool,
-) -> Result<(Vec<(String, Vec<i32>)>, Vec<TopicChoice>), Resolve> {
+) -> Result<(Vec<Described>, Vec<TopicChoice>), Resolve> {
     let any_pattern = choices.iter().any(|c| matches!(c, TopicChoice::Pattern(_)));
     let mut found: std::collections::BTreeMap<String, Vec<i32>> = Default::default();
     let mut waiting = Vec::new();
-    let described = |only: Option<&str>| -> Result<Vec<(String, Vec<i32>)>, Resolve> {
+    let described = |only: Option<&str>| -> Result<Vec<Described>, Resolve> {
         let m = metadata(consumer, only).map_err(|e| match e {
             Ok(k) => Resolve::Kafka(k),
             Err(r) => Resolve::Rejected(r),
