@@ -95,6 +95,18 @@ pub struct Builtin {
     /// Default: `10m`.
     #[serde(default)]
     pub quiet: Option<String>,
+    /// How long a firing alert's condition must have stopped holding before the alert
+    /// resolves; if it holds again meanwhile, the same episode goes on (Prometheus's
+    /// `keep_firing_for`). Default: the rule's: `10m` for `restarts`, `crash_loop_backoff`,
+    /// `image_pull_backoff`, `oom_killed` and `oom_killed_gpu` (the kubelet forgets a
+    /// container's back-off after it has run 10 minutes, twice its 5-minute cap: a container
+    /// that fails again within that is the same loop), `5m` for `not_ready` and
+    /// `rollout_stuck` (a flapping probe, a rollout's replicas coming and going), `2m` for
+    /// `node_not_ready` (a kubelet that heartbeats now and then), `0s` for `failed`,
+    /// `job_failed` and `unscheduled` (they do not come back). For `warning_event` it is
+    /// `quiet`, under its Prometheus name (set one or the other).
+    #[serde(default)]
+    pub keep_firing_for: Option<String>,
     /// Labels copied into the alert's data (`team: payments`). Default: none.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -114,6 +126,7 @@ impl Default for Builtin {
             resources: None,
             reasons: None,
             quiet: None,
+            keep_firing_for: None,
             labels: BTreeMap::new(),
         }
     }
@@ -134,6 +147,11 @@ pub struct UserRule {
     /// How long `expr` must hold before the alert fires. Default: `0s`.
     #[serde(default, rename = "for")]
     pub for_: Option<String>,
+    /// How long `expr` must have stopped holding before a firing alert resolves; if it holds
+    /// again meanwhile, the same episode goes on (Prometheus's `keep_firing_for`).
+    /// Default: `0s`.
+    #[serde(default)]
+    pub keep_firing_for: Option<String>,
     /// The alert's severity. Default: `warning`.
     #[serde(default)]
     pub severity: Option<String>,
@@ -217,31 +235,46 @@ impl AlertsConfig {
     pub fn validate(&self) -> Result<Vec<Rule>, Vec<Issue>> {
         let mut issues = Vec::new();
         let mut rules = Vec::new();
-        let builtins: [(&str, &Builtin, &str, &str); 12] = [
-            ("restarts", &self.restarts, "0s", "warning"),
-            ("failed", &self.failed, "0s", "critical"),
-            ("not_ready", &self.not_ready, "5m", "warning"),
-            ("oom_killed", &self.oom_killed, "0s", "warning"),
-            ("oom_killed_gpu", &self.oom_killed_gpu, "0s", "critical"),
+        // Each built-in: its name, settings, default `for`, `keep_firing_for` and severity.
+        let builtins: [(&str, &Builtin, &str, &str, &str); 12] = [
+            ("restarts", &self.restarts, "0s", "10m", "warning"),
+            ("failed", &self.failed, "0s", "0s", "critical"),
+            ("not_ready", &self.not_ready, "5m", "5m", "warning"),
+            ("oom_killed", &self.oom_killed, "0s", "10m", "warning"),
+            (
+                "oom_killed_gpu",
+                &self.oom_killed_gpu,
+                "0s",
+                "10m",
+                "critical",
+            ),
             (
                 "crash_loop_backoff",
                 &self.crash_loop_backoff,
                 "0s",
+                "10m",
                 "warning",
             ),
             (
                 "image_pull_backoff",
                 &self.image_pull_backoff,
                 "0s",
+                "10m",
                 "warning",
             ),
-            ("unscheduled", &self.unscheduled, "5m", "warning"),
-            ("node_not_ready", &self.node_not_ready, "2m", "critical"),
-            ("rollout_stuck", &self.rollout_stuck, "10m", "warning"),
-            ("job_failed", &self.job_failed, "0s", "warning"),
-            ("warning_event", &self.warning_event, "0s", "warning"),
+            ("unscheduled", &self.unscheduled, "5m", "0s", "warning"),
+            (
+                "node_not_ready",
+                &self.node_not_ready,
+                "2m",
+                "2m",
+                "critical",
+            ),
+            ("rollout_stuck", &self.rollout_stuck, "10m", "5m", "warning"),
+            ("job_failed", &self.job_failed, "0s", "0s", "warning"),
+            ("warning_event", &self.warning_event, "0s", "10m", "warning"),
         ];
-        for (name, b, default_for, default_severity) in builtins {
+        for (name, b, default_for, default_keep, default_severity) in builtins {
             let at = format!("alerts.{name}");
             if b.threshold.is_some() && name != "restarts" {
                 issues.push(Issue::new(
@@ -279,11 +312,19 @@ impl AlertsConfig {
                     "is empty; leave it out for the default reasons",
                 ));
             }
-            let quiet_ms = duration(
-                b.quiet.as_deref().unwrap_or("10m"),
-                &format!("{at}.quiet"),
-                &mut issues,
-            );
+            if b.quiet.is_some() && b.keep_firing_for.is_some() {
+                issues.push(Issue::new(
+                    format!("{at}.keep_firing_for"),
+                    "`quiet` is `warning_event`'s keep_firing_for: set one or the other",
+                ));
+            }
+            // `warning_event` resolves by quiet, which is its keep_firing_for.
+            let (keep, keep_at) = match (&b.keep_firing_for, &b.quiet) {
+                (Some(k), _) => (k.as_str(), "keep_firing_for"),
+                (None, Some(q)) => (q.as_str(), "quiet"),
+                (None, None) => (default_keep, "keep_firing_for"),
+            };
+            let keep_ms = duration(keep, &format!("{at}.{keep_at}"), &mut issues);
             if b.resources.as_ref().is_some_and(Vec::is_empty) {
                 issues.push(Issue::new(
                     format!("{at}.resources"),
@@ -331,9 +372,10 @@ impl AlertsConfig {
                 name: name.to_string(),
                 resource: builtin_resource(condition.resource()),
                 resource_name: None,
-                quiet_ms: if name == "warning_event" { quiet_ms } else { 0 },
+                quiet_ms: if name == "warning_event" { keep_ms } else { 0 },
                 when: When::Builtin(condition),
                 for_ms,
+                keep_ms: if name == "warning_event" { 0 } else { keep_ms },
                 severity,
                 message: Message::builtin(name),
                 labels: b.labels.clone(),
@@ -375,6 +417,11 @@ impl AlertsConfig {
                 &format!("{at}.for"),
                 &mut issues,
             );
+            let keep_ms = duration(
+                r.keep_firing_for.as_deref().unwrap_or("0s"),
+                &format!("{at}.keep_firing_for"),
+                &mut issues,
+            );
             let severity = severity(r.severity.as_deref().unwrap_or("warning"), &at, &mut issues);
             let message = match Message::parse_with(
                 r.message
@@ -398,6 +445,7 @@ impl AlertsConfig {
                     quiet_ms: 0,
                     when: When::Expr(expr),
                     for_ms,
+                    keep_ms,
                     severity,
                     message,
                     labels: r.labels.clone(),
@@ -469,165 +517,5 @@ pub fn parse_duration(text: &str) -> Option<i64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn alerts(yaml: &str) -> Result<Vec<Rule>, Vec<Issue>> {
-        let c: AlertsConfig = serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{e}"));
-        c.validate()
-    }
-
-    #[test]
-    fn durations_read_like_prometheus_ones() {
-        for (t, ms) in [
-            ("0s", Some(0)),
-            ("500ms", Some(500)),
-            ("30s", Some(30_000)),
-            ("5m", Some(300_000)),
-            ("1h30m", Some(5_400_000)),
-            ("1d", Some(86_400_000)),
-            ("5", None),
-            ("m", None),
-            ("", None),
-            ("5x", None),
-        ] {
-            assert_eq!(parse_duration(t), ms, "{t}");
-        }
-    }
-
-    #[test]
-    fn an_empty_alerts_section_turns_every_builtin_on_with_its_defaults() {
-        let rules = alerts("{}").expect("valid");
-        let names: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(
-            names,
-            vec![
-                "restarts",
-                "failed",
-                "not_ready",
-                "oom_killed",
-                "oom_killed_gpu",
-                "crash_loop_backoff",
-                "image_pull_backoff",
-                "unscheduled",
-                "node_not_ready",
-                "rollout_stuck",
-                "job_failed",
-                "warning_event"
-            ]
-        );
-        assert_eq!(
-            rules[11].quiet_ms, 600_000,
-            "warning_event resolves after 10m quiet"
-        );
-        assert_eq!(rules[11].resource.key().as_ref(), "events");
-        let issues =
-            alerts("restarts: {reasons: [X], quiet: 1m}\nwarning_event: {for: 1m, reasons: []}\n")
-                .unwrap_err();
-        let fields: Vec<&str> = issues.iter().map(|i| i.field.as_str()).collect();
-        assert_eq!(
-            fields,
-            [
-                "alerts.restarts.reasons",
-                "alerts.restarts.quiet",
-                "alerts.warning_event.for",
-                "alerts.warning_event.reasons"
-            ],
-            "{issues:?}"
-        );
-        let node = &rules[8];
-        assert_eq!(
-            (
-                node.for_ms,
-                node.severity.as_str(),
-                node.resource.key().as_ref()
-            ),
-            (120_000, "critical", "nodes")
-        );
-        assert_eq!(
-            (rules[9].for_ms, rules[9].resource.key().as_ref()),
-            (600_000, "deployments.apps")
-        );
-        let not_ready = &rules[2];
-        assert_eq!(
-            (not_ready.for_ms, not_ready.severity.as_str()),
-            (300_000, "warning")
-        );
-        assert!(matches!(
-            rules[0].when,
-            When::Builtin(Condition::RestartsAbove(5))
-        ));
-    }
-
-    #[test]
-    fn builtins_take_their_thresholds_and_can_be_turned_off() {
-        let rules = alerts("restarts: {threshold: 2, severity: page}\nfailed: {enabled: false}\nnot_ready: {for: 10s}\n").expect("valid");
-        assert!(matches!(
-            rules[0].when,
-            When::Builtin(Condition::RestartsAbove(2))
-        ));
-        assert_eq!(rules[0].severity, "page");
-        assert!(rules.iter().all(|r| r.name != "failed"));
-        assert_eq!(
-            rules
-                .iter()
-                .find(|r| r.name == "not_ready")
-                .map(|r| r.for_ms),
-            Some(10_000)
-        );
-    }
-
-    #[test]
-    fn every_bad_rule_entry_is_named_by_its_path() {
-        let issues = alerts(concat!(
-            "failed: {threshold: 3}\n",
-            "not_ready: {for: soon}\n",
-            "rules:\n",
-            "  slow: {expr: 'status.phase ==', for: 1m}\n",
-            "  tmpl: {expr: 'status.phase == \"Pending\"', message: '{{ status.nothing }}'}\n",
-            "  field: {expr: 'status.colour == \"red\"', severity: 'very bad'}\n",
-        ))
-        .expect_err("invalid");
-        let fields: Vec<&str> = issues.iter().map(|i| i.field.as_str()).collect();
-        assert_eq!(
-            fields,
-            vec![
-                "alerts.failed.threshold",
-                "alerts.not_ready.for",
-                "alerts.rules.field.expr",
-                "alerts.rules.field.severity",
-                "alerts.rules.slow.expr",
-                "alerts.rules.tmpl.message"
-            ]
-        );
-    }
-
-    #[test]
-    fn a_user_rule_on_a_built_in_kind_is_checked_against_that_kinds_schema() {
-        let ok = alerts(
-            "rules:\n  short: {resource: deploy, expr: 'status.readyReplicas < 2', message: '{{ metadata.name }}: {{ status.readyReplicas }}'}\n",
-        )
-        .expect("valid");
-        let short = ok.iter().find(|r| r.name == "short").expect("the rule");
-        assert_eq!(short.resource.key().as_ref(), "deployments.apps");
-        assert_eq!(short.resource_name.as_deref(), Some("deploy"));
-        let issues =
-            alerts("rules:\n  bad: {resource: deployments, expr: 'status.phase == \"x\"'}\n")
-                .unwrap_err();
-        assert!(
-            issues.iter().any(|i| i.field == "alerts.rules.bad.expr" && i.message.contains("has no `phase`")),
-            "{issues:?}"
-        );
-        // A custom resource's paths wait for the apiserver's schema at start.
-        let later =
-            alerts("rules:\n  big: {resource: widgets.example.com, expr: 'spec.size > 3'}\n")
-                .expect("valid");
-        assert_eq!(
-            later
-                .iter()
-                .find(|r| r.name == "big")
-                .and_then(|r| r.resource_name.as_deref()),
-            Some("widgets.example.com")
-        );
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

@@ -1,7 +1,8 @@
 //! Alert episodes: a rule's condition starts holding for a pod (the episode begins, at that
-//! change's resourceVersion), fires once it has held for the rule's `for`, and resolves when
-//! it stops holding or the pod is deleted — once per episode, not on every update while it
-//! holds. An alert's id is a pure function of (rule, pod uid, the resourceVersion at which
+//! change's resourceVersion), fires once it has held for the rule's `for`, and resolves once
+//! its condition has stopped holding for the rule's `keep_firing_for` (a condition that holds
+//! again meanwhile continues the same episode) or the pod is deleted — once per episode, not
+//! on every update while it holds, nor on every turn of a crash loop. An alert's id is a pure function of (rule, pod uid, the resourceVersion at which
 //! its episode began), so two replicas or a restart give the same id; the deadline of a
 //! pending `for` is the begin's observation time plus `for`, kept with the episode, so a
 //! restart that restores the episodes fires at the original deadline.
@@ -60,24 +61,88 @@ pub struct Episode {
     /// `warning_event`: when it resolves unless another matching Event is seen first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolve_at: Option<i64>,
+    /// A firing episode whose condition no longer holds: when it last stopped holding. It
+    /// resolves at `resolve_at` (this plus `keep_firing_for`) unless it holds again first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleared_at: Option<i64>,
+    /// When the episode resolved: set on its `resolved` transition and kept in the memory it
+    /// leaves, so that a sink that re-sends resolved alerts for a while (Alertmanager's) can
+    /// after a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<i64>,
 }
 
 impl Episode {
     /// The memory this episode leaves when it closes: the `k8srv` of the last alert event
     /// of its rule for its object, for the next episode's link.
+    /// It keeps what the alert said (its message, evidence and resolve time), for a sink
+    /// that re-sends resolved alerts.
     fn memory(&self, last_alert_rv: String) -> Episode {
         Episode {
             fired: false,
             closed: true,
             resolve_at: None,
+            cleared_at: None,
             prev_alert_rv: last_alert_rv,
             fired_rv: String::new(),
-            facts: Map::new(),
-            message: String::new(),
-            container: None,
             ..self.clone()
         }
     }
+
+    /// Resolves it at `at`; when it was kept firing, its evidence says since when its
+    /// condition no longer held and for how long it was kept.
+    fn resolve(mut self, at: i64) -> Episode {
+        if let (Some(cleared), false) = (self.cleared_at, self.closed) {
+            let time = |ms: i64| {
+                jiff::Timestamp::from_millisecond(ms)
+                    .map(|t| Value::String(t.to_string()))
+                    .unwrap_or(Value::Null)
+            };
+            self.facts.insert("clearedAt".into(), time(cleared));
+            self.facts.insert(
+                "keptFiringFor".into(),
+                Value::String(show_duration(at.saturating_sub(cleared))),
+            );
+        }
+        self.resolved_at = Some(at);
+        self
+    }
+
+    /// Whether it is firing: fired, and neither closed nor resolved.
+    pub fn is_active(&self) -> bool {
+        self.fired && !self.closed
+    }
+}
+
+/// A duration in milliseconds as Prometheus writes one (`10m`, `1h30m`, `2s500ms`, `0s`).
+pub fn show_duration(ms: i64) -> String {
+    if ms <= 0 {
+        return "0s".into();
+    }
+    let mut out = String::new();
+    let mut rest = ms;
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+        ("ms", 1),
+    ] {
+        if rest >= size {
+            out.push_str(&format!("{}{unit}", rest / size));
+            rest %= size;
+        }
+    }
+    out
+}
+
+/// A rule's timing: how long its condition must hold before it fires (`for`), and how long
+/// it must have stopped holding before a firing episode resolves (`keep_firing_for`), in
+/// milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timing {
+    pub for_ms: i64,
+    pub keep_ms: i64,
 }
 
 /// What an observation or the passing of time did.
@@ -132,11 +197,11 @@ impl From<Episodes> for Saved {
 
 impl Episodes {
     /// A change of the pod `seen`; `holds` says whether `rule`'s condition holds now, with its
-    /// evidence and message. `for_ms` is the rule's `for`.
+    /// evidence and message. `timing` is the rule's `for` and `keep_firing_for`.
     pub fn observe(
         &mut self,
         rule: &str,
-        for_ms: i64,
+        timing: Timing,
         seen: &Seen,
         holds: Option<(Evidence, String)>,
     ) -> Vec<Transition> {
@@ -159,6 +224,14 @@ impl Episodes {
                 ep.facts = e.facts;
                 ep.message = message;
                 ep.rv = seen.rv.to_string();
+                // Holding again while kept firing: the same episode goes on, nothing is said.
+                if ep.cleared_at.is_some() {
+                    if let Some(mut ep) = self.remove(&key) {
+                        ep.cleared_at = None;
+                        ep.resolve_at = None;
+                        self.insert(key, ep);
+                    }
+                }
                 // Still holding: it fires when its deadline passes (tick), not again.
                 self.tick(seen.now)
             }
@@ -172,7 +245,7 @@ impl Episodes {
                         name: seen.name.to_string(),
                         began_rv: seen.rv.to_string(),
                         began_at: seen.now,
-                        deadline: seen.now.saturating_add(for_ms),
+                        deadline: seen.now.saturating_add(timing.for_ms),
                         fired: false,
                         rv: seen.rv.to_string(),
                         container: e.container,
@@ -183,13 +256,26 @@ impl Episodes {
                         closed: false,
                         group: String::new(),
                         resolve_at: None,
+                        cleared_at: None,
+                        resolved_at: None,
                     },
                 );
                 self.tick(seen.now)
             }
+            // Kept firing already: it resolves when its time comes (tick).
+            (None, Some(ep)) if ep.cleared_at.is_some() => Vec::new(),
             (None, Some(_)) => match self.remove(&key) {
+                // It stopped holding: kept firing for `keep_firing_for` in case it holds again.
+                Some(mut ep) if ep.fired && timing.keep_ms > 0 => {
+                    ep.rv = seen.rv.to_string();
+                    ep.cleared_at = Some(seen.now);
+                    ep.resolve_at = Some(seen.now.saturating_add(timing.keep_ms));
+                    self.insert(key, ep);
+                    Vec::new()
+                }
                 Some(mut ep) if ep.fired => {
                     ep.rv = seen.rv.to_string();
+                    let ep = ep.resolve(seen.now);
                     self.insert(key, ep.memory(ep.rv.clone()));
                     vec![Transition::Resolved(ep)]
                 }
@@ -306,6 +392,8 @@ impl Episodes {
             closed: false,
             group: group.to_string(),
             resolve_at: Some(seen.now.saturating_add(quiet_ms)),
+            cleared_at: None,
+            resolved_at: None,
         };
         self.insert(format!("{}/{rule}", seen.uid), ep.clone());
         (vec![Transition::Firing(ep)], None)
@@ -329,8 +417,9 @@ impl Episodes {
         out
     }
 
-    /// Pod `uid` was deleted: its firing alerts resolve, its pending ones are dropped.
-    pub fn deleted(&mut self, uid: &str) -> Vec<Transition> {
+    /// Pod `uid` was deleted (seen at `now`): its firing alerts resolve at once, also those
+    /// kept firing (nothing is left to hold again), its pending ones are dropped.
+    pub fn deleted(&mut self, uid: &str, now: i64) -> Vec<Transition> {
         let from = format!("{uid}/");
         let keys: Vec<String> = self
             .open
@@ -341,7 +430,7 @@ impl Episodes {
         keys.into_iter()
             .filter_map(|k| self.remove(&k))
             .filter(|ep| ep.fired && !ep.closed)
-            .map(Transition::Resolved)
+            .map(|ep| Transition::Resolved(ep.resolve(now)))
             .collect()
     }
 
@@ -352,6 +441,8 @@ impl Episodes {
                 break;
             }
             if let Some(ep) = self.remove(&key) {
+                // Resolved at its time, however late the tick (a restart after it).
+                let ep = ep.resolve(at);
                 self.insert(key, ep.memory(ep.rv.clone()));
                 out.push(Transition::Resolved(ep));
             } else {
@@ -359,6 +450,14 @@ impl Episodes {
             }
         }
         out
+    }
+
+    /// The firing episodes, and the memories of those resolved at or after `since`: what a
+    /// sink that re-sends alerts must know after a restart.
+    pub fn standing(&self, since: i64) -> impl Iterator<Item = &Episode> {
+        self.open.values().filter(move |e| {
+            e.is_active() || e.closed && e.resolved_at.is_some_and(|at| at >= since)
+        })
     }
 
     /// The earliest deadline of a pending or quiet episode: when to [`Episodes::tick`] next.
@@ -390,253 +489,5 @@ impl Episodes {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    fn evidence(n: u64) -> Option<(Evidence, String)> {
-        let facts = match json!({"restartCount": n}) {
-            Value::Object(m) => m,
-            _ => Map::new(),
-        };
-        Some((
-            Evidence {
-                container: Some("app".into()),
-                facts,
-            },
-            format!("{n} restarts"),
-        ))
-    }
-
-    fn seen<'a>(uid: &'a str, rv: &'a str, now: i64) -> Seen<'a> {
-        Seen {
-            uid,
-            namespace: "ns",
-            name: "p",
-            rv,
-            now,
-        }
-    }
-
-    fn kinds(ts: &[Transition]) -> Vec<String> {
-        ts.iter()
-            .map(|t| match t {
-                Transition::Firing(e) => {
-                    format!("firing {}", alert_id(&e.rule, &e.uid, &e.began_rv))
-                }
-                Transition::Resolved(e) => {
-                    format!("resolved {}", alert_id(&e.rule, &e.uid, &e.began_rv))
-                }
-            })
-            .collect()
-    }
-
-    #[test]
-    fn an_episode_fires_once_after_its_for_and_resolves_once() {
-        let mut eps = Episodes::default();
-        assert!(
-            eps.observe("restarts", 5_000, &seen("u", "10", 1_000), evidence(6))
-                .is_empty(),
-            "pending"
-        );
-        assert!(
-            eps.observe("restarts", 5_000, &seen("u", "11", 2_000), evidence(7))
-                .is_empty(),
-            "still pending"
-        );
-        assert_eq!(eps.next_deadline(), Some(6_000));
-        assert!(eps.tick(5_999).is_empty());
-        // The deadline passes with no further change: it fires on time, with the latest evidence.
-        let fired = eps.tick(6_000);
-        assert_eq!(kinds(&fired), vec!["firing u:10:alert:restarts"]);
-        match &fired[0] {
-            Transition::Firing(e) => assert_eq!(e.facts["restartCount"], 7),
-            other => panic!("{other:?}"),
-        }
-        assert!(
-            eps.observe("restarts", 5_000, &seen("u", "12", 7_000), evidence(8))
-                .is_empty(),
-            "not again"
-        );
-        assert!(eps.tick(100_000).is_empty());
-        let resolved = eps.observe("restarts", 5_000, &seen("u", "13", 8_000), None);
-        assert_eq!(kinds(&resolved), vec!["resolved u:10:alert:restarts"]);
-        // A new episode has a new id.
-        eps.observe("restarts", 0, &seen("u", "20", 9_000), evidence(9));
-        assert_eq!(
-            kinds(&eps.tick(9_000)),
-            Vec::<String>::new(),
-            "fired inside observe"
-        );
-    }
-
-    #[test]
-    fn zero_for_fires_at_once_and_a_short_episode_says_nothing() {
-        let mut eps = Episodes::default();
-        assert_eq!(
-            kinds(&eps.observe("failed", 0, &seen("u", "5", 1_000), evidence(0))),
-            vec!["firing u:5:alert:failed"]
-        );
-        let mut eps = Episodes::default();
-        eps.observe("notready", 300_000, &seen("u", "5", 1_000), evidence(0));
-        assert!(
-            eps.observe("notready", 300_000, &seen("u", "6", 2_000), None)
-                .is_empty()
-        );
-        assert_eq!(eps.next_deadline(), None);
-    }
-
-    #[test]
-    fn a_restored_copy_fires_at_the_original_deadline_with_the_same_id() {
-        let mut eps = Episodes::default();
-        eps.observe("notready", 60_000, &seen("u", "42", 1_000), evidence(0));
-        // Saved and restored, as a restart does.
-        let saved = serde_json::to_string(&eps).expect("episodes serialize");
-        let mut restored: Episodes = serde_json::from_str(&saved).expect("and read back");
-        assert_eq!(restored.next_deadline(), Some(61_000));
-        assert_eq!(
-            kinds(&restored.tick(61_000)),
-            vec!["firing u:42:alert:notready"]
-        );
-        assert_eq!(
-            kinds(&eps.tick(61_000)),
-            vec!["firing u:42:alert:notready"],
-            "the same id as the original's"
-        );
-    }
-
-    #[test]
-    fn restoring_a_pods_episodes_replaces_them_and_their_deadlines() {
-        let mut eps = Episodes::default();
-        eps.observe("notready", 60_000, &seen("u", "1", 1_000), evidence(0));
-        eps.observe("notready", 60_000, &seen("v", "2", 2_000), evidence(0));
-        let saved = eps.of("u");
-        // The same episode restored over itself keeps one deadline.
-        eps.restore("u", saved.clone());
-        assert_eq!(eps.next_deadline(), Some(61_000));
-        eps.restore("u", Vec::new());
-        assert_eq!(
-            eps.next_deadline(),
-            Some(62_000),
-            "u's deadline went with it"
-        );
-        eps.restore("u", saved);
-        assert_eq!(
-            kinds(&eps.tick(62_000)),
-            vec!["firing u:1:alert:notready", "firing v:2:alert:notready"]
-        );
-        assert_eq!(eps.next_deadline(), None);
-    }
-
-    #[test]
-    fn deleting_a_pod_resolves_what_fired_and_drops_what_was_pending() {
-        let mut eps = Episodes::default();
-        eps.observe("failed", 0, &seen("u", "5", 1_000), evidence(0));
-        eps.observe("notready", 60_000, &seen("u", "5", 1_000), evidence(0));
-        assert_eq!(kinds(&eps.deleted("u")), vec!["resolved u:5:alert:failed"]);
-        assert_eq!(eps.next_deadline(), None);
-    }
-
-    #[test]
-    fn each_resolved_links_to_its_firing_and_each_firing_to_the_last_alert_of_its_rule() {
-        let mut eps = Episodes::default();
-        let fired = eps.observe("restarts", 0, &seen("u", "10", 1_000), evidence(6));
-        let Some(Transition::Firing(first)) = fired.first() else {
-            panic!("{fired:?}")
-        };
-        assert_eq!(
-            (first.fired_rv.as_str(), first.prev_alert_rv.as_str()),
-            ("10", ""),
-            "the first alert starts the chain"
-        );
-        let resolved = eps.observe("restarts", 0, &seen("u", "12", 2_000), None);
-        let Some(Transition::Resolved(r)) = resolved.first() else {
-            panic!("{resolved:?}")
-        };
-        assert_eq!(
-            (r.rv.as_str(), r.fired_rv.as_str()),
-            ("12", "10"),
-            "resolved at 12, links to its firing at 10"
-        );
-        assert!(
-            eps.is_empty(),
-            "the memory left behind is not an open episode"
-        );
-        // A pending episode that never fires keeps the link.
-        assert!(
-            eps.observe("restarts", 5_000, &seen("u", "13", 3_000), evidence(7))
-                .is_empty()
-        );
-        assert!(
-            eps.observe("restarts", 5_000, &seen("u", "14", 3_500), None)
-                .is_empty()
-        );
-        let fired = eps.observe("restarts", 0, &seen("u", "15", 4_000), evidence(8));
-        let Some(Transition::Firing(second)) = fired.first() else {
-            panic!("{fired:?}")
-        };
-        assert_eq!(
-            second.prev_alert_rv, "12",
-            "links to the last alert event of the rule: the resolve at 12"
-        );
-        // The memory goes with the object; nothing resolves twice.
-        assert_eq!(
-            kinds(&eps.deleted("u")),
-            vec!["resolved u:15:alert:restarts"]
-        );
-        assert!(eps.of("u").is_empty());
-    }
-
-    #[test]
-    fn a_warning_group_fires_once_whichever_event_shows_it_and_resolves_when_quiet() {
-        let mut eps = Episodes::default();
-        let warn = |uid, rv, now| (uid, rv, now);
-        let (t, refreshed) = {
-            let (uid, rv, now) = warn("e1", "20", 1_000);
-            eps.observe_quiet(
-                "warning_event",
-                5_000,
-                &seen(uid, rv, now),
-                evidence(1),
-                "pod/FailedScheduling",
-            )
-        };
-        assert_eq!(
-            (kinds(&t), refreshed),
-            (vec!["firing e1:20:alert:warning_event".to_string()], None)
-        );
-        // Another Event of the same object and reason: the first Event's episode is refreshed.
-        let (t, refreshed) = eps.observe_quiet(
-            "warning_event",
-            5_000,
-            &seen("e2", "21", 3_000),
-            evidence(1),
-            "pod/FailedScheduling",
-        );
-        assert!(t.is_empty());
-        assert_eq!(refreshed.as_deref(), Some("e1"));
-        assert_eq!(
-            eps.next_deadline(),
-            Some(8_000),
-            "quiet counts from the last such Event"
-        );
-        assert!(eps.tick(7_999).is_empty());
-        assert_eq!(
-            kinds(&eps.tick(8_000)),
-            vec!["resolved e1:20:alert:warning_event"]
-        );
-        // Later, the same group again: a new episode linking to the last alert.
-        let (t, _) = eps.observe_quiet(
-            "warning_event",
-            5_000,
-            &seen("e3", "30", 9_000),
-            evidence(1),
-            "pod/FailedScheduling",
-        );
-        let Some(Transition::Firing(ep)) = t.first() else {
-            panic!("{t:?}")
-        };
-        assert_eq!(ep.prev_alert_rv, "20");
-    }
-}
+#[path = "episode_tests.rs"]
+mod tests;

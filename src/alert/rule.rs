@@ -26,6 +26,9 @@ pub struct Rule {
     pub when: When,
     /// How long the condition must hold before the alert fires, in milliseconds.
     pub for_ms: i64,
+    /// How long a firing alert's condition must have stopped holding before it resolves
+    /// (`keep_firing_for`), in milliseconds.
+    pub keep_ms: i64,
     pub severity: String,
     pub message: Message,
     pub labels: BTreeMap<String, String>,
@@ -42,6 +45,14 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// Its `for` and `keep_firing_for`, as episodes take them.
+    pub fn timing(&self) -> super::episode::Timing {
+        super::episode::Timing {
+            for_ms: self.for_ms,
+            keep_ms: self.keep_ms,
+        }
+    }
+
     /// Whether the rule's condition holds for `pod` (a Pod as JSON), with its evidence. A user
     /// rule's evidence is the value of every field its expression reads.
     pub fn evaluate(&self, pod: &Value) -> Option<Evidence> {
@@ -316,6 +327,7 @@ mod tests {
                 .expect("valid"),
             ),
             for_ms: 0,
+            keep_ms: 0,
             severity: "warning".into(),
             message: Message::parse("x").expect("valid"),
             labels: BTreeMap::new(),

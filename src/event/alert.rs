@@ -52,7 +52,13 @@ pub fn alert_event(cluster: &str, kind: ChangeKind, ep: &Episode, rule: &Rule) -
         kind,
         ty: kind.event_type().into(),
         source: resource.source(cluster, &ep.namespace),
-        time: jiff::Timestamp::now(),
+        // A resolve kept firing happened when its wait ended, however late it is said.
+        time: match (kind, ep.resolved_at) {
+            (ChangeKind::AlertResolved, Some(at)) => {
+                jiff::Timestamp::from_millisecond(at).unwrap_or_else(|_| jiff::Timestamp::now())
+            }
+            _ => jiff::Timestamp::now(),
+        },
         dataschema: SCHEMA_ALERT.into(),
         api_version: about.api_version.as_str().into(),
         k8s_kind: about.kind.as_str().into(),

@@ -234,7 +234,7 @@ impl Router {
         // Other objects whose episodes were refreshed without a transition.
         let mut touched: Vec<String> = Vec::new();
         if change.kind == ChangeKind::Deleted {
-            for mut t in self.episodes.deleted(&change.uid) {
+            for mut t in self.episodes.deleted(&change.uid, now) {
                 if let Transition::Resolved(ep) = &mut t {
                     ep.rv = change.rv.clone();
                 }
@@ -276,7 +276,7 @@ impl Router {
                 } else {
                     transitions.extend(self.episodes.observe(
                         &rule.name,
-                        rule.for_ms,
+                        rule.timing(),
                         &seen,
                         holds,
                     ));
