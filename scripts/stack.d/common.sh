@@ -15,6 +15,8 @@ KUSTOMIZE_VERSION=$(awk '$1 == "sigs.k8s.io/kustomize/kustomize/v5" { print $2; 
 COMPOSE_GO_VERSION=$(awk '$1 == "require" && $2 == "github.com/compose-spec/compose-go/v2" { print $3; exit }' \
     "$ROOT/scripts/go/compose-config/go.mod")
 KWOK_VERSION=$(awk '$1 == "sigs.k8s.io/kwok" { print $2; exit }' "$ROOT/scripts/go/kwok/go.mod")
+ALERTMANAGER_VERSION=$(awk '$1 == "github.com/prometheus/alertmanager" { print $2; exit }' \
+    "$ROOT/scripts/go/alertmanager/go.mod")
 KAFKA_VERSION=${KUBECAST_STACK_KAFKA_VERSION:-4.4.0}
 # The Go toolchain fetched through the module proxy when the machine has no usable Go.
 GO_TOOLCHAIN=go1.26.8
@@ -42,6 +44,11 @@ KAFKA_SSL_PORT=${KUBECAST_STACK_KAFKA_SSL_PORT:-19095}
 KAFKA_MTLS_PORT=${KUBECAST_STACK_KAFKA_MTLS_PORT:-19096}
 MQTT_TLS_PORT=${KUBECAST_STACK_MQTT_TLS_PORT:-11885}
 MQTT_MTLS_PORT=${KUBECAST_STACK_MQTT_MTLS_PORT:-11886}
+# Two Prometheus Alertmanagers, not clustered (each gets every alert from kubecast, as from
+# Prometheus), and the webhook receiver both notify.
+ALERTMANAGER_PORT=${KUBECAST_STACK_ALERTMANAGER_PORT:-19193}
+ALERTMANAGER_2_PORT=${KUBECAST_STACK_ALERTMANAGER_2_PORT:-19194}
+AM_WEBHOOK_PORT=${KUBECAST_STACK_AM_WEBHOOK_PORT:-19195}
 STACK_USER=kubecast
 STACK_PASSWORD=kubecast-stack-password
 # How often kube-apiserver compacts etcd (its --etcd-compaction-interval). Upstream's default
@@ -54,7 +61,8 @@ CLIENT_QPS=${KUBECAST_STACK_CLIENT_QPS:-200}
 # Seconds that `up` waits for each component to answer.
 READY_TIMEOUT=${KUBECAST_STACK_READY_TIMEOUT:-120}
 
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kafka mosquitto)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kafka mosquitto am-webhook
+    alertmanager alertmanager-2)
 
 log() { printf 'stack: %s\n' "$*" >&2; }
 die() {
@@ -72,6 +80,9 @@ component_ports() {
     kwok) echo "$KWOK_PORT" ;;
     kafka) echo "$KAFKA_PORT $KAFKA_CONTROLLER_PORT $KAFKA_SASL_PORT $KAFKA_SSL_PORT $KAFKA_MTLS_PORT" ;;
     mosquitto) echo "$MQTT_PORT $MQTT_AUTH_PORT $MQTT_TLS_PORT $MQTT_MTLS_PORT" ;;
+    alertmanager) echo "$ALERTMANAGER_PORT" ;;
+    alertmanager-2) echo "$ALERTMANAGER_2_PORT" ;;
+    am-webhook) echo "$AM_WEBHOOK_PORT" ;;
     esac
 }
 
@@ -85,6 +96,9 @@ canonical_component() {
     kwok | nodes) echo kwok ;;
     kafka) echo kafka ;;
     mosquitto | mqtt) echo mosquitto ;;
+    alertmanager | alertmanager-1 | am) echo alertmanager ;;
+    alertmanager-2 | am-2) echo alertmanager-2 ;;
+    am-webhook | webhook) echo am-webhook ;;
     kube-apiserver-[0-9]*) echo "$1" ;;
     *) die "unknown component '$1'; expected one of: ${COMPONENTS[*]}" ;;
     esac

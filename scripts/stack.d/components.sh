@@ -321,3 +321,51 @@ version_mosquitto() {
     mosquitto_sub -h "$HOST" -p "$MQTT_PORT" -V mqttv5 -t '$SYS/broker/version' -C 1 -W 3 |
         sed -n 's/^mosquitto version //p'
 }
+
+# --- Alertmanager ---------------------------------------------------------------------------
+
+# The webhook receiver both Alertmanagers notify: each notification, one JSON line, in
+# $STATE/am-webhook/received.jsonl, with the path it came to (/alertmanager, /alertmanager-2).
+start_am_webhook() {
+    mkdir -p "$STATE/am-webhook"
+    spawn am-webhook python3 "$ROOT/scripts/stack.d/am_webhook.py" "$HOST" "$AM_WEBHOOK_PORT" \
+        "$STATE/am-webhook/received.jsonl"
+}
+
+check_am_webhook() { curl -fsS --max-time 2 "http://$HOST:$AM_WEBHOOK_PORT/healthz" | grep -q ok; }
+
+version_am_webhook() { python3 -c 'import platform; print(platform.python_version())'; }
+
+# One Alertmanager ($1: alertmanager or alertmanager-2, on port $2), not clustered
+# (`--cluster.listen-address=`), grouping by alertname, cluster and namespace, and notifying
+# the webhook receiver at /NAME, resolved alerts too.
+start_alertmanager_named() { # name port
+    local name=$1 port=$2 dir=$STATE/$1 bin
+    bin=$(alertmanager_binary alertmanager)
+    mkdir -p "$dir/data"
+    cat >"$dir/alertmanager.yml" <<EOF
+route:
+  receiver: webhook
+  group_by: [alertname, cluster, namespace]
+  group_wait: 1s
+  group_interval: 2s
+  repeat_interval: 4h
+receivers:
+  - name: webhook
+    webhook_configs:
+      - url: http://$HOST:$AM_WEBHOOK_PORT/$name
+        send_resolved: true
+EOF
+    spawn "$name" "$bin" --config.file="$dir/alertmanager.yml" --storage.path="$dir/data" \
+        --web.listen-address="$HOST:$port" --cluster.listen-address= --log.level=warn
+}
+
+start_alertmanager() { start_alertmanager_named alertmanager "$ALERTMANAGER_PORT"; }
+start_alertmanager_2() { start_alertmanager_named alertmanager-2 "$ALERTMANAGER_2_PORT"; }
+check_alertmanager() { curl -fsS --max-time 2 "http://$HOST:$ALERTMANAGER_PORT/-/ready" >/dev/null; }
+check_alertmanager_2() { curl -fsS --max-time 2 "http://$HOST:$ALERTMANAGER_2_PORT/-/ready" >/dev/null; }
+am_version() { # port
+    curl -fsS --max-time 2 "http://$HOST:$1/api/v2/status" | sed -n 's/.*"version":"\([^"]*\)".*/\1/p'
+}
+version_alertmanager() { am_version "$ALERTMANAGER_PORT"; }
+version_alertmanager_2() { am_version "$ALERTMANAGER_2_PORT"; }

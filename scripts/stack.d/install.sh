@@ -170,6 +170,17 @@ kwok_binary() {
         "-s -w"
 }
 
+# Prometheus Alertmanager and amtool, built together from scripts/go/alertmanager. Prints the
+# command's path.
+alertmanager_binary() { # command
+    local dir
+    dir=$(build_go_commands alertmanager "$ROOT/scripts/go/alertmanager" "$ALERTMANAGER_VERSION" \
+        "-s -w -X github.com/prometheus/common/version.Version=${ALERTMANAGER_VERSION#v}" \
+        github.com/prometheus/alertmanager/cmd/alertmanager github.com/prometheus/alertmanager/cmd/amtool)
+    [[ -x $dir/$1 ]] || die "alertmanager: no $1 in $dir"
+    echo "$dir/$1"
+}
+
 # Helm and kustomize render deploy/ in tests/deploy_manifests.rs, compose-config checks
 # docker-compose.yml in tests/compose.rs; only scripts/test needs them.
 helm_binary() {
