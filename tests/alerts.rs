@@ -18,8 +18,7 @@ use support::scene::{InProcess, Scene, file_events, file_sink};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-const ALERTS: &str =
-    "alerts:\n  restarts: {threshold: 2}\n  not_ready: {for: 3s}\n  unscheduled: {for: 3s}\n";
+const ALERTS: &str = "alerts:\n  restarts: {threshold: 2, keep_firing_for: 1s}\n  not_ready: {for: 3s, keep_firing_for: 1s}\n  unscheduled: {for: 3s}\n  oom_killed: {keep_firing_for: 1s}\n  oom_killed_gpu: {keep_firing_for: 1s}\n  crash_loop_backoff: {keep_firing_for: 1s}\n  image_pull_backoff: {keep_firing_for: 1s}\n";
 
 /// A container status list of one container `app` in `state`, restarted `restarts` times.
 fn container(state: Value, last: Value, restarts: u32) -> Value {
@@ -230,6 +229,30 @@ async fn each_builtin_rule_fires_once_and_resolves_once_with_its_evidence() {
             "{f}"
         );
     }
+    // A rule kept firing resolves when its wait ends, and says so; one that is not (the
+    // deleted pod's `failed`) says nothing of the kind.
+    let crash = of(&ev, "crash", "crash_loop_backoff")[1].1;
+    let cleared: jiff::Timestamp = crash["data"]["evidence"]["clearedAt"]
+        .as_str()
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or_else(|e| panic!("clearedAt is RFC 3339 ({e}): {crash}"));
+    let time: jiff::Timestamp = crash["time"]
+        .as_str()
+        .unwrap_or_default()
+        .parse()
+        .expect("time is RFC 3339");
+    assert_eq!(crash["data"]["evidence"]["keptFiringFor"], "1s", "{crash}");
+    assert_eq!(
+        time.duration_since(cleared),
+        jiff::SignedDuration::from_secs(1),
+        "{crash}"
+    );
+    let failed = of(&ev, "failed", "failed")[1].1;
+    assert!(
+        failed["data"]["evidence"].get("keptFiringFor").is_none(),
+        "{failed}"
+    );
     let evidence = |pod: &str, rule: &str| of(&ev, pod, rule)[0].1["data"].clone();
     let r = evidence("restarts", "restarts");
     assert_eq!(

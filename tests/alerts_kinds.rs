@@ -69,7 +69,7 @@ async fn nodes_deployments_and_jobs_alert_once_and_resolve_once_with_their_evide
     let path = scene.dir.join("events.jsonl");
     let config = scene
         .config(
-            "alerts:\n  node_not_ready: {for: 3s}\n  rollout_stuck: {for: 3s}\n  job_failed: {labels: {team: batch}}\n",
+            "alerts:\n  node_not_ready: {for: 3s, keep_firing_for: 1s}\n  rollout_stuck: {for: 3s, keep_firing_for: 1s}\n  job_failed: {labels: {team: batch}}\n",
             &[file_sink("out", &path)],
         )
         .replace(

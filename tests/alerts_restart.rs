@@ -48,7 +48,7 @@ fn time(v: &Value) -> jiff::Timestamp {
 async fn after_kill_9_a_pending_timer_fires_at_its_deadline_and_no_alert_repeats_or_is_lost() {
     let scene = Scene::new("alerts-kill").await;
     let settings = format!(
-        "alerts:\n  not_ready: {{for: {FOR}s}}\n  unscheduled: {{enabled: false}}\n  restarts: {{enabled: false}}\n"
+        "alerts:\n  not_ready: {{for: {FOR}s, keep_firing_for: 1s}}\n  unscheduled: {{enabled: false}}\n  restarts: {{enabled: false}}\n"
     );
     let (a_dir, b_dir) = (scene.dir.join("a"), scene.dir.join("b"));
     for d in [&a_dir, &b_dir] {

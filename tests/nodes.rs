@@ -194,7 +194,7 @@ async fn a_node_that_stops_heartbeating_fires_node_not_ready_at_its_for_and_its_
     let labels = format!("{}={pool_name}", support::nodes::POOL_LABEL);
     let config = scene
         .config(
-            "alerts:\n  node_not_ready: {for: 20s}\n",
+            "alerts:\n  node_not_ready: {for: 20s, keep_firing_for: 2s}\n",
             &[file_sink("file", &path)],
         )
         .replace(

@@ -594,7 +594,7 @@ async fn verify_follows_each_objects_alert_chain_and_names_a_removed_alert() {
     let topic = unique_name("kc-replay-alerts");
     let source = KafkaTopic::create(&scene.stack, &topic).await;
     let text = scene.config(
-        "alerts:\n  restarts: {threshold: 1}\n",
+        "alerts:\n  restarts: {threshold: 1, keep_firing_for: 0s}\n",
         &[scene.kafka_sink("kafka", &topic, &[])],
     );
     let kubecast = InProcess::start(&scene, &text);
