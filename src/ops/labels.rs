@@ -57,6 +57,13 @@ pub(super) struct SinkLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct InstanceLabel {
+    pub(super) sink: String,
+    /// An Alertmanager instance's URL, as logs show it.
+    pub(super) instance: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct CodeLabel {
     pub(super) sink: String,
     pub(super) code: u16,

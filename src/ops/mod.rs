@@ -14,6 +14,7 @@ pub use health::Health;
 pub use labels::Outcome;
 pub use metrics::{Metrics, SinkMetrics};
 pub use server::{BindError, serve};
+pub use sink_metrics::AlertmanagerMetrics;
 
 /// Metrics and readiness, shared. With `sharding`, each shard a replica holds runs with its
 /// own handle ([`Ops::part`]): the same metrics (counters add up; gauges of the known state

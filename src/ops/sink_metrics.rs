@@ -93,3 +93,13 @@ impl SinkMetrics {
         self.delay.observe(seconds);
     }
 }
+
+/// One Alertmanager instance's metrics: requests answered 2xx, requests failed (no 2xx, 400
+/// or 422), alerts refused, and the active alerts kubecast keeps there.
+#[derive(Clone, Debug, Default)]
+pub struct AlertmanagerMetrics {
+    pub sent: Counter,
+    pub failed: Counter,
+    pub invalid: Counter,
+    pub active: Gauge,
+}

@@ -225,8 +225,16 @@ async fn bridge(
     })
     .await?;
     ops.health.restored();
+    let mut valid_sinks = config.sinks;
+    // A sink that re-sends standing alerts (Alertmanager's) starts from the restored episodes.
+    if let Some(router) = start.router.as_ref() {
+        for (name, v) in &mut valid_sinks {
+            v.sink
+                .restore_alerts(routed::standing_alerts(router, &config.cluster, name));
+        }
+    }
     let (reports_tx, reports) = mpsc::unbounded_channel();
-    let sinks = sinks::start(config.sinks, reports_tx, ops.clone(), durable.feed());
+    let sinks = sinks::start(valid_sinks, reports_tx, ops.clone(), durable.feed());
 
     // One watch per (resource, scope), shared by every sink.
     let (observed_tx, observed) = mpsc::channel::<Observed>(256);

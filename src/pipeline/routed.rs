@@ -219,6 +219,41 @@ fn encode_at(
 }
 
 /// Milliseconds since the Unix epoch, as alert deadlines are kept.
+/// The alerts standing for sink `sink` in `router`'s restored episodes, as alert events: what
+/// a re-sending sink ([`crate::sinks::Sink::restore_alerts`]) sends again after a restart or a
+/// take-over.
+pub fn standing_alerts(router: &Router, cluster: &str, sink: &str) -> Vec<Arc<Event>> {
+    let window =
+        i64::try_from(crate::sinks::alertmanager::RESOLVED_RESEND.as_millis()).unwrap_or(i64::MAX);
+    let names: Vec<Arc<str>> = router
+        .routes()
+        .iter()
+        .map(|r| Arc::from(r.name.as_str()))
+        .collect();
+    router
+        .standing(sink, now_ms().saturating_sub(window))
+        .into_iter()
+        .filter_map(|o| match o {
+            Out::Alert {
+                route,
+                rule,
+                transition,
+            } => {
+                let (kind, ep) = match *transition {
+                    crate::alert::episode::Transition::Firing(ep) => (ChangeKind::AlertFiring, ep),
+                    crate::alert::episode::Transition::Resolved(ep) => {
+                        (ChangeKind::AlertResolved, ep)
+                    }
+                };
+                let mut event = alert_event(cluster, kind, &ep, &router.rules()[rule]);
+                event.route = route.and_then(|r| names.get(r).cloned());
+                Some(Arc::new(event))
+            }
+            Out::Change { .. } => None,
+        })
+        .collect()
+}
+
 pub fn now_ms() -> i64 {
     jiff::Timestamp::now().as_millisecond()
 }

@@ -386,6 +386,46 @@ impl Router {
         });
     }
 
+    /// The alerts standing for `sink`: each firing episode, and each resolved at or after
+    /// `since` (ms since the epoch), on the routes that feed `sink` and selected its object
+    /// (every one without routes), as a re-sending sink must know them after a restart.
+    pub fn standing(&self, sink: &str, since: i64) -> Vec<Out> {
+        let mut out = Vec::new();
+        for ep in self.episodes.standing(since) {
+            let Some(rule) = self.rules.iter().position(|r| r.name == ep.rule) else {
+                continue;
+            };
+            let t = if ep.is_active() {
+                Transition::Firing(ep.clone())
+            } else {
+                Transition::Resolved(ep.clone())
+            };
+            if self.routes.is_empty() {
+                out.push(Out::Alert {
+                    route: None,
+                    rule,
+                    transition: Box::new(t),
+                });
+                continue;
+            }
+            let marks = self.marks.get(ep.uid.as_str());
+            for (i, r) in self.routes.iter().enumerate() {
+                let matched = marks.and_then(|m| m.get(i)).is_some_and(|m| m.matched);
+                if matched
+                    && r.sinks.iter().any(|s| s == sink)
+                    && r.takes_kind(ChangeKind::AlertFiring)
+                {
+                    out.push(Out::Alert {
+                        route: Some(i),
+                        rule,
+                        transition: Box::new(t.clone()),
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// Brings back one pod's state (replaying the durable log).
     pub fn restore(&mut self, state: &ObjectState) {
         if state.gone {

@@ -58,6 +58,12 @@ pub trait Sink: Debug + Send + 'static {
         acks: Acks,
     ) -> BoxFuture<'static, Result<(), SinkError>>;
 
+    /// A sink that keeps alerts standing at its destination and sends them again (the
+    /// Alertmanager sink) takes, before it runs, the alert events of every firing episode
+    /// and of those resolved within the last 15 minutes, from the durable state: after a
+    /// restart or a take-over it re-sends them at once. Other sinks ignore them.
+    fn restore_alerts(&mut self, _alerts: Vec<Arc<Event>>) {}
+
     /// A sink that keeps the pipeline's resume point at its destination (the exactly-once
     /// Kafka sink) returns its [`Keeper`]; the pipeline then starts from what it kept.
     fn keeper(&self) -> Option<Arc<dyn Keeper>> {
@@ -251,6 +257,11 @@ impl Acks {
     /// keeps it and counts each answer.
     pub fn responses(&self, code: u16) -> prometheus_client::metrics::counter::Counter {
         self.ops.metrics.http_responses(&self.sink, code)
+    }
+
+    /// The metrics of Alertmanager instance `instance` (its URL as logs show it).
+    pub fn alertmanager_metrics(&self, instance: &str) -> crate::ops::AlertmanagerMetrics {
+        self.ops.metrics.alertmanager(&self.sink, instance)
     }
 
     /// `n` events are sent again (after a reconnect).

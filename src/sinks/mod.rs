@@ -60,6 +60,8 @@ sink_kinds! {
     mqtt => Mqtt(mqtt::MqttConfig),
     /// CloudEvents over HTTP: Knative Brokers and Services, webhooks.
     http => Http(http::HttpConfig),
+    /// Prometheus Alertmanager (API v2): alert episodes as alerts, resent as Prometheus does.
+    alertmanager => Alertmanager(alertmanager::AlertmanagerConfig),
     /// JSON lines (structured CloudEvents) on standard output.
     stdout => Stdout(stdout::StdoutConfig),
     /// JSON lines (structured CloudEvents) appended to a file.

@@ -11,6 +11,7 @@ mod encode;
 mod sink;
 mod window;
 
+pub use client::{Answer, Client};
 pub use config::{HttpConfig, HttpSettings};
 #[doc(hidden)]
 pub use client::{follow, retry_after};
