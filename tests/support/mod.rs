@@ -7,6 +7,7 @@
 
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
+pub mod alertmanager;
 pub mod apiproxy;
 pub mod browser;
 pub mod churn;
