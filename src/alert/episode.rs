@@ -225,12 +225,12 @@ impl Episodes {
                 ep.message = message;
                 ep.rv = seen.rv.to_string();
                 // Holding again while kept firing: the same episode goes on, nothing is said.
-                if ep.cleared_at.is_some() {
-                    if let Some(mut ep) = self.remove(&key) {
-                        ep.cleared_at = None;
-                        ep.resolve_at = None;
-                        self.insert(key, ep);
-                    }
+                if ep.cleared_at.is_some()
+                    && let Some(mut ep) = self.remove(&key)
+                {
+                    ep.cleared_at = None;
+                    ep.resolve_at = None;
+                    self.insert(key, ep);
                 }
                 // Still holding: it fires when its deadline passes (tick), not again.
                 self.tick(seen.now)

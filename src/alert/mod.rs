@@ -1,8 +1,9 @@
 //! Pod alert rules: the built-in conditions and the evidence each gives when it holds
 //! ([`builtin::holds`]), user rules' expressions ([`expr::Expr`]) checked against the Pod's
 //! fields ([`fields::check`]), their config ([`config::AlertsConfig`]) and validated form
-//! ([`rule::Rule`]), and episodes (fire once after `for`, resolve once, deterministic ids,
-//! deadlines that survive a restart: [`episode::Episodes`]). The router evaluates them on
+//! ([`rule::Rule`]), and episodes (fire once after `for`, resolve once after
+//! `keep_firing_for`, deterministic ids, deadlines that survive a restart:
+//! [`episode::Episodes`]). The router evaluates them on
 //! every change; this module knows nothing of routes.
 
 pub mod builtin;
