@@ -369,6 +369,40 @@ fn topic_spans(
     topic: &Arc<str>,
     partitions: &[i32],
     range: &Range,
+    modes: (bool, bool),
+) -> Result<Vec<Span>, (&'static str, KafkaError)> {
+    // A topic just created (as a follow meets them) has partitions without a leader for a
+    // moment; its brokers answer so until one is elected.
+    let mut tries = 0;
+    loop {
+        match spans_once(consumer, topic, partitions, range, modes) {
+            Err((_, e)) if tries < 20 && leaderless(&e) => {
+                tries += 1;
+                tracing::debug!(%topic, error = %e, "replay: a partition has no leader yet; asking again");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The answers of a partition whose leader is being elected.
+fn leaderless(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::NotLeaderForPartition
+                | RDKafkaErrorCode::LeaderNotAvailable
+                | RDKafkaErrorCode::UnknownTopicOrPartition
+        )
+    )
+}
+
+fn spans_once(
+    consumer: &BaseConsumer<Quiet>,
+    topic: &Arc<str>,
+    partitions: &[i32],
+    range: &Range,
     (follow, at_end): (bool, bool),
 ) -> Result<Vec<Span>, (&'static str, KafkaError)> {
     let since = times(consumer, topic, partitions, range.since_ms)
