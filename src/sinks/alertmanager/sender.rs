@@ -75,8 +75,15 @@ impl Sender {
                 .filter(|a| !refused.contains(&a["labels"].to_string()))
                 .collect();
             if alerts.is_empty() {
+                // Nothing to send: with each resend, an OPTIONS request tells readiness
+                // whether the instance is there.
+                let answered = if full {
+                    self.client.probe().await.is_ok()
+                } else {
+                    !waiting
+                };
                 confirmed = batch.upto;
-                let _ = self.confirmed.send((self.index, confirmed, !waiting));
+                let _ = self.confirmed.send((self.index, confirmed, answered));
                 continue;
             }
             match self.send_all(&alerts, &mut refused).await {
