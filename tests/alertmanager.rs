@@ -371,3 +371,85 @@ async fn an_alert_the_alertmanager_refuses_is_logged_once_and_the_rest_of_its_re
     );
     assert!(am.named("odd").await.is_empty());
 }
+
+#[tokio::test]
+async fn an_alert_whose_keep_firing_for_ends_while_kubecast_is_down_resolves_at_its_time_when_it_is_back()
+ {
+    let scene = Scene::new("am-kept").await;
+    let hook = Webhook::start(&scene.dir).await;
+    let am = Alertmanager::start(&scene.stack, &scene.dir, "am", &hook, &[]).await;
+    let path = scene.dir.join("events.jsonl");
+    let kept =
+        "    kept:\n      expr: 'metadata.labels.state == \"bad\"'\n      keep_firing_for: 4s\n";
+    let config = format!(
+        "{}state:\n  dir: {}\n",
+        scene.config(
+            &bad_rule(kept),
+            &[sink("am", &[&am], "2s"), file_sink("file", &path)]
+        ),
+        scene.dir.join("state").display()
+    );
+    let mut kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
+    kubecast.wait_for_log("list complete", 1, LIMIT).await;
+    scene.pods.create("p").await;
+    scene.pods.label("p", "state", "bad").await;
+    am.wait_until("the kept alert", LIMIT, |a| {
+        a.iter().any(|x| x["labels"]["alertname"] == "kept")
+    })
+    .await;
+    // The condition clears while kubecast runs: kept firing. Once the change is out (and so
+    // durable), kubecast is killed, and the 4 s run out while it is down.
+    let cleared = scene.pods.label("p", "state", "good").await;
+    let rv = cleared["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    until("the change that cleared it", || {
+        file_events(&path)
+            .iter()
+            .any(|e| e["k8srv"] == rv.as_str())
+            .then_some(())
+    })
+    .await;
+    assert!(
+        alert_events(&path, "kept", "resolved").is_empty(),
+        "kept firing"
+    );
+    kubecast.kill().await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let restarted = jiff::Timestamp::now();
+    let _kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
+    let resolved = until("the kept alert's resolve", || {
+        alert_events(&path, "kept", "resolved").pop()
+    })
+    .await;
+    let at = |v: &Value| -> jiff::Timestamp {
+        v.as_str()
+            .unwrap_or_default()
+            .parse()
+            .unwrap_or_else(|e| panic!("{v}: {e}"))
+    };
+    let cleared_at = at(&resolved["data"]["evidence"]["clearedAt"]);
+    assert_eq!(
+        at(&resolved["time"]).duration_since(cleared_at),
+        jiff::SignedDuration::from_secs(4),
+        "{resolved}"
+    );
+    assert!(
+        at(&resolved["time"]) < restarted,
+        "resolved at its time, while kubecast was down: {resolved}"
+    );
+    assert_eq!(
+        alert_events(&path, "kept", "firing").len(),
+        1,
+        "one episode"
+    );
+    let notes = until("the resolved notification", || {
+        let n = hook.of("am", "kept");
+        (n.len() == 2).then_some(n)
+    })
+    .await;
+    assert_eq!(notes[1].0, "resolved", "{notes:?}");
+    am.wait_until("no active alert", LIMIT, |a| a.is_empty())
+        .await;
+}
