@@ -36,6 +36,14 @@ pub struct Sender {
     pub confirmed: mpsc::UnboundedSender<(usize, u64, bool)>,
 }
 
+/// Why a request was not taken.
+enum Post {
+    /// 400 or 422, with Alertmanager's answer: some alerts refused, the others taken.
+    Refused(String),
+    /// Anything else: the status and answer, or why there was none.
+    Failed(String),
+}
+
 /// What one round of requests came to.
 enum Outcome {
     Accepted,
@@ -114,30 +122,25 @@ impl Sender {
                 Ok(()) => {
                     self.metrics.sent.inc();
                 }
-                Err(Some(_)) if chunk.len() > 1 => {
+                Err(Post::Refused(_)) if chunk.len() > 1 => {
                     // Which of them were refused: each alone.
                     for one in chunk {
-                        if let Err(why) = self.post(std::slice::from_ref(one)).await {
-                            match why {
-                                Some(body) => self.refuse(one, &body, refused),
-                                None => return Outcome::Failed("no answer while finding the refused alerts".into()),
-                            }
+                        match self.post(std::slice::from_ref(one)).await {
+                            Ok(()) => {}
+                            Err(Post::Refused(body)) => self.refuse(one, &body, refused),
+                            Err(Post::Failed(why)) => return Outcome::Failed(why),
                         }
                     }
                     outcome = Outcome::Refused;
                 }
-                Err(Some(body)) => {
+                Err(Post::Refused(body)) => {
                     self.refuse(&chunk[0], &body, refused);
                     outcome = Outcome::Refused;
                 }
-                Err(None) => return Outcome::Failed(self.last_failure(chunk.len())),
+                Err(Post::Failed(why)) => return Outcome::Failed(why),
             }
         }
         outcome
-    }
-
-    fn last_failure(&self, n: usize) -> String {
-        format!("a request of {n} alert(s) got no 2xx")
     }
 
     fn refuse(&self, alert: &Value, body: &str, refused: &mut HashSet<String>) {
@@ -147,24 +150,23 @@ impl Sender {
         }
     }
 
-    /// One request: `Ok` on a 2xx, `Err(Some(answer))` on a 400 or 422 (a refusal), else
-    /// `Err(None)` (logged at debug; the sender says it once).
-    async fn post(&self, alerts: &[Value]) -> Result<(), Option<String>> {
+    /// One request: `Ok` on a 2xx.
+    async fn post(&self, alerts: &[Value]) -> Result<(), Post> {
         let body = Bytes::from(Value::Array(alerts.to_vec()).to_string());
         let mut headers = HeaderMap::new();
         headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
         match self.client.send(headers, body, false).await {
             Ok(Answer::Status { code, .. }) if code.is_success() => Ok(()),
-            Ok(Answer::Status { code, body, .. }) if code.as_u16() == 400 || code.as_u16() == 422 => Err(Some(body)),
+            Ok(Answer::Status { code, body, .. }) if code.as_u16() == 400 || code.as_u16() == 422 => {
+                Err(Post::Refused(body))
+            }
             Ok(Answer::Status { code, body, .. }) => {
                 self.metrics.failed.inc();
-                tracing::debug!(alertmanager = %self.shown, %code, answer = %body.trim(), "no 2xx");
-                Err(None)
+                Err(Post::Failed(format!("HTTP {code}: {}", body.trim())))
             }
             Err(e) => {
                 self.metrics.failed.inc();
-                tracing::debug!(alertmanager = %self.shown, error = %crate::error_chain(&e), "no answer");
-                Err(None)
+                Err(Post::Failed(crate::error_chain(&e)))
             }
         }
     }
