@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::builtin::Condition;
+use super::duration::duration;
 use super::expr::Expr;
 use super::rule::{Message, Rule, When};
 use crate::vocab::Issue;
@@ -470,50 +471,6 @@ fn severity(s: &str, at: &str, issues: &mut Vec<Issue>) -> String {
         issues.push(Issue::new(format!("{at}.severity"), format!("`{s}` is not a severity (letters, digits, `-`, `_`, such as `warning` or `critical`)")));
     }
     s.to_string()
-}
-
-/// Parses a Prometheus-style duration (`500ms`, `30s`, `5m`, `1h30m`, `1d`) into milliseconds;
-/// a bad one is reported at `field`.
-pub fn duration(text: &str, field: &str, issues: &mut Vec<Issue>) -> i64 {
-    match parse_duration(text) {
-        Some(ms) => ms,
-        None => {
-            issues.push(Issue::new(
-                field,
-                format!("`{text}` is not a duration (such as `30s`, `5m`, `1h30m`)"),
-            ));
-            0
-        }
-    }
-}
-
-/// A Prometheus-style duration in milliseconds; `None` when `text` is not one.
-pub fn parse_duration(text: &str) -> Option<i64> {
-    let mut total: i64 = 0;
-    let mut rest = text;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let n: i64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let (unit, ms) = [
-            ("ms", 1),
-            ("s", 1_000),
-            ("m", 60_000),
-            ("h", 3_600_000),
-            ("d", 86_400_000),
-        ]
-        .into_iter()
-        .find(|(u, _)| rest.starts_with(u) && !(*u == "m" && rest.starts_with("ms")))?;
-        rest = &rest[unit.len()..];
-        total = total.checked_add(n.checked_mul(ms)?)?;
-    }
-    Some(total)
 }
 
 #[cfg(test)]

@@ -101,7 +101,7 @@ impl Episode {
             self.facts.insert("clearedAt".into(), time(cleared));
             self.facts.insert(
                 "keptFiringFor".into(),
-                Value::String(show_duration(at.saturating_sub(cleared))),
+                Value::String(super::duration::show_duration(at.saturating_sub(cleared))),
             );
         }
         self.resolved_at = Some(at);
@@ -112,28 +112,6 @@ impl Episode {
     pub fn is_active(&self) -> bool {
         self.fired && !self.closed
     }
-}
-
-/// A duration in milliseconds as Prometheus writes one (`10m`, `1h30m`, `2s500ms`, `0s`).
-pub fn show_duration(ms: i64) -> String {
-    if ms <= 0 {
-        return "0s".into();
-    }
-    let mut out = String::new();
-    let mut rest = ms;
-    for (unit, size) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1_000),
-        ("ms", 1),
-    ] {
-        if rest >= size {
-            out.push_str(&format!("{}{unit}", rest / size));
-            rest %= size;
-        }
-    }
-    out
 }
 
 /// A rule's timing: how long its condition must hold before it fires (`for`), and how long

@@ -414,15 +414,3 @@ fn a_kept_episode_survives_a_restart_and_a_deleted_object_resolves_at_once() {
     assert_eq!(ep.resolved_at, Some(3_000));
     assert_eq!(eps.next_deadline(), None);
 }
-
-#[test]
-fn durations_are_written_as_prometheus_writes_them() {
-    for (ms, text) in [
-        (0, "0s"),
-        (600_000, "10m"),
-        (5_400_000, "1h30m"),
-        (2_500, "2s500ms"),
-    ] {
-        assert_eq!(show_duration(ms), text);
-    }
-}

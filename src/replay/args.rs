@@ -436,7 +436,7 @@ pub fn parse_time(text: &str, now_ms: i64) -> Result<i64, String> {
     if let Ok(t) = text.parse::<jiff::Timestamp>() {
         return Ok(t.as_millisecond());
     }
-    if let Some(ago) = crate::alert::config::parse_duration(text) {
+    if let Some(ago) = crate::alert::duration::parse_duration(text) {
         return Ok(now_ms - ago);
     }
     Err(format!(

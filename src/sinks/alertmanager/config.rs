@@ -90,7 +90,7 @@ impl AlertmanagerConfig {
                 "is required: the URL of every Alertmanager instance",
             ));
         }
-        let resend = match crate::alert::config::parse_duration(&self.resend_interval) {
+        let resend = match crate::alert::duration::parse_duration(&self.resend_interval) {
             Some(ms) if ms >= 1_000 => Duration::from_millis(ms.unsigned_abs()),
             _ => {
                 issues.push(Issue::new(
