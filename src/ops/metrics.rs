@@ -45,10 +45,7 @@ pub struct Metrics {
     capacity_bytes: Family<SinkLabel, Gauge>,
     connected: Family<SinkLabel, Gauge>,
     http_responses: Family<CodeLabel, Counter>,
-    am_sent: Family<InstanceLabel, Counter>,
-    am_failed: Family<InstanceLabel, Counter>,
-    am_invalid: Family<InstanceLabel, Counter>,
-    am_active: Family<InstanceLabel, Gauge>,
+    alertmanager: super::sink_metrics::AlertmanagerFamilies,
     delay: Family<SinkLabel, Histogram, fn() -> Histogram>,
     watch_requests: Family<ScopeLabel, Counter>,
     lists: Family<ScopeLabel, Counter>,
@@ -95,10 +92,7 @@ impl Metrics {
             capacity_bytes: Family::default(),
             connected: Family::default(),
             http_responses: Family::default(),
-            am_sent: Family::default(),
-            am_failed: Family::default(),
-            am_invalid: Family::default(),
-            am_active: Family::default(),
+            alertmanager: Default::default(),
             delay: Family::new_with_constructor(delay_histogram),
             watch_requests: Family::default(),
             lists: Family::default(),
@@ -188,26 +182,7 @@ impl Metrics {
             "Answers of an HTTP sink's receiver, by status code",
             m.http_responses.clone(),
         );
-        r.register(
-            "alertmanager_requests_sent",
-            "Requests an Alertmanager instance accepted (2xx), per instance",
-            m.am_sent.clone(),
-        );
-        r.register(
-            "alertmanager_requests_failed",
-            "Requests to an Alertmanager instance without a 2xx, 400 or 422 answer (sent again with the next resend)",
-            m.am_failed.clone(),
-        );
-        r.register(
-            "alertmanager_alerts_invalid",
-            "Alerts an Alertmanager instance refused (400 or 422); never sent to it again",
-            m.am_invalid.clone(),
-        );
-        r.register(
-            "alertmanager_alerts_active",
-            "Active alerts kubecast keeps at an Alertmanager instance",
-            m.am_active.clone(),
-        );
+        m.alertmanager.register(r);
         r.register(
             "delivery_delay_seconds",
             "From kubecast observing a change (the event's time) to the sink's acknowledgement",
@@ -399,27 +374,18 @@ impl Metrics {
         }
     }
 
-    /// `sink`'s receiver answered with `code`.
-    /// The counter of `sink`'s receiver answering `code`: a handle the sink keeps, so that
-    /// counting an answer allocates nothing.
     /// The metrics of Alertmanager `instance` of sink `sink`.
     pub fn alertmanager(
         &self,
         sink: &str,
         instance: &str,
     ) -> super::sink_metrics::AlertmanagerMetrics {
-        let l = InstanceLabel {
-            sink: sink.to_string(),
-            instance: instance.to_string(),
-        };
-        super::sink_metrics::AlertmanagerMetrics {
-            sent: self.am_sent.get_or_create(&l).clone(),
-            failed: self.am_failed.get_or_create(&l).clone(),
-            invalid: self.am_invalid.get_or_create(&l).clone(),
-            active: self.am_active.get_or_create(&l).clone(),
-        }
+        self.alertmanager.of(sink, instance)
     }
 
+    /// `sink`'s receiver answered with `code`.
+    /// The counter of `sink`'s receiver answering `code`: a handle the sink keeps, so that
+    /// counting an answer allocates nothing.
     pub fn http_responses(&self, sink: &str, code: u16) -> Counter {
         self.http_responses
             .get_or_create(&CodeLabel {

@@ -6,10 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
-use super::labels::Outcome;
+use prometheus_client::registry::Registry;
+
+use super::labels::{InstanceLabel, Outcome};
 
 /// One sink's per-event metrics, resolved once (each handle shares its value with the
 /// registry's family).
@@ -102,4 +105,52 @@ pub struct AlertmanagerMetrics {
     pub failed: Counter,
     pub invalid: Counter,
     pub active: Gauge,
+}
+
+/// The Alertmanager sinks' families, by sink and instance.
+#[derive(Debug, Default)]
+pub(super) struct AlertmanagerFamilies {
+    sent: Family<InstanceLabel, Counter>,
+    failed: Family<InstanceLabel, Counter>,
+    invalid: Family<InstanceLabel, Counter>,
+    active: Family<InstanceLabel, Gauge>,
+}
+
+impl AlertmanagerFamilies {
+    pub(super) fn register(&self, r: &mut Registry) {
+        r.register(
+            "alertmanager_requests_sent",
+            "Requests an Alertmanager instance accepted (2xx), per instance",
+            self.sent.clone(),
+        );
+        r.register(
+            "alertmanager_requests_failed",
+            "Requests to an Alertmanager instance without a 2xx, 400 or 422 answer (sent again with the next resend)",
+            self.failed.clone(),
+        );
+        r.register(
+            "alertmanager_alerts_invalid",
+            "Alerts an Alertmanager instance refused (400 or 422); never sent to it again",
+            self.invalid.clone(),
+        );
+        r.register(
+            "alertmanager_alerts_active",
+            "Active alerts kubecast keeps at an Alertmanager instance",
+            self.active.clone(),
+        );
+    }
+
+    /// The handles of `instance` of sink `sink`.
+    pub(super) fn of(&self, sink: &str, instance: &str) -> AlertmanagerMetrics {
+        let l = InstanceLabel {
+            sink: sink.to_string(),
+            instance: instance.to_string(),
+        };
+        AlertmanagerMetrics {
+            sent: self.sent.get_or_create(&l).clone(),
+            failed: self.failed.get_or_create(&l).clone(),
+            invalid: self.invalid.get_or_create(&l).clone(),
+            active: self.active.get_or_create(&l).clone(),
+        }
+    }
 }
