@@ -173,7 +173,7 @@ impl Router {
         } else {
             None
         };
-        let labels = pod.as_ref().map(labels_of).unwrap_or_default();
+        let labels = pod.as_ref().map(super::view::labels).unwrap_or_default();
         let mut routed = Routed::default();
         let mut marks = self
             .marks
@@ -481,18 +481,6 @@ impl Router {
             .cloned()
             .collect()
     }
-}
-
-/// The labels of a Pod as JSON.
-fn labels_of(pod: &Value) -> BTreeMap<String, String> {
-    pod["metadata"]["labels"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// One fingerprint over every aspect of a route's predicate.

@@ -1,6 +1,7 @@
 //! A Pod's JSON as routes and rules read it: everything but `metadata.managedFields`, which
 //! no predicate, selector or rule reads and which is often half of the object. Skipping it
-//! while parsing (no value is built for it) halves the parse. Entry point: [`parse`].
+//! while parsing (no value is built for it) halves the parse. Entry point: [`parse`]; [`labels`]
+//! reads its labels.
 
 use std::fmt;
 
@@ -17,6 +18,18 @@ pub fn parse(bytes: &[u8]) -> Option<Value> {
     .ok()?;
     de.end().ok()?;
     Some(v)
+}
+
+/// The labels of an object as JSON (string values only).
+pub fn labels(pod: &Value) -> std::collections::BTreeMap<String, String> {
+    pod["metadata"]["labels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A JSON object; within the member named `skip.0`, the member `skip.1` is left out.
