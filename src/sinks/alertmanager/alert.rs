@@ -14,6 +14,16 @@ use serde_json::{Value, json};
 
 use crate::event::Event;
 use crate::model::ChangeKind;
+use crate::sinks::{Placeholder, Template, Vars};
+
+/// What `generator_url` may name: the cluster and the object the alert is about.
+pub const GENERATOR_PLACEHOLDERS: [Placeholder; 5] = [
+    Placeholder::Cluster,
+    Placeholder::Namespace,
+    Placeholder::Name,
+    Placeholder::Kind,
+    Placeholder::Resource,
+];
 
 /// One alert as the table keeps it.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,7 +47,7 @@ pub enum AlertError {
 
 impl AmAlert {
     /// The alert of `event`, or `None` when the event is not an alert.
-    pub fn of(event: &Event, cluster: &str, generator: Option<&str>) -> Option<Result<AmAlert, AlertError>> {
+    pub fn of(event: &Event, cluster: &str, generator: Option<&Template>) -> Option<Result<AmAlert, AlertError>> {
         let resolved = match event.kind {
             ChangeKind::AlertFiring => false,
             ChangeKind::AlertResolved => true,
@@ -46,7 +56,7 @@ impl AmAlert {
         Some(Self::parse(event, resolved, cluster, generator))
     }
 
-    fn parse(event: &Event, resolved: bool, cluster: &str, generator: Option<&str>) -> Result<AmAlert, AlertError> {
+    fn parse(event: &Event, resolved: bool, cluster: &str, generator: Option<&Template>) -> Result<AmAlert, AlertError> {
         let data: Value = serde_json::from_slice(&event.data)?;
         let text = |v: &Value| match v {
             Value::String(s) => s.clone(),
@@ -84,20 +94,7 @@ impl AmAlert {
             .as_str()
             .and_then(|t| t.parse().ok())
             .unwrap_or(event.time);
-        let generator_url = generator.map(|g| {
-            [
-                ("cluster", cluster),
-                ("namespace", labels.get("namespace").map_or("", String::as_str)),
-                ("name", object["name"].as_str().unwrap_or_default()),
-                ("kind", &kind),
-                ("rule", rule),
-                ("alert", &alert),
-            ]
-            .iter()
-            .fold(g.to_string(), |out, (k, v)| {
-                out.replace(&format!("{{{{ {k} }}}}"), v).replace(&format!("{{{{{k}}}}}"), v)
-            })
-        });
+        let generator_url = generator.map(|g| g.render(&Vars::of(event)));
         Ok(AmAlert {
             labels,
             annotations,
@@ -166,7 +163,8 @@ mod tests {
     #[test]
     fn an_episode_is_one_label_set_with_its_begin_as_start() {
         let (firing, resolved) = events();
-        let f = AmAlert::of(&firing, "prod", Some("https://ui/{{ cluster }}/{{ namespace }}/{{ name }}"))
+        let ui = Template::parse("https://ui/{cluster}/{namespace}/{name}", &GENERATOR_PLACEHOLDERS, "prod").expect("valid");
+        let f = AmAlert::of(&firing, "prod", Some(&ui))
             .expect("an alert")
             .expect("valid");
         let r = AmAlert::of(&resolved, "prod", None).expect("an alert").expect("valid");

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::sinks::http::{HttpConfig, HttpSettings};
-use crate::sinks::{Common, Secret, Sink, SinkSpec, TlsConfig, url};
+use crate::sinks::{Common, Secret, Sink, SinkSpec, Template, TlsConfig, url};
 use crate::vocab::Issue;
 
 /// An Alertmanager sink's config.
@@ -30,8 +30,8 @@ pub struct AlertmanagerConfig {
     /// Alerts per request, at most. Default: 256.
     #[serde(default = "default_max_alerts")]
     pub max_alerts: usize,
-    /// The alerts' `generatorURL`, with `{{ cluster }}`, `{{ namespace }}`, `{{ name }}`,
-    /// `{{ kind }}`, `{{ rule }}` and `{{ alert }}` replaced. Default: none.
+    /// The alerts' `generatorURL`, a template like a topic's: `{cluster}`, `{namespace}`,
+    /// `{name}`, `{kind}` and `{resource}` of the object the alert is about. Default: none.
     #[serde(default)]
     pub generator_url: Option<String>,
     /// TLS for `https://` URLs: the CA to trust and, for mutual TLS, a client certificate.
@@ -67,7 +67,7 @@ pub struct AmSettings {
     pub instances: Vec<HttpSettings>,
     pub resend: Duration,
     pub max_alerts: usize,
-    pub generator_url: Option<String>,
+    pub generator_url: Option<Template>,
     /// The configured cluster name (the alerts' `cluster` label).
     pub cluster: String,
     /// The standing alerts from the durable episodes ([`Sink::restore_alerts`]).
@@ -103,6 +103,11 @@ impl AlertmanagerConfig {
         if !(1..=10_000).contains(&self.max_alerts) {
             issues.push(Issue::new(format!("{at}.max_alerts"), "must be between 1 and 10000"));
         }
+        let generator_url = self.generator_url.as_deref().and_then(|g| {
+            Template::parse(g, &super::alert::GENERATOR_PLACEHOLDERS, cluster)
+                .map_err(|e| issues.push(Issue::new(format!("{at}.generator_url"), e)))
+                .ok()
+        });
         let mut instances = Vec::new();
         for (i, u) in self.urls.iter().enumerate() {
             let field = format!("{at}.urls[{i}]");
@@ -139,7 +144,7 @@ impl AlertmanagerConfig {
                 instances,
                 resend,
                 max_alerts: self.max_alerts,
-                generator_url: self.generator_url.clone(),
+                generator_url,
                 cluster: cluster.to_string(),
                 restored: Vec::new(),
             })
@@ -179,5 +184,13 @@ mod tests {
         );
         let none = settings("{}\n").expect_err("no urls");
         assert_eq!(none[0].field, "sinks.am.urls");
+    }
+
+    #[test]
+    fn generator_url_is_a_template_like_a_topic() {
+        let s = settings("urls: [http://a:1]\ngenerator_url: 'https://ui/{cluster}/{namespace}/{name}'\n").expect("valid");
+        assert!(s.generator_url.is_some());
+        let issues = settings("urls: [http://a:1]\ngenerator_url: 'https://ui/{rule}'\n").expect_err("unknown placeholder");
+        assert_eq!(issues[0].field, "sinks.am.generator_url", "{issues:?}");
     }
 }

@@ -45,7 +45,7 @@ pub async fn run(s: AmSettings, mut rx: QueueRx, acks: Acks) -> Result<(), SinkE
     {
         let mut t = table.lock().unwrap_or_else(|p| p.into_inner());
         for e in &s.restored {
-            if let Some(Ok(a)) = AmAlert::of(e, &s.cluster, s.generator_url.as_deref()) {
+            if let Some(Ok(a)) = AmAlert::of(e, &s.cluster, s.generator_url.as_ref()) {
                 t.put(a);
             }
         }
@@ -97,7 +97,7 @@ pub async fn run(s: AmSettings, mut rx: QueueRx, acks: Acks) -> Result<(), SinkE
         tokio::select! {
             e = rx.recv(), if open && waiting.len() < WINDOW => match e {
                 None => open = false,
-                Some(event) => match AmAlert::of(&event, &s.cluster, s.generator_url.as_deref()) {
+                Some(event) => match AmAlert::of(&event, &s.cluster, s.generator_url.as_ref()) {
                     None => waiting.push_back(Waiting::Version(event.seq, 0)),
                     Some(Ok(alert)) => {
                         let v = table.lock().unwrap_or_else(|p| p.into_inner()).put(alert);
