@@ -27,8 +27,8 @@ use support::scene::{Scene, file_events, file_sink};
 use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(60);
-/// How long the crash loop runs: about fifteen turns of kwok's 7-second loop.
-const CRASH_FOR: Duration = Duration::from_secs(110);
+/// How many turns of kwok's 7-second crash loop the pod goes through (about two minutes).
+const CRASH_TURNS: u64 = 15;
 
 /// Every built-in rule off; `bad` fires while a pod is labelled `state=bad`; `extra` rule
 /// lines (with their labels) after it.
@@ -95,7 +95,17 @@ async fn a_crash_looping_pod_is_one_episode_and_one_notification_until_it_is_del
             .any(|a| a["labels"]["alertname"] == "crash_loop_backoff")
     })
     .await;
-    tokio::time::sleep(CRASH_FOR).await;
+    objects
+        .wait_until(
+            &format!("{pods}/crash"),
+            Duration::from_secs(240),
+            &format!("{CRASH_TURNS} turns of the crash loop"),
+            |p| {
+                p.and_then(|p| p["status"]["containerStatuses"][0]["restartCount"].as_u64())
+                    .is_some_and(|n| n >= CRASH_TURNS)
+            },
+        )
+        .await;
     let pod = objects
         .get(&format!("{pods}/crash"))
         .await
@@ -105,7 +115,7 @@ async fn a_crash_looping_pod_is_one_episode_and_one_notification_until_it_is_del
         .unwrap_or(0);
     assert!(
         restarts >= 8,
-        "the pod crash-looped only {restarts} times in {CRASH_FOR:?}: {pod}"
+        "the pod crash-looped only {restarts} times: {pod}"
     );
     let firing = alert_events(&path, "crash_loop_backoff", "firing");
     assert_eq!(
@@ -218,8 +228,8 @@ async fn an_alertmanager_restarted_mid_episode_has_the_alert_back_within_one_res
         "the alert was back {:?} after the Alertmanager",
         back.elapsed()
     );
-    // Two more resends and the group's wait and interval: still the one notification.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Two more resends, longer than the group's wait and interval: still the one notification.
+    am.resent("bad", 2, Duration::from_secs(10)).await;
     assert_eq!(hook.of("am", "bad").len(), 1, "{:#?}", hook.notifications());
     assert_eq!(am.alerts().await.len(), 1);
     drop(kubecast);
@@ -294,13 +304,24 @@ async fn kill_9_of_kubecast_mid_episode_resolves_nothing_and_a_resolve_while_it_
     })
     .await;
 
-    // Down for 3 s, less than the 8 s (4 × 2 s) its endsAt lies ahead.
+    // Down for 3 s (the outage itself), less than the 8 s (4 × 2 s) its endsAt lies ahead.
+    let before = am.alerts().await;
+    let ends: jiff::Timestamp = before[0]["endsAt"]
+        .as_str()
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or_else(|e| panic!("endsAt ({e}): {before:#?}"));
     kubecast.kill().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
-    // Past the endsAt of the last send before the kill, and some resends more.
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let held = am.alerts().await;
+    // Past the endsAt the last send before the kill gave it, and sent again since.
+    let held = am
+        .wait_until("the alert past its old endsAt, sent again", LIMIT, |a| {
+            jiff::Timestamp::now() > ends
+                && a.len() == 1
+                && a[0]["updatedAt"] != before[0]["updatedAt"]
+        })
+        .await;
     assert_eq!(held.len(), 1, "still firing: {held:#?}");
     assert_eq!(held[0]["startsAt"], first[0]["startsAt"], "the same start");
     assert_eq!(held[0]["status"]["state"], "active");
@@ -344,15 +365,7 @@ async fn an_alert_the_alertmanager_refuses_is_logged_once_and_the_rest_of_its_re
         .await;
     assert_eq!(taken[0]["labels"]["alertname"], "bad");
     // Three more resends (each moves the alert's updatedAt): the refused one is not sent again.
-    let mut updated = taken[0]["updatedAt"].clone();
-    for _ in 0..3 {
-        let now = am
-            .wait_until("another resend", Duration::from_secs(10), |a| {
-                a.len() == 1 && a[0]["updatedAt"] != updated
-            })
-            .await;
-        updated = now[0]["updatedAt"].clone();
-    }
+    am.resent("bad", 3, Duration::from_secs(10)).await;
     assert_eq!(
         kubecast.count_in_log(refused),
         1,
@@ -404,19 +417,27 @@ async fn an_alert_whose_keep_firing_for_ends_while_kubecast_is_down_resolves_at_
         .as_str()
         .unwrap_or_default()
         .to_string();
-    until("the change that cleared it", || {
+    let change = until("the change that cleared it", || {
         file_events(&path)
-            .iter()
-            .any(|e| e["k8srv"] == rv.as_str())
-            .then_some(())
+            .into_iter()
+            .find(|e| e["k8srv"] == rv.as_str())
     })
     .await;
+    let seen: jiff::Timestamp = change["time"]
+        .as_str()
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or_else(|e| panic!("time ({e}): {change}"));
     assert!(
         alert_events(&path, "kept", "resolved").is_empty(),
         "kept firing"
     );
     kubecast.kill().await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    let over = seen + jiff::SignedDuration::from_secs(5);
+    until("the 4 s to run out while kubecast is down", || {
+        (jiff::Timestamp::now() > over).then_some(())
+    })
+    .await;
     let restarted = jiff::Timestamp::now();
     let _kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
     let resolved = until("the kept alert's resolve", || {

@@ -219,6 +219,29 @@ impl Alertmanager {
     }
 }
 
+impl Alertmanager {
+    /// Waits until kubecast has sent `alertname` again `times` times (each send moves the
+    /// alert's `updatedAt`), and returns the alerts as held then.
+    pub async fn resent(&self, alertname: &str, times: usize, limit: Duration) -> Vec<Value> {
+        let updated = |a: &[Value]| {
+            a.iter()
+                .find(|a| a["labels"]["alertname"] == alertname)
+                .map(|a| a["updatedAt"].clone())
+        };
+        let mut last = updated(&self.alerts().await);
+        let mut held = Vec::new();
+        for i in 0..times {
+            held = self
+                .wait_until(&format!("resend {} of {alertname}", i + 1), limit, |a| {
+                    updated(a).is_some_and(|u| Some(&u) != last.as_ref())
+                })
+                .await;
+            last = updated(&held);
+        }
+        held
+    }
+}
+
 /// An `alertmanager` sink named `name` sending to `ams`, resending every `resend`.
 pub fn sink(name: &str, ams: &[&Alertmanager], resend: &str) -> String {
     let urls: Vec<String> = ams.iter().map(|a| a.url()).collect();
