@@ -2,10 +2,11 @@
 //! change's resourceVersion), fires once it has held for the rule's `for`, and resolves once
 //! its condition has stopped holding for the rule's `keep_firing_for` (a condition that holds
 //! again meanwhile continues the same episode) or the pod is deleted — once per episode, not
-//! on every update while it holds, nor on every turn of a crash loop. An alert's id is a pure function of (rule, pod uid, the resourceVersion at which
-//! its episode began), so two replicas or a restart give the same id; the deadline of a
-//! pending `for` is the begin's observation time plus `for`, kept with the episode, so a
-//! restart that restores the episodes fires at the original deadline.
+//! on every update while it holds, nor on every turn of a crash loop. An alert's id is a pure
+//! function of (rule, pod uid, the resourceVersion at which its episode began), so two
+//! replicas or a restart give the same id; the deadlines of a pending `for` and of a
+//! `keep_firing_for` are kept with the episode, so a restart that restores the episodes fires
+//! and resolves at the original times.
 //!
 //! Entry point: [`Episodes`]: [`Episodes::observe`] for each change of a pod,
 //! [`Episodes::tick`] when time passes (the next deadline is [`Episodes::next_deadline`]),

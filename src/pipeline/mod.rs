@@ -229,8 +229,8 @@ async fn bridge(
     // A sink that re-sends standing alerts (Alertmanager's) starts from the restored episodes.
     if let Some(router) = start.router.as_ref() {
         for (name, v) in &mut valid_sinks {
-            v.sink
-                .restore_alerts(routed::standing_alerts(router, &config.cluster, name));
+            let standing = || routed::standing_alerts(router, &config.cluster, name);
+            v.sink.restore_alerts(&standing);
         }
     }
     let (reports_tx, reports) = mpsc::unbounded_channel();

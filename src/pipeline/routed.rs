@@ -218,7 +218,6 @@ fn encode_at(
     event
 }
 
-/// Milliseconds since the Unix epoch, as alert deadlines are kept.
 /// The alerts standing for sink `sink` in `router`'s restored episodes, as alert events: what
 /// a re-sending sink ([`crate::sinks::Sink::restore_alerts`]) sends again after a restart or a
 /// take-over.
@@ -254,6 +253,7 @@ pub fn standing_alerts(router: &Router, cluster: &str, sink: &str) -> Vec<Arc<Ev
         .collect()
 }
 
+/// Milliseconds since the Unix epoch, as alert deadlines are kept.
 pub fn now_ms() -> i64 {
     jiff::Timestamp::now().as_millisecond()
 }

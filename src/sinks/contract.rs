@@ -60,9 +60,10 @@ pub trait Sink: Debug + Send + 'static {
 
     /// A sink that keeps alerts standing at its destination and sends them again (the
     /// Alertmanager sink) takes, before it runs, the alert events of every firing episode
-    /// and of those resolved within the last 15 minutes, from the durable state: after a
-    /// restart or a take-over it re-sends them at once. Other sinks ignore them.
-    fn restore_alerts(&mut self, _alerts: Vec<Arc<Event>>) {}
+    /// and of those resolved within the last 15 minutes, from the durable state (`standing`
+    /// makes them; other sinks never call it): after a restart or a take-over it re-sends
+    /// them at once.
+    fn restore_alerts(&mut self, _standing: &dyn Fn() -> Vec<Arc<Event>>) {}
 
     /// A sink that keeps the pipeline's resume point at its destination (the exactly-once
     /// Kafka sink) returns its [`Keeper`]; the pipeline then starts from what it kept.

@@ -34,8 +34,8 @@ impl Sink for AmSettings {
         Box::pin(run(*self, rx, acks))
     }
 
-    fn restore_alerts(&mut self, alerts: Vec<Arc<Event>>) {
-        self.restored = alerts;
+    fn restore_alerts(&mut self, standing: &dyn Fn() -> Vec<Arc<Event>>) {
+        self.restored = standing();
     }
 }
 
