@@ -1,8 +1,10 @@
-//! The short commands that ask the apiserver and print: `kubecast rbac` (the RBAC objects a
-//! config needs) and `kubecast schema` (the JSON Schema of a resource's event data). Entry
-//! points: [`rbac`], [`schema`]; each returns the process's exit code (2 for a name the
-//! apiserver does not serve, or one `rbac` cannot resolve without it; 1 when discovery
-//! refuses kubecast).
+//! The short commands that print what a config needs or what a resource's events hold:
+//! `kubecast rbac` (the RBAC objects a config needs, asking the apiserver), `kubecast
+//! kafka-acls` (the Kafka ACLs it needs, from the config alone) and `kubecast schema` (the
+//! JSON Schema of a resource's event data). Entry points: [`rbac`], [`kafka_acls`],
+//! [`schema`]; each returns the process's exit code (2 for a name the apiserver does not
+//! serve, or one `rbac` cannot resolve without it, or a Kafka sink without a principal; 1
+//! when discovery refuses kubecast).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -14,6 +16,72 @@ use crate::pipeline::{ResourceError, grants_offline, plan_served};
 fn fail(code: u8, message: String) -> ExitCode {
     eprintln!("kubecast: {message}");
     ExitCode::from(code)
+}
+
+/// Prints the Kafka ACLs `config` needs, per Kafka sink (and per shard), for `principal` or
+/// each sink's SASL user: as `kafka-acls.sh` command lines, or JSON with `json`.
+pub fn kafka_acls(config: &Validated, principal: Option<&str>, json: bool) -> ExitCode {
+    use crate::sinks::SinkKind;
+    use crate::sinks::kafka::acls;
+    let shards: Vec<Option<crate::model::Shard>> = if config.shards > 1 {
+        (0..config.shards)
+            .map(|i| crate::model::Shard::new(i, config.shards))
+            .collect()
+    } else {
+        vec![None]
+    };
+    let mut all = Vec::new();
+    let mut brokers = Vec::new();
+    for shard in shards {
+        for (name, sink) in config.source.sink_configs(shard) {
+            let SinkKind::Kafka(kafka) = &sink.kind else {
+                continue;
+            };
+            let at = format!("sinks.{name}");
+            let settings = match kafka.settings(&at, &sink.common, &config.cluster) {
+                Ok(s) => s,
+                Err(issues) => {
+                    return fail(
+                        2,
+                        format!(
+                            "{at}: {}",
+                            issues
+                                .iter()
+                                .map(|i| format!("{}: {}", i.field, i.message))
+                                .collect::<Vec<_>>()
+                                .join("; ")
+                        ),
+                    );
+                }
+            };
+            let who = match (principal, kafka.sasl.as_ref()) {
+                (Some(p), _) => p.to_string(),
+                (None, Some(sasl)) => format!("User:{}", sasl.username),
+                (None, None) => {
+                    return fail(
+                        2,
+                        format!(
+                            "{at}: no `sasl.username` to name the principal; pass --principal (with mTLS, the principal Kafka makes of kubecast's certificate, such as `User:CN=kubecast`)"
+                        ),
+                    );
+                }
+            };
+            if !brokers.contains(&kafka.brokers) {
+                brokers.push(kafka.brokers.clone());
+            }
+            all.extend(acls::of_sink(&name, &settings, &who));
+        }
+    }
+    if brokers.is_empty() {
+        return fail(2, "the config has no Kafka sink".to_string());
+    }
+    let all = acls::dedup(all);
+    if json {
+        print!("{}", acls::render_json(&all));
+    } else {
+        print!("{}", acls::render_commands(&all, &brokers.join(",")));
+    }
+    ExitCode::SUCCESS
 }
 
 /// Prints the RBAC objects `config` needs, for the ServiceAccount `NAMESPACE/NAME`.

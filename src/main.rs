@@ -42,6 +42,10 @@ enum Command {
     /// resources (resolved through the apiserver's discovery), and the Lease rules with
     /// leader election. Apply them with `kubectl apply -f -`.
     Rbac(RbacArgs),
+    /// Print the Kafka ACLs a config needs, per sink, for its principal: Write on its topics
+    /// (prefixed when a topic is a template), the exactly-once sink's state topics and
+    /// transactional ids, Create only with `create_topics`; as `kafka-acls.sh` lines or JSON.
+    KafkaAcls(KafkaAclsArgs),
     /// Print the JSON Schema of the `data` of a resource's events (the one its events name
     /// as `dataschema`): built-ins from their API types, any other served resource (custom
     /// resources too) from the apiserver's OpenAPI v3.
@@ -80,6 +84,20 @@ struct RbacArgs {
     /// Kubeconfig context; overrides `kubernetes.context`.
     #[arg(long)]
     context: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct KafkaAclsArgs {
+    /// The YAML config file kubecast will run with.
+    #[arg(long, short, env = "KUBECAST_CONFIG")]
+    config: PathBuf,
+    /// `text` (kafka-acls.sh command lines) or `json`.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    format: String,
+    /// The principal to grant, such as `User:kubecast`. Default: `User:` and each sink's
+    /// `sasl.username`.
+    #[arg(long)]
+    principal: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -126,6 +144,12 @@ fn main() -> ExitCode {
         },
         Command::Run(args) => run(args),
         Command::Rbac(args) => rbac(args),
+        Command::KafkaAcls(args) => match load(&args.config, |_| {}) {
+            Ok(v) => {
+                kubecast::commands::kafka_acls(&v, args.principal.as_deref(), args.format == "json")
+            }
+            Err(e) => config_error(&e),
+        },
         Command::Schema(args) => schema(args),
         Command::Replay(args) => {
             init_logging(&config::LogConfig {

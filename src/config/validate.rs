@@ -57,6 +57,26 @@ pub struct Validated {
 }
 
 impl Config {
+    /// Each sink's config as its shard runs it: with the topics and compat of the routes
+    /// that feed it, and `shard`.
+    pub fn sink_configs(
+        &self,
+        shard: Option<crate::model::Shard>,
+    ) -> Vec<(String, crate::sinks::SinkConfig)> {
+        let mut route_topics = super::routing::route_topics(self);
+        let mut route_compat = super::routing::route_compat(self);
+        self.sinks
+            .iter()
+            .map(|(name, sink)| {
+                let mut sink = sink.clone();
+                sink.common.route_topics = route_topics.remove(name).unwrap_or_default();
+                sink.common.route_compat = route_compat.remove(name).unwrap_or_default();
+                sink.common.shard = shard;
+                (name.clone(), sink)
+            })
+            .collect()
+    }
+
     /// Checks every value without touching the network or the disk.
     pub fn validate(self) -> Result<Validated, ValidationError> {
         self.validate_shard(None)
@@ -149,21 +169,15 @@ impl Config {
             issues.push(Issue::new("sinks", "at least one sink is required"));
         }
         let routes_and_rules = super::routing::routes_and_rules(&self, &mut issues);
-        let mut route_topics = super::routing::route_topics(&self);
-        let mut route_compat = super::routing::route_compat(&self);
         let mut sinks = Vec::new();
-        for (name, sink) in &self.sinks {
-            if !is_name(name) {
+        for (name, sink) in self.sink_configs(shard) {
+            if !is_name(&name) {
                 issues.push(Issue::new(
                     format!("sinks.{name}"),
                     "sink names are letters, digits, '-' and '_'",
                 ));
             }
-            let mut sink = sink.clone();
-            sink.common.route_topics = route_topics.remove(name).unwrap_or_default();
-            sink.common.route_compat = route_compat.remove(name).unwrap_or_default();
-            sink.common.shard = shard;
-            match sink.validate(name, &self.cluster) {
+            match sink.validate(&name, &self.cluster) {
                 Ok(v) => sinks.push((name.clone(), v)),
                 Err(more) => issues.extend(more),
             }

@@ -269,6 +269,11 @@ impl Topics {
         &self.own
     }
 
+    /// Every template: the sink's own, then its routes'.
+    pub fn all(&self) -> impl Iterator<Item = &Template> {
+        std::iter::once(&self.own).chain(self.routes.iter().map(|(_, t)| t))
+    }
+
     /// The topic of `event`: its route's, else the sink's own.
     pub fn render(&self, event: &crate::event::Event) -> String {
         let t = event
@@ -342,6 +347,19 @@ impl Template {
             Part::Text(t) => Some(t.as_str()),
             Part::Var(_) => None,
         })
+    }
+
+    /// The text before the first placeholder, and whether there is none (the template is
+    /// one fixed name).
+    pub fn prefix(&self) -> (String, bool) {
+        let mut prefix = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => prefix.push_str(t),
+                Part::Var(_) => return (prefix, false),
+            }
+        }
+        (prefix, true)
     }
 
     /// Renders the template for one object.

@@ -53,6 +53,9 @@ pub enum CheckpointError {
     },
     #[error("the checkpoint topic `{topic}` was not read to its end within {limit:?}")]
     Timeout { topic: String, limit: Duration },
+    /// Kafka refused the read: without it the committed state is unknown, never empty.
+    #[error(transparent)]
+    Refused(#[from] super::refusal::Refusal),
 }
 
 /// The last committed checkpoint of `key` in `topic` (`None` when there is none, or the
@@ -177,12 +180,16 @@ pub fn is_connection_property(key: &str) -> bool {
             .any(|p| key.starts_with(p))
 }
 
-/// The settings of `config` that say how to connect, without the producer's own.
+/// The settings of `config` that say how to connect, without the producer's own. The values
+/// come from `get`: `config_map` hands back `sasl.password` and the other secrets as a
+/// placeholder, with which no login succeeds.
 fn connection_only(config: &ClientConfig) -> ClientConfig {
     let mut out = ClientConfig::new();
-    for (k, v) in config.config_map() {
-        if is_connection_property(k) {
-            out.set(k, v);
+    for k in config.config_map().keys() {
+        if is_connection_property(k)
+            && let Some(v) = config.get(k)
+        {
+            out.set(*k, v);
         }
     }
     out
@@ -205,8 +212,8 @@ pub(super) fn read_from(
     };
     let mut config = connection_only(config);
     let consumer: BaseConsumer<Reader> = config
-        // No group offsets are committed; the id only satisfies the client.
-        .set("group.id", format!("kubecast-reader-{}", std::process::id()))
+        // No group: the partitions are assigned and no offsets are committed, so the reader
+        // needs no ACL on any consumer group (README, "Production Kafka").
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
@@ -215,10 +222,16 @@ pub(super) fn read_from(
         .set("fetch.wait.max.ms", "10")
         .create_with_context(Reader)
         .map_err(kafka)?;
+    let refused = |code| {
+        super::refusal::Refusal::new(super::refusal::Operation::Read, super::refusal::Resource::Topic, topic, code)
+    };
     let metadata = consumer.fetch_metadata(Some(topic), limit).map_err(kafka)?;
     let Some(t) = metadata.topics().first() else {
         return Ok(());
     };
+    if let Some(code) = t.error().map(RDKafkaErrorCode::from).filter(|c| super::refusal::refused(*c)) {
+        return Err(refused(code).into());
+    }
     if t.error().is_some() || t.partitions().is_empty() {
         // Unknown topic: nothing was ever committed.
         return Ok(());
@@ -253,6 +266,9 @@ pub(super) fn read_from(
             {
                 return Ok(());
             }
+            Some(Err(e)) if e.rdkafka_error_code().is_some_and(super::refusal::refused) => {
+                return Err(refused(e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::TopicAuthorizationFailed)).into());
+            }
             Some(Err(e)) => return Err(kafka(e)),
             Some(Ok(m)) => {
                 next.insert(m.partition(), m.offset() + 1);
@@ -261,4 +277,23 @@ pub(super) fn read_from(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_readers_connection_keeps_the_real_password_and_drops_the_producers_settings() {
+        let mut producer = ClientConfig::new();
+        producer
+            .set("bootstrap.servers", "127.0.0.1:9092")
+            .set("sasl.username", "kubecast")
+            .set("sasl.password", "hunter2")
+            .set("acks", "all");
+        let reader = connection_only(&producer);
+        assert_eq!(reader.get("sasl.password"), Some("hunter2"));
+        assert_eq!(reader.get("sasl.username"), Some("kubecast"));
+        assert_eq!(reader.get("acks"), None);
+    }
 }

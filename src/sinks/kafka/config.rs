@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::topics::{CreateTopics, CreateTopicsConfig};
 use super::txn_config::{TransactionsConfig, TxnSettings};
 use crate::vocab::Issue;
 use crate::sinks::{Common, Placeholder, Secret, Sink, SinkSpec, Template, TlsConfig, Topics};
@@ -57,6 +58,11 @@ pub struct KafkaConfig {
     /// The transactions of `exactly_once`.
     #[serde(default)]
     pub transactions: TransactionsConfig,
+    /// Create the topics this sink writes when they do not exist (README, "Production
+    /// Kafka"). Default: unset, and a topic that does not exist stops kubecast naming it
+    /// (a broker that auto-creates topics still creates event topics on first use).
+    #[serde(default)]
+    pub create_topics: Option<CreateTopicsConfig>,
 }
 
 fn default_topic() -> String {
@@ -118,6 +124,10 @@ pub struct KafkaSettings {
     pub properties: Vec<(String, Secret)>,
     /// With `exactly_once: true`, its transactions.
     pub exactly_once: Option<TxnSettings>,
+    /// With `create_topics`, how to create the topics that do not exist.
+    pub create_topics: Option<CreateTopics>,
+    /// The sink's field path, `sinks.NAME`, for the errors that name a setting.
+    pub at: String,
 }
 
 /// librdkafka's `socket.timeout.ms` unless `librdkafka` sets it.
@@ -160,6 +170,7 @@ impl KafkaConfig {
             librdkafka: BTreeMap::new(),
             exactly_once: false,
             transactions: TransactionsConfig::default(),
+            create_topics: None,
         }
     }
 
@@ -305,8 +316,11 @@ impl KafkaConfig {
             }
             txn
         });
+        let create_topics = self.create_topics.as_ref().map(|c| c.settings(at, &mut issues));
         match topic {
             Some(topic) if issues.is_empty() => Ok(KafkaSettings {
+                create_topics,
+                at: at.to_string(),
                 exactly_once,
                 topic,
                 mode: self.mode,

@@ -25,6 +25,10 @@ pub enum KafkaSinkError {
     },
     #[error("the Kafka producer stopped before reporting a delivery")]
     ProducerGone,
+    #[error(transparent)]
+    Topic(#[from] super::topics::TopicError),
+    #[error(transparent)]
+    Refused(#[from] super::refusal::Refusal),
 }
 
 /// Receives librdkafka's global errors: logs the retriable ones, keeps the first fatal one
@@ -59,6 +63,8 @@ pub(super) struct Fatal {
     /// The brokers answered once: a refused TLS handshake is retried from then on (a
     /// certificate being rotated) instead of stopping the sink.
     pub(super) connected: AtomicBool,
+    /// The last retriable error and when it came, for readiness to name.
+    last: Mutex<Option<(std::time::Instant, String)>>,
 }
 
 impl Fatal {
@@ -67,6 +73,16 @@ impl Fatal {
         let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
         slot.take()
             .map(|(source, reason)| KafkaSinkError::Rejected { reason, source })
+    }
+}
+
+impl Fatal {
+    /// The last retriable error, if it came within the last 30 seconds.
+    pub(super) fn recent(&self) -> Option<String> {
+        let slot = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        slot.as_ref()
+            .filter(|(at, _)| at.elapsed() < std::time::Duration::from_secs(30))
+            .map(|(_, why)| why.clone())
     }
 }
 
@@ -101,6 +117,14 @@ impl ClientContext for Context {
                 self.shared.wake.notify_one();
             }
         } else if fatal {
+            let reason = if code == Some(RDKafkaErrorCode::ClusterAuthorizationFailed) {
+                // The idempotent producer's first request (InitProducerId) needs
+                // IdempotentWrite on the cluster, which Write on any topic grants.
+                format!("Kafka refused IdempotentWrite on Cluster (the idempotent producer's registration; Write on the sink's topics grants it; `kubecast kafka-acls` prints the ACLs this config needs): {reason}")
+            } else {
+                reason.to_string()
+            };
+            let reason = reason.as_str();
             tracing::error!(sink = %self.sink, error = %error, reason, "Kafka rejected kubecast");
             let mut slot = self.shared.error.lock().unwrap_or_else(|p| p.into_inner());
             slot.get_or_insert_with(|| (error.clone(), reason.to_string()));
@@ -108,6 +132,8 @@ impl ClientContext for Context {
         } else {
             // Brokers down, connection refused: librdkafka reconnects with backoff itself.
             tracing::warn!(sink = %self.sink, error = %error, reason, "Kafka unavailable, retrying");
+            let mut slot = self.shared.last.lock().unwrap_or_else(|p| p.into_inner());
+            *slot = Some((std::time::Instant::now(), format!("{error}: {reason}")));
         }
     }
 }

@@ -23,6 +23,17 @@ impl<T, F: Future + Unpin> InFlight<T, F> {
         self.items.push_back((item, report));
     }
 
+    /// Puts `item` back in front, to be settled before everything sent after it (a record
+    /// sent again after Kafka refused it).
+    pub fn push_front(&mut self, item: T, report: F) {
+        self.items.push_front((item, report));
+    }
+
+    /// The oldest item, if any.
+    pub fn front(&self) -> Option<&T> {
+        self.items.front().map(|(item, _)| item)
+    }
+
     pub fn len(&self) -> usize {
         self.items.len()
     }

@@ -8,14 +8,18 @@
 //! `checkpoint`) over `txn` (the transactional producer) over `record` (an event as a
 //! record), `producer` and `context` (librdkafka's errors).
 
+pub mod acls;
 mod commit;
 mod config;
 mod context;
 mod inflight;
 mod producer;
 mod record;
+pub mod refusal;
+pub mod topics;
 pub mod checkpoint;
 mod exactly_once;
+mod hold;
 mod sink;
 mod state_reader;
 mod take_over;
@@ -23,6 +27,7 @@ pub mod txn;
 mod txn_config;
 
 pub use config::{Compression, KafkaConfig, KafkaSettings, Mode, SaslConfig};
+pub use topics::CreateTopicsConfig;
 pub use context::KafkaSinkError;
 pub use record::headers_of;
 pub use take_over::ExactlyOnceError;

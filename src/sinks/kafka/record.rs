@@ -62,6 +62,15 @@ fn header_name(name: &'static str) -> Cow<'static, str> {
     })
 }
 
+/// The topic of `event`'s record (of its dead letter, with `dead`).
+pub(super) fn topic_of(settings: &KafkaSettings, event: &Event, dead: bool) -> String {
+    if dead {
+        settings.dead_letter_topic.clone().unwrap_or_default()
+    } else {
+        settings.topic.render(event)
+    }
+}
+
 /// The topic, payload and headers of `event`'s record (of its dead letter, with the
 /// reason).
 fn record_of<'e>(

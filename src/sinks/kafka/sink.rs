@@ -4,20 +4,25 @@
 //! Records are keyed by the pod uid, so one pod's events share a partition; the idempotent
 //! producer with an unlimited delivery timeout keeps their order through broker outages. An
 //! event is reported delivered only when its delivery report arrives, and reports are
-//! settled in send order ([`InFlight`]).
+//! settled in send order ([`InFlight`]). Each topic is looked up before its first record
+//! ([`TopicGuard`]); a refusal or a long wait is held as [`Hold`] says.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use rdkafka::ClientConfig;
 
 use super::KafkaSettings;
 use super::context::{Context, Fatal, KafkaSinkError};
+use super::hold::{Hold, STALL};
 use super::inflight::InFlight;
 use super::producer::{Delivered, Delivery, Producer};
-use super::record::enqueue;
+use super::record::{enqueue, topic_of};
+use super::refusal::{Operation, Refusal, Resource, missing, refused};
 use super::take_over::TxnKeeper;
+use super::topics::{Kind, TopicError, TopicGuard};
+use crate::backoff::Backoff;
 use crate::event::Event;
 use crate::sinks::queue::QueueRx;
 use crate::sinks::{Acks, Keeper, Sink, SinkError};
@@ -42,6 +47,17 @@ impl Sink for KafkaSettings {
 struct Pending {
     event: Arc<Event>,
     dead: Option<String>,
+    /// When it was handed to librdkafka.
+    sent: Instant,
+}
+
+/// What the sink's loop works with besides the records in flight.
+struct Run<'a> {
+    producer: &'a Producer,
+    settings: &'a KafkaSettings,
+    acks: &'a Acks,
+    guard: TopicGuard,
+    hold: Hold,
 }
 
 type Outstanding = InFlight<Pending, Delivery>;
@@ -56,6 +72,15 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
     }
     let producer = Producer::create(&config, context)
         .map_err(|e| acks.failed(KafkaSinkError::Create(e)))?;
+    let guard = TopicGuard::new(&settings.at, settings.create_topics.clone(), &config)
+        .map_err(|e| acks.failed(KafkaSinkError::Create(e)))?;
+    let mut run = Run {
+        producer: &producer,
+        settings: &settings,
+        acks: &acks,
+        guard,
+        hold: Hold::new(),
+    };
     let probe = tokio::spawn(probe(producer.clone(), acks.clone(), fatal.clone()));
     let mut inflight: Outstanding = InFlight::new();
     let mut open = true;
@@ -64,15 +89,26 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
             probe.abort();
             return Err(acks.failed(e));
         }
-        let room = inflight.len() < settings.in_flight;
+        // Nothing new is taken while Kafka refuses what the sink has.
+        let room = inflight.len() < settings.in_flight && run.hold.refused.is_none();
+        let stall_at = inflight
+            .front()
+            .filter(|_| !run.hold.stalled)
+            .map(|p| tokio::time::Instant::from_std(p.sent + STALL));
         tokio::select! {
             biased;
             _ = fatal.wake.notified() => continue,
-            (Pending { event, dead }, done) = inflight.next() => {
-                settle(&producer, &settings, &acks, event, dead, done, &mut inflight).await?;
+            (pending, done) = inflight.next() => {
+                settle(&mut run, pending, done, &mut inflight).await?;
+            }
+            _ = tokio::time::sleep_until(stall_at.unwrap_or_else(tokio::time::Instant::now)), if stall_at.is_some() => {
+                if let Some(p) = inflight.front() {
+                    let topic = topic_of(&settings, &p.event, p.dead.is_some());
+                    run.hold.stalled(&acks, &topic, fatal.recent());
+                }
             }
             next = rx.recv(), if open && room => match next {
-                Some(event) => submit(&producer, &settings, &acks, event, &mut inflight).await?,
+                Some(event) => submit(&mut run, event, &mut inflight).await?,
                 None => open = false,
             },
         }
@@ -107,88 +143,119 @@ async fn probe(producer: Producer, acks: Acks, fatal: Arc<Fatal>) {
     }
 }
 
+/// Makes sure `topic` exists before a record goes to it: Kafka not answering is waited
+/// for; a missing topic stops the sink; a refusal stops it before its first delivery and is
+/// held after it.
+async fn ensure_topic(run: &mut Run<'_>, topic: &str) -> Result<(), SinkError> {
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+    loop {
+        let wait = match run.guard.ensure(topic, Kind::Events, Some(run.producer)).await {
+            Ok(()) => return Ok(()),
+            Err(TopicError::Unanswered { source, .. }) => {
+                tracing::warn!(sink = %run.acks.sink(), topic, error = %source, "Kafka did not answer the topic's lookup; asking again");
+                backoff.next_delay()
+            }
+            Err(TopicError::Refused(r)) if run.hold.delivered_once => run.hold.refused(run.acks, r.to_string()),
+            Err(e) => {
+                tracing::error!(sink = %run.acks.sink(), error = %e, "cannot write to the topic");
+                return Err(run.acks.failed(KafkaSinkError::Topic(e)));
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
 /// Sends `event` (or its dead letter, when `dead` holds the reason), dead-lettering it if
 /// Kafka refuses it outright.
-async fn submit(
-    producer: &Producer,
-    settings: &KafkaSettings,
-    acks: &Acks,
-    event: Arc<Event>,
-    inflight: &mut Outstanding,
-) -> Result<(), SinkError> {
-    match enqueue(producer, settings, acks.sink(), &event, None).await {
+async fn submit(run: &mut Run<'_>, event: Arc<Event>, inflight: &mut Outstanding) -> Result<(), SinkError> {
+    ensure_topic(run, &topic_of(run.settings, &event, false)).await?;
+    match enqueue(run.producer, run.settings, run.acks.sink(), &event, None).await {
         Ok(delivery) => {
-            inflight.push(Pending { event, dead: None }, delivery);
+            inflight.push(Pending { event, dead: None, sent: Instant::now() }, delivery);
             Ok(())
         }
-        Err(why) => dead_letter(producer, settings, acks, event, why.to_string(), inflight).await,
+        Err(why) => dead_letter(run, event, why.to_string(), inflight).await,
     }
 }
 
 /// Sends `event`'s dead letter to the dead-letter topic, or writes it to the file / log.
 async fn dead_letter(
-    producer: &Producer,
-    settings: &KafkaSettings,
-    acks: &Acks,
+    run: &mut Run<'_>,
     event: Arc<Event>,
     reason: String,
     inflight: &mut Outstanding,
 ) -> Result<(), SinkError> {
-    if settings.dead_letter_topic.is_none() {
-        return acks.dead_letter(&event, reason).await;
+    if run.settings.dead_letter_topic.is_none() {
+        return run.acks.dead_letter(&event, reason).await;
     }
-    match enqueue(producer, settings, acks.sink(), &event, Some(&reason)).await {
+    ensure_topic(run, &topic_of(run.settings, &event, true)).await?;
+    match enqueue(run.producer, run.settings, run.acks.sink(), &event, Some(&reason)).await {
         Ok(delivery) => {
-            inflight.push(
-                Pending {
-                    event,
-                    dead: Some(reason),
-                },
-                delivery,
-            );
+            let sent = Instant::now();
+            inflight.push(Pending { event, dead: Some(reason), sent }, delivery);
             Ok(())
         }
         Err(e) => {
-            acks.dead_letter(
-                &event,
-                format!("{reason}; the dead-letter topic refused it too: {e}"),
-            )
-            .await
+            run.acks
+                .dead_letter(&event, format!("{reason}; the dead-letter topic refused it too: {e}"))
+                .await
         }
     }
 }
 
-/// Turns one delivery report into an ack or a dead letter.
-async fn settle(
-    producer: &Producer,
-    settings: &KafkaSettings,
-    acks: &Acks,
-    event: Arc<Event>,
-    dead: Option<String>,
-    done: Delivered,
-    inflight: &mut Outstanding,
-) -> Result<(), SinkError> {
+/// Turns one delivery report into an ack, a dead letter, or (Kafka refusing the topic) the
+/// same record sent again in front of the others.
+async fn settle(run: &mut Run<'_>, pending: Pending, done: Delivered, inflight: &mut Outstanding) -> Result<(), SinkError> {
+    let Pending { event, dead, .. } = pending;
     match (done, dead) {
         (Ok(Ok(_)), None) => {
-            acks.delivered(event.seq);
+            run.hold.delivered(run.acks);
+            run.acks.delivered(event.seq);
             Ok(())
         }
         (Ok(Ok(_)), Some(reason)) => {
-            tracing::error!(sink = %acks.sink(), id = %event.id, reason, "event dead-lettered to Kafka");
-            acks.reported_dead(event.seq, reason);
+            run.hold.delivered(run.acks);
+            tracing::error!(sink = %run.acks.sink(), id = %event.id, reason, "event dead-lettered to Kafka");
+            run.acks.reported_dead(event.seq, reason);
+            Ok(())
+        }
+        (Ok(Err(e)), dead) if e.rdkafka_error_code().is_some_and(|c| refused(c) || missing(c)) => {
+            let topic = topic_of(run.settings, &event, dead.is_some());
+            let refusal = held(&e, &topic, &run.settings.at);
+            if !run.hold.delivered_once {
+                tracing::error!(sink = %run.acks.sink(), error = %refusal, "Kafka refuses the sink's first records");
+                return Err(run.acks.failed(KafkaSinkError::Refused(refusal)));
+            }
+            let wait = run.hold.refused(run.acks, refusal.to_string());
+            tokio::time::sleep(wait).await;
+            run.guard.forget(&topic);
+            ensure_topic(run, &topic).await?;
+            let delivery = match enqueue(run.producer, run.settings, run.acks.sink(), &event, dead.as_deref()).await {
+                Ok(d) => d,
+                Err(why) => return dead_letter(run, event, why.to_string(), inflight).await,
+            };
+            inflight.push_front(Pending { event, dead, sent: Instant::now() }, delivery);
             Ok(())
         }
         (Ok(Err(e)), None) => {
             let reason = format!("Kafka did not accept the record: {e}");
-            dead_letter(producer, settings, acks, event, reason, inflight).await
+            dead_letter(run, event, reason, inflight).await
         }
         (Ok(Err(e)), Some(reason)) => {
-            acks.dead_letter(
-                &event,
-                format!("{reason}; the dead-letter topic refused it too: {e}"),
-            )
-            .await
+            run.acks
+                .dead_letter(&event, format!("{reason}; the dead-letter topic refused it too: {e}"))
+                .await
         }
-        (Err(_canceled), _) => Err(acks.failed(KafkaSinkError::ProducerGone)),
+        (Err(_canceled), _) => Err(run.acks.failed(KafkaSinkError::ProducerGone)),
     }
+}
+
+/// A refused or missing topic's delivery error, as the permission or topic it names.
+fn held(e: &rdkafka::error::KafkaError, topic: &str, at: &str) -> Refusal {
+    let code = e.rdkafka_error_code().unwrap_or(rdkafka::error::RDKafkaErrorCode::Unknown);
+    let mut r = Refusal::new(Operation::Write, Resource::Topic, topic, code);
+    if missing(code) {
+        r.hint = format!("; the topic does not exist (any more): create it, or set `{at}.create_topics`");
+    }
+    r
 }

@@ -1,4 +1,5 @@
-//! Taking the exactly-once sink over: create the compacted topics if missing, fence every
+//! Taking the exactly-once sink over: look the compacted topics up (create them with
+//! `create_topics`, else a missing one stops kubecast naming it), fence every
 //! other producer of the `transactional.id` (`init_transactions`, which also aborts what a
 //! crashed predecessor left open), then read the committed checkpoint and known state. Only
 //! after the fence is the checkpoint final. Entry point: [`TxnKeeper`], the sink's
@@ -9,12 +10,13 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::KafkaSettings;
 use super::checkpoint::CheckpointError;
+use super::hold::Hold;
+use super::refusal::{Operation, Refusal, Resource};
+use super::topics::{Kind, TopicError, TopicGuard};
 use super::state_reader::StateReader;
 use super::txn::{Ready, Transactions, TxnError};
 use super::txn_config::TxnSettings;
@@ -41,8 +43,12 @@ pub enum ExactlyOnceError {
         #[source]
         source: TxnError,
     },
-    #[error("creating the compacted topics")]
-    Topics(#[source] rdkafka::error::KafkaError),
+    #[error("creating the Kafka client")]
+    Client(#[source] rdkafka::error::KafkaError),
+    #[error(transparent)]
+    Topic(#[from] TopicError),
+    #[error(transparent)]
+    Refused(#[from] Refusal),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
 }
@@ -172,12 +178,23 @@ pub(super) async fn take_over(
     let started = std::time::Instant::now();
     let config = client_config(settings);
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
-    let admin: AdminClient<DefaultClientContext> =
-        config.create().map_err(ExactlyOnceError::Topics)?;
-    // Brokers not reachable yet are waited for, as every sink does.
-    while let Err(e) = create_compacted(&admin, &[&txn.checkpoint_topic, &txn.state_topic]).await {
-        tracing::warn!(sink, error = %crate::error_chain(&e), "Kafka not reachable yet, retrying");
-        tokio::time::sleep(backoff.next_delay()).await;
+    let mut guard = TopicGuard::new(&settings.at, settings.create_topics.clone(), &config)
+        .map_err(ExactlyOnceError::Client)?;
+    for topic in [&txn.checkpoint_topic, &txn.state_topic] {
+        // Brokers not reachable yet are waited for, as every sink does.
+        loop {
+            match guard.ensure(topic, Kind::Compacted, None).await {
+                Ok(()) => break,
+                Err(TopicError::Unanswered { source, .. }) => {
+                    tracing::warn!(sink, topic, error = %source, "Kafka not reachable yet, retrying");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                Err(e) => {
+                    tracing::error!(sink, error = %e, "cannot use the exactly-once sink's topic");
+                    return Err(e.into());
+                }
+            }
+        }
     }
     let mut producer = config.clone();
     // A transaction's records may not outlive it; librdkafka requires this order, and a
@@ -201,6 +218,11 @@ pub(super) async fn take_over(
                 tracing::warn!(sink, error = %e, "Kafka transaction coordinator not reachable yet, retrying");
                 tokio::time::sleep(backoff.next_delay()).await;
             }
+            Err(TxnError::Fatal(e)) if is_code(&e, RDKafkaErrorCode::TransactionalIdAuthorizationFailed) => {
+                let r = Refusal::new(Operation::Write, Resource::TransactionalId, &txn.id, RDKafkaErrorCode::TransactionalIdAuthorizationFailed);
+                tracing::error!(sink, error = %r, "Kafka refused the exactly-once sink's transactional id");
+                return Err(r.into());
+            }
             Err(e) => return Err(ExactlyOnceError::of(&txn.id, e)),
         }
     }
@@ -217,7 +239,11 @@ pub(super) async fn take_over(
         Ok(reader)
     })
     .await
-    .map_err(|_| ExactlyOnceError::Topics(rdkafka::error::KafkaError::Canceled))??;
+    .map_err(|_| ExactlyOnceError::Client(KafkaError::Canceled))?
+    .map_err(|e| {
+        tracing::error!(sink, error = %crate::error_chain(&e), "cannot read the exactly-once sink's committed state");
+        e
+    })?;
     let kept = reader.kept();
     tracing::info!(
         sink,
@@ -232,38 +258,18 @@ pub(super) async fn take_over(
     );
     let ready = Ready {
         txns,
+        guard,
+        hold: Hold::new(),
         positions: kept.as_ref().map(|k| k.positions.clone()).unwrap_or_default(),
         committed: kept.as_ref().map_or(0, |k| k.seq),
     };
     Ok((ready, kept))
 }
 
-/// Creates each of `topics` that does not exist yet, compacted, with one partition.
-async fn create_compacted(
-    admin: &AdminClient<DefaultClientContext>,
-    topics: &[&str],
-) -> Result<(), ExactlyOnceError> {
-    let new: Vec<NewTopic<'_>> = topics
-        .iter()
-        .map(|t| {
-            NewTopic::new(t, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact")
-        })
-        .collect();
-    let options = AdminOptions::new()
-        .operation_timeout(Some(CALL_TIMEOUT))
-        // Unreachable brokers are reported (and retried) after this, not librdkafka's 60 s.
-        .request_timeout(Some(Duration::from_secs(5)));
-    let results = admin
-        .create_topics(&new, &options)
-        .await
-        .map_err(ExactlyOnceError::Topics)?;
-    for r in results {
-        match r {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((topic, code)) => {
-                tracing::warn!(topic, error = %code, "could not create the compacted topic; it must exist");
-            }
-        }
+/// Whether `e` carries librdkafka's `code` (a transactional call's error included).
+fn is_code(e: &KafkaError, code: RDKafkaErrorCode) -> bool {
+    match e {
+        KafkaError::Transaction(r) => r.code() == code,
+        _ => e.rdkafka_error_code() == Some(code),
     }
-    Ok(())
 }

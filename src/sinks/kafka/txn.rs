@@ -34,6 +34,13 @@ pub enum TxnError {
     /// The producer cannot go on (misconfiguration, authorization, a fatal broker error).
     #[error("the transactional producer failed")]
     Fatal(#[source] KafkaError),
+    /// Kafka refused a permission (or a topic is missing), named as the ACL that grants it;
+    /// nothing of the transaction is visible.
+    #[error(transparent)]
+    Refused(#[from] super::refusal::Refusal),
+    /// A topic of the transaction cannot be written (or not looked up yet).
+    #[error(transparent)]
+    Topic(#[from] super::topics::TopicError),
 }
 
 impl TxnError {
@@ -60,6 +67,10 @@ impl TxnError {
 /// The producer that took over and the position it continues from.
 pub(crate) struct Ready {
     pub(super) txns: Transactions,
+    /// The topics seen to exist.
+    pub(super) guard: super::topics::TopicGuard,
+    /// Refusals and long waits, and whether this producer committed yet.
+    pub(super) hold: super::hold::Hold,
     /// Per scope, the watch position as of the last committed event.
     pub(super) positions: BTreeMap<String, String>,
     /// The last committed event's sequence number.

@@ -1,0 +1,256 @@
+//! The sink's topics: each is looked up before the first record goes to it, created when the
+//! sink says so (`create_topics`), and otherwise a topic that does not exist stops the sink
+//! naming the topic and the setting, instead of records waiting on it forever. Entry points:
+//! [`CreateTopicsConfig`] (the setting), [`TopicGuard`] (the lookups, remembered per topic).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use serde::{Deserialize, Serialize};
+
+use super::producer::Producer;
+use super::refusal::{Operation, Refusal, Resource, missing, refused};
+use crate::vocab::Issue;
+
+/// `create_topics`: kubecast creates the topics it writes that do not exist yet (the event
+/// topics, the dead-letter topic, and an exactly-once sink's checkpoint and state topics,
+/// those compacted with one partition). Without it a missing topic stops kubecast at once,
+/// naming the topic. The principal then needs `Create` on them (`kubecast kafka-acls`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTopicsConfig {
+    /// Partitions of a created event or dead-letter topic. Default: the cluster's
+    /// `num.partitions`.
+    #[serde(default)]
+    pub partitions: Option<u32>,
+    /// Replicas of every created topic. Default: the cluster's `default.replication.factor`.
+    #[serde(default)]
+    pub replication_factor: Option<u16>,
+    /// Topic configs of created event and dead-letter topics (`retention.ms: "604800000"`).
+    /// Default: none (the cluster's defaults).
+    #[serde(default)]
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The validated `create_topics`.
+#[derive(Debug, Clone)]
+pub struct CreateTopics {
+    /// -1: the cluster's default.
+    partitions: i32,
+    /// -1: the cluster's default.
+    replication: i32,
+    configs: Vec<(String, String)>,
+}
+
+impl CreateTopicsConfig {
+    pub fn settings(&self, at: &str, issues: &mut Vec<Issue>) -> CreateTopics {
+        let at = format!("{at}.create_topics");
+        if self.partitions == Some(0) {
+            issues.push(Issue::new(format!("{at}.partitions"), "must be at least 1"));
+        }
+        if self.replication_factor == Some(0) {
+            issues.push(Issue::new(format!("{at}.replication_factor"), "must be at least 1"));
+        }
+        for key in self.configs.keys() {
+            if key == "cleanup.policy" {
+                issues.push(Issue::new(
+                    format!("{at}.configs.{key}"),
+                    "event topics are not compacted by kubecast's choice (a compacted topic keeps only the last change of each object)",
+                ));
+            }
+        }
+        CreateTopics {
+            partitions: self.partitions.map_or(-1, |p| p.min(i32::MAX as u32) as i32),
+            replication: self.replication_factor.map_or(-1, i32::from),
+            configs: self.configs.clone().into_iter().collect(),
+        }
+    }
+}
+
+/// What a topic holds, which decides how it is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Events or dead letters: `create_topics`' partitions and configs.
+    Events,
+    /// A checkpoint or state topic: compacted, one partition.
+    Compacted,
+}
+
+/// Why a topic cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    #[error("topic `{topic}` does not exist and Kafka does not create it: create it, or set `{at}.create_topics` for kubecast to create it")]
+    Missing { topic: String, at: String },
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// Kafka did not answer; the lookup may be made again.
+    #[error("Kafka did not answer the lookup of topic `{topic}`")]
+    Unanswered {
+        topic: String,
+        #[source]
+        source: KafkaError,
+    },
+    #[error("Kafka did not create topic `{topic}`: {code}")]
+    Create { topic: String, code: RDKafkaErrorCode },
+}
+
+/// How long one lookup or creation may take.
+const CALL: Duration = Duration::from_secs(5);
+/// How long a created topic may take to show in the metadata.
+const PROPAGATION: Duration = Duration::from_secs(30);
+
+/// The sink's topics seen to exist, and how to create the others.
+pub struct TopicGuard {
+    /// The sink's field path, `sinks.NAME`.
+    at: String,
+    create: Option<CreateTopics>,
+    known: HashSet<String>,
+    /// For lookups that must not create anything, and for creating topics.
+    admin: Arc<AdminClient<DefaultClientContext>>,
+}
+
+impl TopicGuard {
+    /// A guard for the sink at `at` connecting with `config` (bootstrap servers, TLS, SASL).
+    pub fn new(at: &str, create: Option<CreateTopics>, config: &ClientConfig) -> Result<TopicGuard, KafkaError> {
+        let mut config = config.clone();
+        // A lookup must not create the topic as a side effect (with the broker's defaults,
+        // not compacted) where the broker would auto-create it.
+        config.set("allow.auto.create.topics", "false");
+        Ok(TopicGuard {
+            at: at.to_string(),
+            create,
+            known: HashSet::new(),
+            admin: Arc::new(config.create()?),
+        })
+    }
+
+    /// Whether `topic` was seen to exist.
+    pub fn knows(&self, topic: &str) -> bool {
+        self.known.contains(topic)
+    }
+
+    /// Forgets `topic` (it was deleted under the sink): the next record looks it up again.
+    pub fn forget(&mut self, topic: &str) {
+        self.known.remove(topic);
+    }
+
+    /// Makes sure `topic` exists before a record goes to it. `via`: the sink's producer,
+    /// whose lookup lets a broker that auto-creates topics create an event topic as it
+    /// always did; `None` looks up without that.
+    pub async fn ensure(&mut self, topic: &str, kind: Kind, via: Option<&Producer>) -> Result<(), TopicError> {
+        if self.known.contains(topic) {
+            return Ok(());
+        }
+        match self.look_up(topic, via).await? {
+            None => {}
+            Some(code) if missing(code) => {
+                let Some(create) = self.create.clone() else {
+                    return Err(TopicError::Missing {
+                        topic: topic.to_string(),
+                        at: self.at.clone(),
+                    });
+                };
+                self.create(topic, kind, &create).await?;
+            }
+            Some(code) if refused(code) => {
+                // Write (or Read) implies Describe: the lookup is refused when the
+                // permission kubecast needs is missing.
+                return Err(Refusal::new(Operation::Write, Resource::Topic, topic, code).into());
+            }
+            Some(code) => {
+                return Err(TopicError::Unanswered {
+                    topic: topic.to_string(),
+                    source: KafkaError::MetadataFetch(code),
+                });
+            }
+        }
+        self.known.insert(topic.to_string());
+        Ok(())
+    }
+
+    /// The topic's error in a metadata answer (`None`: it exists).
+    async fn look_up(&self, topic: &str, via: Option<&Producer>) -> Result<Option<RDKafkaErrorCode>, TopicError> {
+        let (name, via, admin) = (topic.to_string(), via.cloned(), self.admin.clone());
+        let answer = tokio::task::spawn_blocking(move || {
+            let metadata = match &via {
+                Some(p) => p.client().fetch_metadata(Some(&name), CALL),
+                None => admin.inner().fetch_metadata(Some(&name), CALL),
+            }?;
+            Ok::<_, KafkaError>(metadata.topics().first().map(|t| {
+                match t.error() {
+                    Some(e) => Some(RDKafkaErrorCode::from(e)),
+                    // A topic whose partitions are not known yet is not usable yet.
+                    None if t.partitions().is_empty() => Some(RDKafkaErrorCode::UnknownTopicOrPartition),
+                    None => None,
+                }
+            }))
+        })
+        .await
+        .map_err(|_| KafkaError::Canceled)
+        .and_then(|r| r);
+        match answer {
+            Ok(Some(code)) => Ok(code),
+            Ok(None) => Ok(Some(RDKafkaErrorCode::UnknownTopicOrPartition)),
+            Err(source) => Err(TopicError::Unanswered {
+                topic: topic.to_string(),
+                source,
+            }),
+        }
+    }
+
+    /// Creates `topic` and waits until the metadata shows it.
+    async fn create(&self, topic: &str, kind: Kind, create: &CreateTopics) -> Result<(), TopicError> {
+        let replication = TopicReplication::Fixed(create.replication);
+        let mut new = match kind {
+            Kind::Events => NewTopic::new(topic, create.partitions, replication),
+            Kind::Compacted => NewTopic::new(topic, 1, replication).set("cleanup.policy", "compact"),
+        };
+        if kind == Kind::Events {
+            for (k, v) in &create.configs {
+                new = new.set(k, v);
+            }
+        }
+        let options = AdminOptions::new()
+            .operation_timeout(Some(CALL))
+            .request_timeout(Some(CALL));
+        let results = self
+            .admin
+            .create_topics([&new], &options)
+            .await
+            .map_err(|source| TopicError::Unanswered {
+                topic: topic.to_string(),
+                source,
+            })?;
+        for r in results {
+            match r {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((_, code)) if refused(code) => {
+                    return Err(Refusal::new(Operation::Create, Resource::Topic, topic, code).into());
+                }
+                Err((_, code)) => {
+                    return Err(TopicError::Create {
+                        topic: topic.to_string(),
+                        code,
+                    });
+                }
+            }
+        }
+        tracing::info!(sink = %self.at, topic, "created the topic");
+        let started = Instant::now();
+        while started.elapsed() < PROPAGATION {
+            if self.look_up(topic, None).await.ok().flatten().is_none() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(TopicError::Unanswered {
+            topic: topic.to_string(),
+            source: KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition),
+        })
+    }
+}
