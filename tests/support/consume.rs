@@ -28,6 +28,8 @@ pub struct Record {
     pub key: Option<String>,
     pub headers: BTreeMap<String, String>,
     pub payload: Vec<u8>,
+    /// When the consumer received it.
+    pub at: std::time::Instant,
 }
 
 impl Record {
@@ -130,6 +132,17 @@ impl KafkaTopic {
     pub fn read(stack: &Stack, topic: &str, isolation: &str) -> KafkaTopic {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", &stack.kafka_bootstrap);
+        KafkaTopic::read_with(config, topic, PARTITIONS, isolation)
+    }
+
+    /// [`KafkaTopic::read`] through a client with `config` (brokers, SASL), of a topic with
+    /// `partitions` partitions.
+    pub fn read_with(
+        mut config: ClientConfig,
+        topic: &str,
+        partitions: i32,
+        isolation: &str,
+    ) -> KafkaTopic {
         let consumer: StreamConsumer = config
             .set("group.id", unique_name("test-reader"))
             .set("enable.auto.commit", "false")
@@ -137,7 +150,7 @@ impl KafkaTopic {
             .create()
             .expect("Kafka consumer");
         let mut assignment = TopicPartitionList::new();
-        for p in 0..PARTITIONS {
+        for p in 0..partitions {
             assignment
                 .add_partition_offset(topic, p, Offset::Beginning)
                 .expect("partition offset");
@@ -170,6 +183,7 @@ impl KafkaTopic {
                     key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
                     headers,
                     payload: m.payload().unwrap_or_default().to_vec(),
+                    at: std::time::Instant::now(),
                 };
                 if let Ok(mut v) = out.lock() {
                     v.push(r);

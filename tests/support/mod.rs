@@ -16,6 +16,7 @@ pub mod deliver;
 pub mod deploy;
 pub mod follow;
 pub mod http;
+pub mod kafka_cluster;
 pub mod kubecast;
 pub mod nodes;
 pub mod objects;

@@ -116,10 +116,11 @@ impl InProcess {
 }
 
 /// The `exactly_once` lines of a Kafka sink whose transactional id and topics are the
-/// test's own (`label` names them).
+/// test's own (`label` names them), created by kubecast (`create_topics`).
 pub fn exactly_once(label: &str) -> Vec<String> {
     vec![
         "exactly_once: true".to_string(),
+        "create_topics: {}".to_string(),
         format!(
             "transactions: {{id: {}, checkpoint_topic: {}, state_topic: {}, max_ms: 50}}",
             unique_name(&format!("{label}-txn")),

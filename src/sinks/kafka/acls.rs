@@ -5,7 +5,7 @@
 //! Kafka's own implications keep the list short: Write and Read each grant Describe, and
 //! Write on any topic grants the idempotent producer's IdempotentWrite on the cluster.
 //! The state reader of an exactly-once sink assigns partitions itself and commits nothing,
-//! so it needs no consumer group.
+//! but librdkafka's consumer still names a group: `kubecast-reader-{transactional id}`.
 
 use serde::Serialize;
 
@@ -77,6 +77,7 @@ pub fn of_sink(sink: &str, settings: &KafkaSettings, principal: &str) -> Vec<Acl
         add(Resource::Topic, &txn.checkpoint_topic, false, state, "exactly-once: its checkpoints, written in its transactions and read back on taking over");
         add(Resource::Topic, &txn.state_topic, false, state, "exactly-once: the objects' known state, written in its transactions and read back on taking over");
         add(Resource::TransactionalId, &txn.id, false, &[Operation::Write], "exactly-once: its transactions");
+        add(Resource::Group, &txn.reader_group(), false, &[Operation::Read], "exactly-once: the group its state reader names (no offsets are committed in it)");
     }
     out
 }
@@ -181,6 +182,7 @@ mod tests {
                 "Write topic literal kubecast.state.prod.k",
                 "Read topic literal kubecast.state.prod.k",
                 "Write transactional-id literal kubecast.prod.k",
+                "Read group literal kubecast-reader-kubecast.prod.k",
             ]
         );
         let text = render_commands(&acls, "b:1");

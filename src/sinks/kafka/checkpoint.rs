@@ -210,10 +210,15 @@ pub(super) fn read_from(
         topic: topic.to_string(),
         source,
     };
+    // librdkafka's consumer needs a group even with assigned partitions; no offsets are
+    // committed in it. An exactly-once sink names its own (`kubecast-reader-{transactional
+    // id}`, which `kubecast kafka-acls` grants Read on).
+    let group = config
+        .get("group.id")
+        .map_or_else(|| format!("kubecast-reader-{}", std::process::id()), str::to_string);
     let mut config = connection_only(config);
     let consumer: BaseConsumer<Reader> = config
-        // No group: the partitions are assigned and no offsets are committed, so the reader
-        // needs no ACL on any consumer group (README, "Production Kafka").
+        .set("group.id", &group)
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
@@ -265,6 +270,15 @@ pub(super) fn read_from(
                 if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition) =>
             {
                 return Ok(());
+            }
+            Some(Err(e)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::GroupAuthorizationFailed) => {
+                return Err(super::refusal::Refusal::new(
+                    super::refusal::Operation::Read,
+                    super::refusal::Resource::Group,
+                    &group,
+                    RDKafkaErrorCode::GroupAuthorizationFailed,
+                )
+                .into());
             }
             Some(Err(e)) if e.rdkafka_error_code().is_some_and(super::refusal::refused) => {
                 return Err(refused(e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::TopicAuthorizationFailed)).into());

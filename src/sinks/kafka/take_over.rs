@@ -119,7 +119,8 @@ impl Keeper for TxnKeeper {
         let Some(txn) = self.settings.exactly_once.clone() else {
             return Box::pin(std::future::pending());
         };
-        let (config, sink) = (client_config(&self.settings), self.sink.clone());
+        let (mut config, sink) = (client_config(&self.settings), self.sink.clone());
+        config.set("group.id", txn.reader_group());
         Box::pin(async move {
             let mut caught_up = false;
             loop {
@@ -234,6 +235,8 @@ pub(super) async fn take_over(
     let mut reader = warm.unwrap_or_else(|| {
         StateReader::new(&txn.checkpoint_topic, &txn.state_topic, &txn.checkpoint_base, txn.shard)
     });
+    let mut config = config;
+    config.set("group.id", txn.reader_group());
     let reader = tokio::task::spawn_blocking(move || -> Result<_, CheckpointError> {
         reader.read(&config, CALL_TIMEOUT * 10)?;
         Ok(reader)

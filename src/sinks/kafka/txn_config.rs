@@ -131,6 +131,11 @@ pub fn shard_of_key(base: &str, key: &str) -> Option<crate::model::Shard> {
 }
 
 impl TxnSettings {
+    /// The consumer group the state reader names (it commits nothing in it).
+    pub fn reader_group(&self) -> String {
+        format!("kubecast-reader-{}", self.id)
+    }
+
     /// Makes these the settings of one shard's sink: its own transactional id (a shard that
     /// moves fences its previous holder only) and checkpoint. The checkpoint's key names the
     /// shard count too: positions saved for other ranges are not this shard's, so after a
