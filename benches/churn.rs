@@ -252,6 +252,8 @@ fn main() {
         .collect();
         // Only when named.
         for (k, b) in [
+            ("kubecast-cluster", "kubecast (3 brokers, RF 3)"),
+            ("eos-cluster", "kubecast (exactly-once, 3 brokers, RF 3)"),
             ("nostate", "kubecast (no state directory)"),
             ("gzip", "kubecast (gzip)"),
             ("snappy", "kubecast (snappy)"),
@@ -285,12 +287,30 @@ fn main() {
                     let filter = format!("kubecast/bench/{ns}/#");
                     (None, Some(mqtt_subscriber(&stack, &filter, arrivals.clone()).await))
                 }
+                b if b.contains("3 brokers") => {
+                    let cluster = support::kafka_cluster::Cluster::up(&stack);
+                    cluster.create_topic(&topic, 4).await;
+                    let mut config = cluster.admin_config();
+                    let consumer: rdkafka::consumer::StreamConsumer = config
+                        .set("group.id", unique_name("bench-reader"))
+                        .set("enable.auto.commit", "false")
+                        .set("fetch.wait.max.ms", "5")
+                        .create()
+                        .expect("a Kafka consumer");
+                    (Some(bridges::churn::consume(consumer, &topic, 4, arrivals.clone())), None)
+                }
                 _ => (Some(kafka_consumer(&stack, &topic, arrivals.clone()).await), None),
             };
-            let kafka_sink = format!(
-                "    type: kafka\n    brokers: {}\n    topic: {topic}\n",
-                stack.kafka_bootstrap
-            );
+            let kafka_sink = if bridge.contains("3 brokers") {
+                let cluster = support::kafka_cluster::Cluster::up(&stack);
+                format!(
+                    "    type: kafka\n    brokers: {}\n    topic: {topic}\n    {}\n    create_topics: {{}}\n",
+                    cluster.bootstrap,
+                    cluster.admin_sasl()
+                )
+            } else {
+                format!("    type: kafka\n    brokers: {}\n    topic: {topic}\n", stack.kafka_bootstrap)
+            };
             let (mut child, log) = match bridge {
                 "kubecast" => bridges::kubecast(&stack, &bridge_dir, &ns, &kafka_sink),
                 "kubecast (no state directory)" => {
@@ -302,6 +322,13 @@ fn main() {
                 }
                 "kubecast (exactly-once)" => {
                     bridges::kubecast_exactly_once(&stack, &bridge_dir, &ns, &topic, None)
+                }
+                "kubecast (3 brokers, RF 3)" => bridges::kubecast(&stack, &bridge_dir, &ns, &kafka_sink),
+                "kubecast (exactly-once, 3 brokers, RF 3)" => {
+                    let sink = format!(
+                        "{kafka_sink}    exactly_once: true\n    transactions: {{id: {topic}-txn, checkpoint_topic: {topic}-checkpoints, state_topic: {topic}-state}}\n"
+                    );
+                    bridges::kubecast_without_state(&stack, &bridge_dir, &ns, &sink)
                 }
                 eos if eos.starts_with("kubecast (exactly-once, max_ms ") => {
                     let n = key.trim_start_matches("eos").parse().ok();

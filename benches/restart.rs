@@ -65,7 +65,7 @@ fn start(
         Mode::ExactlyOnce => (
             String::new(),
             format!(
-                "    exactly_once: true\n    transactions: {{id: {topic}-txn, checkpoint_topic: {topic}-checkpoints, state_topic: {topic}-state}}\n"
+                "    exactly_once: true\n    create_topics: {{}}\n    transactions: {{id: {topic}-txn, checkpoint_topic: {topic}-checkpoints, state_topic: {topic}-state}}\n"
             ),
         ),
     };

@@ -166,7 +166,7 @@ async fn run(
             let dir = support::kubecast::scratch_dir(&format!("shards-{replicas}-{shards}-{i}"));
             let port = 19480 + i as u16;
             let config = format!(
-                "cluster: bench\nwatch:\n  namespaces: [{ns}]\n  initial_list: emit\nmetrics:\n  address: 127.0.0.1:{port}\nleader_election:\n  enabled: true\n  lease: {lease}\n  namespace: {ns}\n  identity: replica-{i}\n  lease_duration_ms: 2000\n  retry_period_ms: 250\nsharding:\n  shards: {shards}\nsinks:\n  out:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n    exactly_once: true\n    transactions: {{id: {topic}-txn, checkpoint_topic: {topic}-checkpoints, state_topic: {topic}-state}}\n",
+                "cluster: bench\nwatch:\n  namespaces: [{ns}]\n  initial_list: emit\nmetrics:\n  address: 127.0.0.1:{port}\nleader_election:\n  enabled: true\n  lease: {lease}\n  namespace: {ns}\n  identity: replica-{i}\n  lease_duration_ms: 2000\n  retry_period_ms: 250\nsharding:\n  shards: {shards}\nsinks:\n  out:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n    exactly_once: true\n    create_topics: {{}}\n    transactions: {{id: {topic}-txn, checkpoint_topic: {topic}-checkpoints, state_topic: {topic}-state}}\n",
                 stack.kafka_bootstrap
             );
             let (child, log) = bridges::spawn_kubecast(stack, &dir, &config, "kubecast.log");

@@ -26,6 +26,7 @@ use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(180);
 const PARTITIONS: i32 = 3;
+const STEADY: usize = 3;
 
 /// One fault at a time on the shared cluster.
 static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -72,12 +73,22 @@ impl Bed {
         let path = scene.dir.join("acls.yaml");
         std::fs::write(&path, &config).expect("writing the config");
         cluster.acls("grant", &kafka_acls_json(&path));
+        // Pods that sit still: once both sinks carry them kubecast publishes, and the churn,
+        // whose every change the observer sees, starts only then.
+        scene.pods.create_each("steady", STEADY).await;
         let observer = Observer::start(&scene.client, &scene.ns).await;
         let kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
         let (eos, alo) = (
             cluster.read(&eos_topic, PARTITIONS),
             cluster.read(&alo_topic, PARTITIONS),
         );
+        for reader in [&eos, &alo] {
+            kubecast.check(
+                reader
+                    .wait_until("the steady pods", LIMIT, |r| r.len() >= STEADY)
+                    .await,
+            );
+        }
         let churn = Churn::start(&scene.client, &scene.ns, 12, Duration::from_millis(50));
         for reader in [&eos, &alo] {
             kubecast.check(reader.wait_for_more("the first changes", 20, LIMIT).await);
@@ -108,12 +119,8 @@ impl Bed {
         let ops = self.churn.stop().await;
         self.observer.catch_up(&self.scene.pods, LIMIT).await;
         let want: BTreeSet<String> = self.observer.changes().iter().map(|c| c.id()).collect();
-        let eos = self
-            .kubecast
-            .check(self.eos.wait_for_ids(&want, LIMIT).await);
-        let alo = self
-            .kubecast
-            .check(self.alo.wait_for_ids(&want, LIMIT).await);
+        let eos = all_of(&self.kubecast, &self.eos, &want).await;
+        let alo = all_of(&self.kubecast, &self.alo, &want).await;
         let (code, log) = self.kubecast.stop(LIMIT).await;
         assert_eq!(code, Some(0), "{log}");
         let eos_times = times(&eos);
@@ -158,6 +165,25 @@ impl Bed {
             alo.len() - want.len(),
             pause(&alo, window).as_secs_f64(),
         );
+    }
+}
+
+/// Waits until `reader` holds every change of `want`; fails naming the missing ones.
+async fn all_of(kubecast: &Kubecast, reader: &KafkaTopic, want: &BTreeSet<String>) -> Vec<Record> {
+    match reader.wait_for_ids(want, LIMIT).await {
+        Ok(records) => records,
+        Err(e) => {
+            let got: BTreeSet<String> = reader
+                .records()
+                .iter()
+                .map(|r| r.ce("id").to_string())
+                .collect();
+            let missing: Vec<&String> = want.difference(&got).collect();
+            kubecast.check(Err(format!(
+                "{e}\nmissing from {}: {missing:?}",
+                reader.topic
+            )))
+        }
     }
 }
 
@@ -302,26 +328,14 @@ async fn two_nodes_stopped_hold_kubecast_not_ready_and_one_back_resumes_it() {
 async fn a_black_holed_node_loses_and_duplicates_nothing() {
     let _one = CLUSTER.lock().await;
     let bed = Bed::start("kc-blackhole").await;
-    let node: u16 = bed
-        .cluster
-        .leader_of(&bed.alo.topic, 0)
-        .try_into()
-        .unwrap_or(1);
+    let node = bed.cluster.leader_of(&bed.alo.topic, 0);
     let from = Instant::now();
-    let holes = [
-        BlackHole::port(
-            19300 + node,
-            &format!("Kafka node {node}'s client listener"),
-        ),
-        BlackHole::port(
-            19310 + node,
-            &format!("Kafka node {node}'s controller listener"),
-        ),
-    ];
+    // Every packet the node sends is dropped: it answers no one and reaches no one.
+    let hole = BlackHole::cgroup(&bed.cluster.cgroup_of(node), &format!("Kafka node {node}"));
     bed.publishing(10, &format!("changes with node {node} cut off"))
         .await;
     let to = Instant::now();
-    drop(holes);
+    drop(hole);
     bed.cluster.script(&["in-sync"]);
     bed.finish(
         &format!("node {node} (a partition leader) black-holed"),

@@ -48,6 +48,32 @@ pub fn arrived(arrivals: &Arrivals, payload: Option<&[u8]>) {
 /// Reads every partition of `topic` (created here, 4 partitions) from the beginning.
 pub async fn kafka_consumer(stack: &Stack, topic: &str, arrivals: Arrivals) -> JoinHandle<()> {
     let consumer = super::reader(stack, &[topic]).await;
+    spawn_consumer(consumer, arrivals)
+}
+
+/// Reads `partitions` partitions of `topic` with `consumer` from the beginning, recording
+/// each change's arrival (a cluster's topic, read with its own login).
+pub fn consume(
+    consumer: rdkafka::consumer::StreamConsumer,
+    topic: &str,
+    partitions: i32,
+    arrivals: Arrivals,
+) -> JoinHandle<()> {
+    use rdkafka::consumer::Consumer as _;
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        assignment
+            .add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+            .expect("a partition offset");
+    }
+    consumer.assign(&assignment).expect("assigning partitions");
+    spawn_consumer(consumer, arrivals)
+}
+
+fn spawn_consumer(
+    consumer: rdkafka::consumer::StreamConsumer,
+    arrivals: Arrivals,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             match consumer.recv().await {

@@ -134,7 +134,7 @@ pub fn kubecast_exactly_once(
 ) -> (Child, PathBuf) {
     let max_ms = max_ms.map(|m| format!(", max_ms: {m}")).unwrap_or_default();
     let sink = format!(
-        "    type: kafka\n    brokers: {}\n    topic: {topic}\n    exactly_once: true\n    transactions: {{id: {topic}-txn, checkpoint_topic: {topic}-checkpoints, state_topic: {topic}-state{max_ms}}}\n",
+        "    type: kafka\n    brokers: {}\n    topic: {topic}\n    exactly_once: true\n    create_topics: {{}}\n    transactions: {{id: {topic}-txn, checkpoint_topic: {topic}-checkpoints, state_topic: {topic}-state{max_ms}}}\n",
         stack.kafka_bootstrap
     );
     start_kubecast(stack, dir, ns, "", &sink)

@@ -90,7 +90,23 @@ EOF
             die "kafka-$n: formatting the log directory $dir/data failed"
         }
     fi
-    spawn "kafka-$n" "${java[@]}" kafka.Kafka "$dir/server.properties"
+    # Each node runs in a cgroup (v2) of its own where the machine lets us make one (root), so
+    # that a test can drop every packet it sends (tests/support/partition.rs): a node cut off
+    # from the network. Without one, the node runs where the script does.
+    local cgroup
+    cgroup=$(kafka_node_cgroup "$n")
+    [[ -n $cgroup ]] && mkdir -p "$cgroup" 2>/dev/null || cgroup=
+    # shellcheck disable=SC2016 # $0 and $@ are the inner shell's
+    spawn "kafka-$n" sh -c '[ -n "$0" ] && { echo $$ >"$0/cgroup.procs"; } 2>/dev/null; exec "$@"' \
+        "$cgroup" "${java[@]}" kafka.Kafka "$dir/server.properties"
+}
+
+# The directory of node N's cgroup under the cgroup v2 root (empty without one), named by its
+# port: `kubecast-kafka-PORT`, the path iptables' cgroup match takes.
+kafka_node_cgroup() {
+    local root
+    root=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts 2>/dev/null)
+    [[ -n $root && -w $root ]] && echo "$root/kubecast-kafka-$(kafka_node_port "$1")"
 }
 
 # The cluster's id, made once and shared by the three nodes' log directories.
@@ -188,7 +204,7 @@ kafka_cluster_status() {
 }
 
 cmd_kafka_cluster() {
-    local n
+    local n cg
     case ${1:-} in
     up)
         kafka_libs >/dev/null
@@ -207,7 +223,10 @@ cmd_kafka_cluster() {
     down)
         # Its data goes too, so nothing is gained by a controlled shutdown (which, with the
         # quorum already gone, would wait for its timeout).
-        for n in 3 2 1; do kafka_node_kill "$n"; done
+        for n in 3 2 1; do
+            kafka_node_kill "$n"
+            cg=$(kafka_node_cgroup "$n") && [[ -d $cg ]] && rmdir "$cg" 2>/dev/null
+        done
         rm -rf "$STATE"/kafka-[123] "$STATE/kafka-cluster.id"
         ;;
     stop | start | kill)

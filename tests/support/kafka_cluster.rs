@@ -77,6 +77,14 @@ impl Cluster {
         format!("  {name}:\n{body}")
     }
 
+    /// A sink's `sasl` line logging in as the admin (benchmarks, where ACLs are not measured).
+    pub fn admin_sasl(&self) -> String {
+        format!(
+            "sasl: {{mechanism: SCRAM-SHA-512, username: {}, password: {}}}",
+            self.admin.0, self.admin.1
+        )
+    }
+
     /// `kubecast replay`'s login flags, as the admin.
     pub fn replay_args(&self) -> Vec<String> {
         vec![
@@ -142,6 +150,33 @@ impl Cluster {
             .encode_utf16()
             .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)));
         self.leader_of("__transaction_state", (hash & 0x7fff_ffff) % 50)
+    }
+
+    /// The cgroup (v2) node `node` runs in, as iptables' cgroup match names it; the stack
+    /// makes one per node when it runs as root.
+    pub fn cgroup_of(&self, node: i32) -> String {
+        let port = self
+            .bootstrap
+            .split(',')
+            .nth(usize::try_from(node - 1).unwrap_or(0))
+            .and_then(|hp| hp.rsplit_once(':'))
+            .map(|(_, p)| p.to_string())
+            .unwrap_or_else(|| panic!("no node {node} in {}", self.bootstrap));
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let root = mounts
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.get(2) == Some(&"cgroup2"))
+            .and_then(|f| f.get(1).map(|r| r.to_string()))
+            .expect("a cgroup v2 mount (the black-hole test drops a node's packets by its cgroup)");
+        let path = format!("kubecast-kafka-{port}");
+        let procs =
+            std::fs::read_to_string(format!("{root}/{path}/cgroup.procs")).unwrap_or_default();
+        assert!(
+            !procs.trim().is_empty(),
+            "node {node} does not run in cgroup {root}/{path} (the stack makes one per node when run as root)"
+        );
+        path
     }
 
     /// `scripts/stack kafka-cluster ARGS`.

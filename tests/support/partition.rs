@@ -2,10 +2,13 @@
 //! established TCP connections to a port dropped for good, as a load balancer that lost its
 //! state, a NAT timeout or a partition does it (no reset, no FIN), while new connections
 //! still work ([`BlackHole::established`]); or every packet to and from a port, established
-//! or new ([`BlackHole::port`]).
+//! or new ([`BlackHole::port`]); or every packet a process sends, as a node cut off from the
+//! network ([`BlackHole::cgroup`]).
 //!
 //! The rules are iptables `DROP`s in `INPUT` on `lo`, matched by port pair (so nothing else
-//! on the machine is touched, other tests' connections included), each carrying the comment
+//! on the machine is touched, other tests' connections included), or in `OUTPUT` matched by
+//! the sender's cgroup (v2: a process started in its own, as the stack starts the Kafka
+//! cluster's nodes), each carrying the comment
 //! [`TAG`]. They are removed when the [`BlackHole`] is dropped, also when the test fails;
 //! `scripts/test` removes any that a killed test run left behind.
 
@@ -39,9 +42,10 @@ pub fn established(pid: u32, port: u16) -> Vec<u16> {
         .collect()
 }
 
+/// Runs `iptables -w OP CHAIN RULE...`; a rule's first word is its chain.
 fn iptables(op: &str, rule: &[String]) -> Result<(), String> {
     let out = Command::new("iptables")
-        .args(["-w", op, "INPUT"])
+        .args(["-w", op])
         .args(rule)
         .output()
         .map_err(|e| format!("running iptables: {e}"))?;
@@ -49,7 +53,7 @@ fn iptables(op: &str, rule: &[String]) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "iptables {op} INPUT {}: {}",
+            "iptables {op} {}: {}",
             rule.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         ))
@@ -57,7 +61,7 @@ fn iptables(op: &str, rule: &[String]) -> Result<(), String> {
 }
 
 fn rule(matches: &[&str]) -> Vec<String> {
-    let mut r: Vec<String> = ["-i", "lo", "-p", "tcp"]
+    let mut r: Vec<String> = ["INPUT", "-i", "lo", "-p", "tcp"]
         .iter()
         .chain(matches)
         .map(|s| s.to_string())
@@ -138,6 +142,29 @@ impl BlackHole {
         let rules = vec![rule(&["--dport", &p]), rule(&["--sport", &p])];
         eprintln!("partition: {what}: dropping every packet to and from port {port}");
         BlackHole::install(rules, port, Vec::new(), what)
+    }
+
+    /// Drops every packet sent by the processes of cgroup `path` (relative to the cgroup v2
+    /// root): they can neither answer nor reach anyone, on connections old and new.
+    pub fn cgroup(path: &str, what: &str) -> BlackHole {
+        let rule: Vec<String> = [
+            "OUTPUT",
+            "-m",
+            "cgroup",
+            "--path",
+            path,
+            "-m",
+            "comment",
+            "--comment",
+            TAG,
+            "-j",
+            "DROP",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        eprintln!("partition: {what}: dropping every packet the processes of cgroup {path} send");
+        BlackHole::install(vec![rule], 0, Vec::new(), what)
     }
 
     /// Waits until `pid` has let go of every cut connection and holds a new one to the port;
