@@ -54,6 +54,12 @@ pub(super) async fn transact(
                 }
             }
         };
+        // A refusal that left the producer in a fatal state cannot be held: it stops the sink.
+        let fatal = matches!(outcome, Err(TxnError::Fatal(_)));
+        let outcome = outcome.map_err(|e| match ready.txns.refusal(&e) {
+            Some(r) => TxnError::Refused(r),
+            None => e,
+        });
         let wait = match outcome {
             Ok(dead) => {
                 ready.hold.delivered(acks);
@@ -64,7 +70,7 @@ pub(super) async fn transact(
                 acks.connected(false);
                 return Err(ExactlyOnceError::of(&txn.id, e).for_sink(acks.sink().clone()));
             }
-            Err(TxnError::Topic(TopicError::Refused(r)) | TxnError::Refused(r)) if ready.hold.delivered_once => {
+            Err(TxnError::Topic(TopicError::Refused(r)) | TxnError::Refused(r)) if ready.hold.delivered_once && !fatal => {
                 let _ = ready.txns.abort().await;
                 ready.hold.refused(acks, r.to_string())
             }

@@ -1,6 +1,7 @@
 //! The producer's client context: librdkafka's global errors, logged when retriable, and the
 //! first fatal one (rejected credentials, a refused TLS handshake before the brokers ever
-//! answered, the idempotent producer's own fatal error) kept where the sink's loop sees it.
+//! answered, the idempotent producer's own fatal error) kept where the sink's loop sees it;
+//! librdkafka's log, with the topic a transaction was refused kept for the refusal's error.
 //! Entry point: [`Context`]; the delivery reports go to each record's future (`producer.rs`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,15 +41,6 @@ pub struct Context {
 }
 
 impl Context {
-    /// A context for sink `sink` whose fatal errors nobody waits for but the log (the
-    /// transactional producer sees them in its calls' results).
-    pub(super) fn new(sink: &str) -> Context {
-        Context {
-            sink: sink.into(),
-            shared: Arc::default(),
-        }
-    }
-
     /// A context for sink `sink` that keeps its first fatal error in `shared`.
     pub(super) fn with_fatal(sink: Arc<str>, shared: Arc<Fatal>) -> Context {
         Context { sink, shared }
@@ -65,6 +57,9 @@ pub(super) struct Fatal {
     pub(super) connected: AtomicBool,
     /// The last retriable error and when it came, for readiness to name.
     last: Mutex<Option<(std::time::Instant, String)>>,
+    /// The last topic Kafka refused to add to a transaction (librdkafka names it only in
+    /// its log; the transaction's error names only the refusal).
+    refused_topic: Mutex<Option<String>>,
 }
 
 impl Fatal {
@@ -77,6 +72,11 @@ impl Fatal {
 }
 
 impl Fatal {
+    /// The topic Kafka last refused to add to a transaction, taken.
+    pub(super) fn refused_topic(&self) -> Option<String> {
+        self.refused_topic.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
     /// The last retriable error, if it came within the last 30 seconds.
     pub(super) fn recent(&self) -> Option<String> {
         let slot = self.last.lock().unwrap_or_else(|p| p.into_inner());
@@ -87,6 +87,28 @@ impl Fatal {
 }
 
 impl ClientContext for Context {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        use rdkafka::config::RDKafkaLogLevel as L;
+        // `Failed to add partition "TOPIC" [P] to transaction: Broker: Topic authorization
+        // failed`: the one place the refused topic of a transaction is named.
+        if fac == "ADDPARTS"
+            && message.contains("authorization failed")
+            && let Some((_, rest)) = message.split_once('"')
+            && let Some((topic, _)) = rest.split_once('"')
+        {
+            let mut slot = self.shared.refused_topic.lock().unwrap_or_else(|p| p.into_inner());
+            *slot = Some(topic.to_string());
+        }
+        match level {
+            L::Emerg | L::Alert | L::Critical | L::Error => {
+                tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+            L::Warning => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}"),
+            L::Notice | L::Info => tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}"),
+            L::Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}"),
+        }
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         let code = error.rdkafka_error_code();
         // `Fatal`: the idempotent producer can no longer guarantee order or exactly-once.

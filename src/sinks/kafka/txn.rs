@@ -81,6 +81,8 @@ pub(crate) struct Ready {
 pub struct Transactions {
     producer: Producer,
     timeout: Duration,
+    /// What its client context learnt (the topic a transaction was refused).
+    heard: std::sync::Arc<super::context::Fatal>,
 }
 
 impl Transactions {
@@ -96,8 +98,10 @@ impl Transactions {
             .set("transactional.id", transactional_id)
             .set("enable.idempotence", "true")
             .set("acks", "all");
-        let producer = Producer::create(&config, Context::new(sink)).map_err(TxnError::Fatal)?;
-        Ok(Transactions { producer, timeout })
+        let heard = std::sync::Arc::new(super::context::Fatal::default());
+        let context = Context::with_fatal(sink.into(), heard.clone());
+        let producer = Producer::create(&config, context).map_err(TxnError::Fatal)?;
+        Ok(Transactions { producer, timeout, heard })
     }
 
     /// Registers with the transaction coordinator, fencing every older producer with the
@@ -154,6 +158,32 @@ impl Transactions {
                 Err(TxnError::Aborted(e))
             }
             other => other,
+        }
+    }
+
+    /// When `e` is Kafka refusing a topic of the transaction (an abort for an authorization
+    /// failure), that refusal, naming the topic when librdkafka did.
+    pub fn refusal(&self, e: &TxnError) -> Option<super::refusal::Refusal> {
+        use super::refusal::{Operation, Refusal, Resource, refused};
+        match e {
+            TxnError::Aborted(KafkaError::Transaction(r)) if refused(r.code()) => {
+                let topic = self
+                    .heard
+                    .refused_topic()
+                    .unwrap_or_else(|| "(one of the transaction's topics)".to_string());
+                Some(Refusal::new(Operation::Write, Resource::Topic, &topic, r.code()))
+            }
+            // The broker may answer the abort of a refused transaction with a fatal invalid
+            // state; the refusal heard just before is what went wrong.
+            TxnError::Fatal(_) => self.heard.refused_topic().map(|topic| {
+                Refusal::new(
+                    Operation::Write,
+                    Resource::Topic,
+                    &topic,
+                    rdkafka::error::RDKafkaErrorCode::TopicAuthorizationFailed,
+                )
+            }),
+            _ => None,
         }
     }
 
