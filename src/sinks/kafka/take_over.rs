@@ -243,9 +243,8 @@ pub(super) async fn take_over(
     })
     .await
     .map_err(|_| ExactlyOnceError::Client(KafkaError::Canceled))?
-    .map_err(|e| {
-        tracing::error!(sink, error = %crate::error_chain(&e), "cannot read the exactly-once sink's committed state");
-        e
+    .inspect_err(|e| {
+        tracing::error!(sink, error = %crate::error_chain(e), "cannot read the exactly-once sink's committed state");
     })?;
     let kept = reader.kept();
     tracing::info!(

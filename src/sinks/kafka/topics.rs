@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use serde::{Deserialize, Serialize};
@@ -112,6 +112,9 @@ pub struct TopicGuard {
     known: HashSet<String>,
     /// For lookups that must not create anything, and for creating topics.
     admin: Arc<AdminClient<DefaultClientContext>>,
+    /// Whether the brokers create a topic on its first record (`auto.create.topics.enable`),
+    /// once asked.
+    auto_create: Option<bool>,
 }
 
 impl TopicGuard {
@@ -126,6 +129,7 @@ impl TopicGuard {
             create,
             known: HashSet::new(),
             admin: Arc::new(config.create()?),
+            auto_create: None,
         })
     }
 
@@ -148,15 +152,18 @@ impl TopicGuard {
         }
         match self.look_up(topic, via).await? {
             None => {}
-            Some(code) if missing(code) => {
-                let Some(create) = self.create.clone() else {
+            Some(code) if missing(code) => match self.create.clone() {
+                Some(create) => self.create(topic, kind, &create).await?,
+                // A broker that creates topics itself does so on the first record (a lookup
+                // never creates one); kubecast's compacted topics are never left to it.
+                None if kind == Kind::Events && self.broker_creates(topic).await? => {}
+                None => {
                     return Err(TopicError::Missing {
                         topic: topic.to_string(),
                         at: self.at.clone(),
                     });
-                };
-                self.create(topic, kind, &create).await?;
-            }
+                }
+            },
             Some(code) if refused(code) => {
                 // Write (or Read) implies Describe: the lookup is refused when the
                 // permission kubecast needs is missing.
@@ -171,6 +178,46 @@ impl TopicGuard {
         }
         self.known.insert(topic.to_string());
         Ok(())
+    }
+
+    /// Whether the brokers create topics on first use, asked once (DescribeConfigs of a
+    /// broker). Not allowed to ask (no DescribeConfigs on the cluster, as on clusters with
+    /// ACLs, which do not auto-create topics either) counts as no.
+    async fn broker_creates(&mut self, topic: &str) -> Result<bool, TopicError> {
+        if let Some(known) = self.auto_create {
+            return Ok(known);
+        }
+        let unanswered = |source| TopicError::Unanswered {
+            topic: topic.to_string(),
+            source,
+        };
+        let (admin, name) = (self.admin.clone(), topic.to_string());
+        let broker = tokio::task::spawn_blocking(move || {
+            let metadata = admin.inner().fetch_metadata(Some(&name), CALL)?;
+            Ok::<_, KafkaError>(metadata.brokers().first().map(|b| b.id()))
+        })
+        .await
+        .map_err(|_| KafkaError::Canceled)
+        .and_then(|r| r)
+        .map_err(unanswered)?
+        .ok_or_else(|| unanswered(KafkaError::MetadataFetch(RDKafkaErrorCode::BrokerNotAvailable)))?;
+        let options = AdminOptions::new().request_timeout(Some(CALL));
+        let answer = self
+            .admin
+            .describe_configs([&ResourceSpecifier::Broker(broker)], &options)
+            .await
+            .map_err(unanswered)?;
+        let creates = match answer.first() {
+            Some(Ok(config)) => config
+                .get("auto.create.topics.enable")
+                .and_then(|e| e.value.as_deref())
+                .is_some_and(|v| v == "true"),
+            Some(Err(code)) if refused(*code) => false,
+            Some(Err(code)) => return Err(unanswered(KafkaError::AdminOp(*code))),
+            None => false,
+        };
+        self.auto_create = Some(creates);
+        Ok(creates)
     }
 
     /// The topic's error in a metadata answer (`None`: it exists).
