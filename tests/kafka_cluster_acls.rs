@@ -19,6 +19,9 @@ use support::unique_name;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
+/// The tests grant and revoke the `kubecast` user's ACLs: one at a time.
+static USER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A config with an exactly-once sink (a literal topic) and an at-least-once sink (a topic
 /// per namespace, so its ACLs are prefixed), every topic new and created by kubecast.
 fn config(scene: &Scene, cluster: &Cluster, port: u16) -> (String, String, String) {
@@ -66,6 +69,7 @@ fn resource_word(entry: &Value) -> &'static str {
 
 #[tokio::test]
 async fn kafka_acls_grants_exactly_enough_and_each_entry_left_out_is_named() {
+    let _one = USER.lock().await;
     let scene = Scene::new("kc-acls").await;
     let cluster = Cluster::up(&scene.stack);
     cluster.revoke_all();
@@ -170,4 +174,51 @@ async fn kafka_acls_grants_exactly_enough_and_each_entry_left_out_is_named() {
         pods.len()
     );
     cluster.revoke_all();
+}
+
+#[tokio::test]
+async fn a_topic_that_does_not_exist_stops_kubecast_naming_the_topic_and_the_setting() {
+    let _one = USER.lock().await;
+    let scene = Scene::new("kc-missing").await;
+    let cluster = Cluster::up(&scene.stack);
+    cluster.revoke_all();
+    scene.pods.create_each("steady", 1).await;
+    // Without `create_topics`, every ACL granted: the event topic, then (it made) the
+    // exactly-once sink's checkpoint topic, are missing.
+    let topic = unique_name("kc-missing");
+    let txn = [
+        "exactly_once: true".to_string(),
+        format!(
+            "transactions: {{id: {}, checkpoint_topic: {}, state_topic: {}}}",
+            unique_name("kc-missing-txn"),
+            unique_name("kc-missing-checkpoints"),
+            unique_name("kc-missing-state")
+        ),
+    ];
+    for (extra, missing) in [(vec![], topic.clone()), (txn.to_vec(), String::new())] {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        if missing.is_empty() {
+            cluster.create_topic(&topic, 3).await;
+        }
+        let text = scene.config("", &[cluster.sink("out", &topic, &extra)]);
+        cluster.acls("grant", &Value::Array(acls(&scene, &text)).to_string());
+        let kubecast = Kubecast::start(&scene.stack, &scene.dir, &text);
+        let (code, log) = kubecast.exited(LIMIT).await;
+        assert_eq!(code, Some(1), "{log}");
+        let named = log.lines().find(|l| {
+            l.contains("ERROR")
+                && l.contains("does not exist")
+                && l.contains("`sinks.out.create_topics`")
+        });
+        let named = named
+            .unwrap_or_else(|| panic!("an ERROR names the missing topic and the setting:\n{log}"));
+        let want = if missing.is_empty() {
+            "checkpoints"
+        } else {
+            missing.as_str()
+        };
+        assert!(named.contains(want), "the ERROR names {want}: {named}");
+        println!("kafka cluster, a missing topic: {named}");
+        cluster.revoke_all();
+    }
 }

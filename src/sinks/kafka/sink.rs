@@ -72,8 +72,7 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
     }
     let producer = Producer::create(&config, context)
         .map_err(|e| acks.failed(KafkaSinkError::Create(e)))?;
-    let guard = TopicGuard::new(&settings.at, settings.create_topics.clone(), &config)
-        .map_err(|e| acks.failed(KafkaSinkError::Create(e)))?;
+    let guard = TopicGuard::new(&settings.at, settings.create_topics.clone(), &config);
     let mut run = Run {
         producer: &producer,
         settings: &settings,

@@ -179,8 +179,7 @@ pub(super) async fn take_over(
     let started = std::time::Instant::now();
     let config = client_config(settings);
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
-    let mut guard = TopicGuard::new(&settings.at, settings.create_topics.clone(), &config)
-        .map_err(ExactlyOnceError::Client)?;
+    let mut guard = TopicGuard::new(&settings.at, settings.create_topics.clone(), &config);
     for topic in [&txn.checkpoint_topic, &txn.state_topic] {
         // Brokers not reachable yet are waited for, as every sink does.
         loop {

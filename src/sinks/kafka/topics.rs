@@ -110,8 +110,9 @@ pub struct TopicGuard {
     at: String,
     create: Option<CreateTopics>,
     known: HashSet<String>,
-    /// For lookups that must not create anything, and for creating topics.
-    admin: Arc<AdminClient<DefaultClientContext>>,
+    /// The connection of the admin clients made for lookups that must not create anything,
+    /// and for creating topics.
+    config: ClientConfig,
     /// Whether the brokers create a topic on its first record (`auto.create.topics.enable`),
     /// once asked.
     auto_create: Option<bool>,
@@ -119,18 +120,23 @@ pub struct TopicGuard {
 
 impl TopicGuard {
     /// A guard for the sink at `at` connecting with `config` (bootstrap servers, TLS, SASL).
-    pub fn new(at: &str, create: Option<CreateTopics>, config: &ClientConfig) -> Result<TopicGuard, KafkaError> {
+    pub fn new(at: &str, create: Option<CreateTopics>, config: &ClientConfig) -> TopicGuard {
         let mut config = config.clone();
         // A lookup must not create the topic as a side effect (with the broker's defaults,
         // not compacted) where the broker would auto-create it.
         config.set("allow.auto.create.topics", "false");
-        Ok(TopicGuard {
+        TopicGuard {
             at: at.to_string(),
             create,
             known: HashSet::new(),
-            admin: Arc::new(config.create()?),
+            config,
             auto_create: None,
-        })
+        }
+    }
+
+    /// An admin client for one lookup or creation.
+    fn admin(&self) -> Result<Admin, KafkaError> {
+        Ok(Admin(Some(self.config.create()?)))
     }
 
     /// Whether `topic` was seen to exist.
@@ -191,8 +197,10 @@ impl TopicGuard {
             topic: topic.to_string(),
             source,
         };
-        let (admin, name) = (self.admin.clone(), topic.to_string());
+        let admin = Arc::new(self.admin().map_err(unanswered)?);
+        let (lookup, name) = (admin.clone(), topic.to_string());
         let broker = tokio::task::spawn_blocking(move || {
+            let admin = lookup;
             let metadata = admin.inner().fetch_metadata(Some(&name), CALL)?;
             Ok::<_, KafkaError>(metadata.brokers().first().map(|b| b.id()))
         })
@@ -202,8 +210,7 @@ impl TopicGuard {
         .map_err(unanswered)?
         .ok_or_else(|| unanswered(KafkaError::MetadataFetch(RDKafkaErrorCode::BrokerNotAvailable)))?;
         let options = AdminOptions::new().request_timeout(Some(CALL));
-        let answer = self
-            .admin
+        let answer = admin
             .describe_configs([&ResourceSpecifier::Broker(broker)], &options)
             .await
             .map_err(unanswered)?;
@@ -222,11 +229,19 @@ impl TopicGuard {
 
     /// The topic's error in a metadata answer (`None`: it exists).
     async fn look_up(&self, topic: &str, via: Option<&Producer>) -> Result<Option<RDKafkaErrorCode>, TopicError> {
-        let (name, via, admin) = (topic.to_string(), via.cloned(), self.admin.clone());
+        let admin = match via {
+            Some(_) => None,
+            None => Some(self.admin().map_err(|source| TopicError::Unanswered {
+                topic: topic.to_string(),
+                source,
+            })?),
+        };
+        let (name, via) = (topic.to_string(), via.cloned());
         let answer = tokio::task::spawn_blocking(move || {
-            let metadata = match &via {
-                Some(p) => p.client().fetch_metadata(Some(&name), CALL),
-                None => admin.inner().fetch_metadata(Some(&name), CALL),
+            let metadata = match (&via, &admin) {
+                (Some(p), _) => p.client().fetch_metadata(Some(&name), CALL),
+                (None, Some(a)) => a.inner().fetch_metadata(Some(&name), CALL),
+                (None, None) => Err(KafkaError::Canceled),
             }?;
             Ok::<_, KafkaError>(metadata.topics().first().map(|t| {
                 match t.error() {
@@ -265,8 +280,11 @@ impl TopicGuard {
         let options = AdminOptions::new()
             .operation_timeout(Some(CALL))
             .request_timeout(Some(CALL));
-        let results = self
-            .admin
+        let admin = self.admin().map_err(|source| TopicError::Unanswered {
+            topic: topic.to_string(),
+            source,
+        })?;
+        let results = admin
             .create_topics([&new], &options)
             .await
             .map_err(|source| TopicError::Unanswered {
@@ -299,5 +317,30 @@ impl TopicGuard {
             topic: topic.to_string(),
             source: KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition),
         })
+    }
+}
+
+/// An admin client made for one lookup or creation and let go after it: kept for the sink's
+/// life, its polling thread would wake several times a second for nothing.
+struct Admin(Option<AdminClient<DefaultClientContext>>);
+
+impl std::ops::Deref for Admin {
+    type Target = AdminClient<DefaultClientContext>;
+
+    fn deref(&self) -> &Self::Target {
+        // Only `drop` takes the client out.
+        self.0.as_ref().expect("the admin client lives until dropped")
+    }
+}
+
+impl Drop for Admin {
+    fn drop(&mut self) {
+        // Its drop joins its polling thread: off the runtime's workers when there is one.
+        if let Some(admin) = self.0.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(move || drop(admin))),
+                Err(_) => drop(admin),
+            }
+        }
     }
 }
