@@ -237,47 +237,36 @@ async fn a_rolling_restart_of_all_three_nodes_loses_and_duplicates_nothing() {
     .await;
 }
 
-#[tokio::test]
-async fn kill_9_of_the_node_leading_kubecasts_partition_loses_and_duplicates_nothing() {
+/// `kill -9` of the node `which` picks (`role` says what it is), running on until kubecast
+/// publishes again, then started again.
+async fn kill_9(label: &str, role: &str, which: impl Fn(&Bed) -> i32) {
     let _one = CLUSTER.lock().await;
-    let bed = Bed::start("kc-kill-leader").await;
-    let node = bed.cluster.leader_of(&bed.eos.topic, 0).to_string();
+    let bed = Bed::start(label).await;
+    let node = which(&bed).to_string();
     let from = Instant::now();
     bed.cluster.script(&["kill", &node]);
-    bed.publishing(
-        10,
-        &format!("changes with node {node} (a partition leader) killed"),
-    )
-    .await;
+    bed.publishing(10, &format!("changes with node {node} ({role}) killed"))
+        .await;
     let to = Instant::now();
     bed.cluster.script(&["start", &node]);
     bed.cluster.script(&["in-sync"]);
-    bed.finish(
-        &format!("kill -9 of node {node}, leader of partition 0"),
-        (from, to),
-    )
+    bed.finish(&format!("kill -9 of node {node}, {role}"), (from, to))
+        .await;
+}
+
+#[tokio::test]
+async fn kill_9_of_the_node_leading_kubecasts_partition_loses_and_duplicates_nothing() {
+    kill_9("kc-kill-leader", "the leader of partition 0", |bed| {
+        bed.cluster.leader_of(&bed.eos.topic, 0)
+    })
     .await;
 }
 
 #[tokio::test]
 async fn kill_9_of_the_transaction_coordinator_loses_and_duplicates_nothing() {
-    let _one = CLUSTER.lock().await;
-    let bed = Bed::start("kc-kill-coord").await;
-    let node = bed.cluster.coordinator_of(&bed.txn_id).to_string();
-    let from = Instant::now();
-    bed.cluster.script(&["kill", &node]);
-    bed.publishing(
-        10,
-        &format!("changes with node {node} (the transaction coordinator) killed"),
-    )
-    .await;
-    let to = Instant::now();
-    bed.cluster.script(&["start", &node]);
-    bed.cluster.script(&["in-sync"]);
-    bed.finish(
-        &format!("kill -9 of node {node}, the transaction coordinator"),
-        (from, to),
-    )
+    kill_9("kc-kill-coord", "the transaction coordinator", |bed| {
+        bed.cluster.coordinator_of(&bed.txn_id)
+    })
     .await;
 }
 

@@ -201,6 +201,22 @@ version_kube_controller_manager() { version_kube_apiserver; }
 
 # --- Kafka ----------------------------------------------------------------------------------
 
+# Writes DIR/log4j2.properties: INFO to the console (the component's log), state changes at
+# WARN. Shared by the single broker and the cluster's nodes.
+kafka_log4j() {
+    cat >"$1/log4j2.properties" <<'EOF'
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.out.ref = out
+logger.state.name = state.change.logger
+logger.state.level = warn
+EOF
+}
+
 start_kafka() {
     local libs dir=$STATE/kafka
     libs=$(kafka_libs)
@@ -235,17 +251,7 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 EOF
-    cat >"$dir/log4j2.properties" <<'EOF'
-status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = info
-rootLogger.appenderRef.out.ref = out
-logger.state.name = state.change.logger
-logger.state.level = warn
-EOF
+    kafka_log4j "$dir"
     local java=(java -Xms256m -Xmx1g -XX:+UseG1GC -Djava.awt.headless=true
         -Dlog4j2.configurationFile="$dir/log4j2.properties" -cp "$libs/*")
     if [[ ! -f $dir/data/meta.properties ]]; then

@@ -68,17 +68,7 @@ share.coordinator.state.topic.replication.factor=3
 share.coordinator.state.topic.min.isr=2
 group.initial.rebalance.delay.ms=0
 EOF
-    cat >"$dir/log4j2.properties" <<'EOF'
-status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = info
-rootLogger.appenderRef.out.ref = out
-logger.state.name = state.change.logger
-logger.state.level = warn
-EOF
+    kafka_log4j "$dir"
     local java=(java "-Xms$KAFKA_CLUSTER_HEAP" "-Xmx$KAFKA_CLUSTER_HEAP" -XX:+UseG1GC -Djava.awt.headless=true
         -Dlog4j2.configurationFile="$dir/log4j2.properties" -cp "$libs/*")
     if [[ ! -f $dir/data/meta.properties ]]; then

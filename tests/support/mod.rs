@@ -112,17 +112,20 @@ impl Stack {
             .unwrap_or_else(|| {
                 panic!("KUBECAST_STACK_MQTT_AUTH_URL is not mqtt://HOST:PORT: {auth_url}")
             });
+        let kube_port: u16 = {
+            let url = get("KUBECAST_STACK_KUBE_URL");
+            url.rsplit_once(':')
+                .and_then(|(_, p)| p.parse().ok())
+                .unwrap_or_else(|| {
+                    panic!("KUBECAST_STACK_KUBE_URL is not https://HOST:PORT: {url}")
+                })
+        };
+        let (kubeconfig, kube_port) =
+            own_apiserver(&dir, PathBuf::from(get("KUBECONFIG")), kube_port);
         Stack {
             dir: dir.clone(),
-            kubeconfig: PathBuf::from(get("KUBECONFIG")),
-            kube_port: {
-                let url = get("KUBECAST_STACK_KUBE_URL");
-                url.rsplit_once(':')
-                    .and_then(|(_, p)| p.parse().ok())
-                    .unwrap_or_else(|| {
-                        panic!("KUBECAST_STACK_KUBE_URL is not https://HOST:PORT: {url}")
-                    })
-            },
+            kubeconfig,
+            kube_port,
             kafka_bootstrap: get("KUBECAST_STACK_KAFKA_BOOTSTRAP"),
             mqtt_host,
             mqtt_port,
@@ -166,6 +169,25 @@ impl Stack {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
+}
+
+/// With `KUBECAST_TEST_KUBE_PORT`, the tests talk to the extra kube-apiserver on that port
+/// (`scripts/stack apiserver PORT`, over the same etcd) instead of the stack's own, which other
+/// tests stop and restart: a kubeconfig like the stack's with that port (written beside it),
+/// and the port. Without it, `kubeconfig` and `port` as they are.
+fn own_apiserver(dir: &Path, kubeconfig: PathBuf, port: u16) -> (PathBuf, u16) {
+    let Some(own) = std::env::var("KUBECAST_TEST_KUBE_PORT")
+        .ok()
+        .and_then(|p| p.parse::<u16>().ok())
+    else {
+        return (kubeconfig, port);
+    };
+    let text = std::fs::read_to_string(&kubeconfig)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", kubeconfig.display()));
+    let copy = dir.join(format!("kubeconfig-{own}"));
+    let text = text.replace(&format!("127.0.0.1:{port}"), &format!("127.0.0.1:{own}"));
+    std::fs::write(&copy, text).unwrap_or_else(|e| panic!("writing {}: {e}", copy.display()));
+    (copy, own)
 }
 
 /// The repository's root (the crate's manifest directory).
