@@ -191,6 +191,19 @@ mod tests {
     }
 
     #[test]
+    fn each_shard_needs_its_own_transactional_id_and_reader_group() {
+        let c: KafkaConfig = serde_saphyr::from_str("brokers: b:1\nexactly_once: true\n").unwrap();
+        let common = Common {
+            shard: crate::model::Shard::new(1, 3),
+            ..Common::default()
+        };
+        let s = c.settings("sinks.k", &common, "prod").unwrap();
+        let lines = lines(&of_sink("k", &s, "User:kubecast"));
+        assert!(lines.contains(&"Write transactional-id literal kubecast.prod.k-1".to_string()), "{lines:?}");
+        assert!(lines.contains(&"Read group literal kubecast-reader-kubecast.prod.k-1".to_string()), "{lines:?}");
+    }
+
+    #[test]
     fn two_sinks_on_one_topic_need_its_acl_once() {
         let s = settings("brokers: b:1\n");
         let mut all = of_sink("a", &s, "User:k");

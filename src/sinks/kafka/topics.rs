@@ -344,3 +344,34 @@ impl Drop for Admin {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_topics_refuses_zero_and_a_compacted_event_topic_naming_the_field() {
+        let c: CreateTopicsConfig =
+            serde_saphyr::from_str("partitions: 0\nreplication_factor: 0\nconfigs: {cleanup.policy: compact}\n").unwrap();
+        let mut issues = Vec::new();
+        c.settings("sinks.k", &mut issues);
+        let fields: Vec<&str> = issues.iter().map(|i| i.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "sinks.k.create_topics.partitions",
+                "sinks.k.create_topics.replication_factor",
+                "sinks.k.create_topics.configs.cleanup.policy"
+            ]
+        );
+    }
+
+    #[test]
+    fn unset_counts_and_factors_are_the_clusters_defaults() {
+        let c: CreateTopicsConfig = serde_saphyr::from_str("{}").unwrap();
+        let mut issues = Vec::new();
+        let s = c.settings("sinks.k", &mut issues);
+        assert!(issues.is_empty());
+        assert_eq!((s.partitions, s.replication), (-1, -1));
+    }
+}
