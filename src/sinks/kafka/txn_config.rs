@@ -21,12 +21,14 @@ pub struct TransactionsConfig {
     pub id: Option<String>,
     /// Compacted topic of the sinks' checkpoints, one record per sink keyed
     /// `{cluster}/{sink}` (with `sharding`, per shard: `{cluster}/{sink}/shard-{i}-of-{n}`);
-    /// created (compacted) when missing. Default: `kubecast.checkpoints`.
+    /// must exist (compacted, one partition), or be created by `create_topics`. Default:
+    /// `kubecast.checkpoints`.
     #[serde(default = "default_checkpoint_topic")]
     pub checkpoint_topic: String,
     /// Compacted topic of the known state (object uid -> namespace, name and last delivered
     /// resourceVersion, and with routes or alert rules the routes' marks and the alert
-    /// episodes; a tombstone on delete); created when missing. Default:
+    /// episodes; a tombstone on delete); must exist (compacted, one partition), or be
+    /// created by `create_topics`. Default:
     /// `kubecast.state.{cluster}.{sink}`.
     #[serde(default)]
     pub state_topic: Option<String>,
