@@ -304,15 +304,25 @@ async fn kill_9_of_kubecast_mid_episode_resolves_nothing_and_a_resolve_while_it_
     })
     .await;
 
-    // Down for 3 s (the outage itself), less than the 8 s (4 × 2 s) its endsAt lies ahead.
+    // Down past a missed resend, less than the 8 s (4 × 2 s) its endsAt lies ahead.
     let before = am.alerts().await;
     let ends: jiff::Timestamp = before[0]["endsAt"]
         .as_str()
         .unwrap_or_default()
         .parse()
         .unwrap_or_else(|e| panic!("endsAt ({e}): {before:#?}"));
+    let updated: jiff::Timestamp = before[0]["updatedAt"]
+        .as_str()
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or_else(|e| panic!("updatedAt ({e}): {before:#?}"));
     kubecast.kill().await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Down until a resend (every 2 s) was missed: 3 s past the last one Alertmanager took.
+    let missed = updated + jiff::SignedDuration::from_secs(3);
+    until("a resend missed while kubecast is down", || {
+        (jiff::Timestamp::now() > missed).then_some(())
+    })
+    .await;
     let kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
     // Past the endsAt the last send before the kill gave it, and sent again since.
     let held = am

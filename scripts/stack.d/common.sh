@@ -154,10 +154,13 @@ spawn() {
     echo $! >"$(pid_file "$name")"
 }
 
-# Waits until `check_NAME` succeeds; fails early if the process died, and with its log tail.
+# Waits until `check_NAME` (or the command given after NAME) succeeds; fails early if the
+# process died, and with its log tail.
 wait_ready() {
     local name=$1 deadline=$((SECONDS + READY_TIMEOUT))
-    while ! "check_${name//-/_}" >/dev/null 2>&1; do
+    local check=("${@:2}")
+    ((${#check[@]})) || check=("check_${name//-/_}")
+    while ! "${check[@]}" >/dev/null 2>&1; do
         if ! is_running "$name"; then
             log_tail "$name"
             die "$name: the process exited before it answered; its log is $(log_file "$name")"
@@ -170,22 +173,22 @@ wait_ready() {
     done
 }
 
-# Stops a component: SIGTERM, then SIGKILL after a grace period. Kills its whole session, so
-# a JVM or a wrapper leaves nothing behind.
+# Stops a component: SIGTERM, then SIGKILL after a grace period (GRACE seconds, default 20).
+# Kills its whole session, so a JVM or a wrapper leaves nothing behind.
 stop_component() {
-    local name=$1 pid i
+    local name=$1 grace=${2:-20} pid i
     is_running "$name" || {
         rm -f "$(pid_file "$name")"
         return 0
     }
     pid=$(<"$(pid_file "$name")")
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 100; i++)); do
+    for ((i = 0; i < grace * 5; i++)); do
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.2
     done
     if kill -0 "$pid" 2>/dev/null; then
-        log "$name: did not stop within 20s of SIGTERM; sending SIGKILL"
+        log "$name: did not stop within ${grace}s of SIGTERM; sending SIGKILL"
         kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
     fi
     rm -f "$(pid_file "$name")"

@@ -122,20 +122,7 @@ kafka_admin() {
 # Node N answers as a broker of the cluster (it has registered with the quorum).
 check_kafka_node() { kafka_admin ready "$1" 2>/dev/null; }
 
-kafka_node_ready() {
-    local n=$1 deadline=$((SECONDS + READY_TIMEOUT))
-    while ! check_kafka_node "$n"; do
-        if ! is_running "kafka-$n"; then
-            log_tail "kafka-$n"
-            die "kafka-$n: the process exited before it answered; its log is $(log_file "kafka-$n")"
-        fi
-        if ((SECONDS >= deadline)); then
-            log_tail "kafka-$n"
-            die "kafka-$n: no answer within ${READY_TIMEOUT}s; its log is $(log_file "kafka-$n")"
-        fi
-        sleep 0.3
-    done
-}
+kafka_node_ready() { wait_ready "kafka-$1" check_kafka_node "$1"; }
 
 # Every partition of the cluster has its full ISR again (after a node came back): what an
 # operator's rolling restart waits for before it takes the next node down.
@@ -151,23 +138,9 @@ kafka_node_arg() {
     [[ ${1:-} =~ ^[123]$ ]] || die "kafka-cluster: expected a node number 1, 2 or 3, got '${1:-}'"
 }
 
-# Stops node N with SIGTERM and waits: a controlled shutdown (leaders move off it first).
-kafka_node_stop() {
-    local name=kafka-$1 pid
-    is_running "$name" || return 0
-    pid=$(<"$(pid_file "$name")")
-    kill -TERM "$pid" 2>/dev/null || true
-    local deadline=$((SECONDS + 60))
-    while kill -0 "$pid" 2>/dev/null; do
-        ((SECONDS < deadline)) || {
-            log "$name: no controlled shutdown within 60s; sending SIGKILL"
-            kill -KILL -- "-$pid" 2>/dev/null || true
-            break
-        }
-        sleep 0.2
-    done
-    rm -f "$(pid_file "$name")"
-}
+# Stops node N with SIGTERM and waits up to a minute: a controlled shutdown (leaders move
+# off it first).
+kafka_node_stop() { stop_component "kafka-$1" 60; }
 
 kafka_node_kill() {
     local name=kafka-$1 pid

@@ -93,15 +93,27 @@ pub async fn create_topic_with(
 ) {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &stack.kafka_bootstrap);
+    create_topic_through(config, topic, partitions, 1, configs).await;
+}
+
+/// Creates `topic` through a client with `config` (brokers, login), with `partitions`
+/// partitions of `replicas` replicas and topic configs.
+pub async fn create_topic_through(
+    config: ClientConfig,
+    topic: &str,
+    partitions: i32,
+    replicas: i32,
+    configs: &[(&str, &str)],
+) {
     let admin: AdminClient<DefaultClientContext> = config.create().expect("Kafka admin client");
     let created = within(Duration::from_secs(30), "creating a Kafka topic", async {
         admin
             .create_topics(
                 &[configs.iter().fold(
-                    NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
+                    NewTopic::new(topic, partitions, TopicReplication::Fixed(replicas)),
                     |t, (k, v)| t.set(k, v),
                 )],
-                &AdminOptions::new(),
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(20))),
             )
             .await
             .expect("create_topics request")

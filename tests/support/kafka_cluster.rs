@@ -7,12 +7,12 @@ use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 
-use super::consume::KafkaTopic;
-use super::{Stack, repo, within};
+use super::consume::{KafkaTopic, create_topic_through};
+use super::{Stack, repo};
 
 /// The cluster's address and users, from the stack's exports.
 pub struct Cluster {
@@ -26,12 +26,10 @@ impl Cluster {
     /// Brings the cluster up if it is not (a no-op when it is) and reads its exports.
     pub fn up(stack: &Stack) -> Cluster {
         stack.script(&["kafka-cluster", "up"]);
-        let text = std::fs::read_to_string(stack.dir.join("env")).expect("reading the stack's env");
+        let vars = stack.vars();
         let get = |key: &str| {
-            text.lines()
-                .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
-                .find(|(k, _)| *k == key)
-                .map(|(_, v)| v.to_string())
+            vars.get(key)
+                .cloned()
                 .unwrap_or_else(|| panic!("the stack's env has no {key}"))
         };
         Cluster {
@@ -101,26 +99,7 @@ impl Cluster {
 
     /// Creates `topic` with `partitions` partitions and the cluster's replication (3).
     pub async fn create_topic(&self, topic: &str, partitions: i32) {
-        let admin: AdminClient<DefaultClientContext> =
-            self.admin_config().create().expect("Kafka admin client");
-        let created = within(
-            Duration::from_secs(30),
-            "creating a topic on the cluster",
-            async {
-                admin
-                    .create_topics(
-                        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(3))],
-                        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(20))),
-                    )
-                    .await
-                    .expect("create_topics request")
-            },
-        )
-        .await;
-        assert!(
-            created.iter().all(|r| r.is_ok()),
-            "creating {topic}: {created:?}"
-        );
+        create_topic_through(self.admin_config(), topic, partitions, 3, &[]).await;
     }
 
     /// A `read_committed` reader of `topic` (with `partitions` partitions), as the admin.

@@ -141,6 +141,18 @@ impl Stack {
         }
     }
 
+    /// The stack's exports (`$KUBECAST_STACK_DIR/env`), read now: those of parts brought up
+    /// after `load` (the Kafka cluster) too.
+    pub fn vars(&self) -> HashMap<String, String> {
+        let env_file = self.dir.join("env");
+        std::fs::read_to_string(&env_file)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", env_file.display()))
+            .lines()
+            .filter_map(|line| line.strip_prefix("export ")?.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     /// A kube client authenticated as the stack's admin, from the generated kubeconfig.
     pub async fn kube_client(&self) -> kube::Client {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)

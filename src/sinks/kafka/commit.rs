@@ -116,29 +116,34 @@ async fn attempt(
         state,
         checkpoint,
     } = contents;
-    for e in events.iter() {
-        let topic = topic_of(settings, e, false);
-        ready.guard.ensure(&topic, Kind::Events, Some(ready.txns.producer())).await?;
+    // Each event's topic, rendered once for the lookup, the record and its report.
+    let topics: Vec<String> = events.iter().map(|e| topic_of(settings, e, false)).collect();
+    for topic in &topics {
+        ready.guard.ensure(topic, Kind::Events, Some(ready.txns.producer())).await?;
     }
     let txns = &ready.txns;
     txns.begin()?;
     let mut dead = Vec::new();
     // The delivery reports of everything the transaction carries, with each record's topic.
     let mut sent: Vec<(String, Delivery)> = Vec::with_capacity(events.len() + state.len() + 1);
-    for e in events.iter() {
-        match enqueue(txns.producer(), settings, acks.sink(), e, None).await {
-            Ok(delivery) => sent.push((topic_of(settings, e, false), delivery)),
+    for (e, topic) in events.iter().zip(topics) {
+        match enqueue(txns.producer(), settings, acks.sink(), (e, &topic), None).await {
+            Ok(delivery) => sent.push((topic, delivery)),
             Err(Unsendable::TooLarge { size, max }) => {
                 let reason = format!("record of {size} bytes exceeds max_message_bytes {max}");
                 match settings.dead_letter_topic.is_some() {
-                    true => match enqueue(txns.producer(), settings, acks.sink(), e, Some(&reason)).await {
+                    true => match enqueue(txns.producer(), settings, acks.sink(), (e, &topic_of(settings, e, true)), Some(&reason)).await {
                         Ok(delivery) => sent.push((topic_of(settings, e, true), delivery)),
                         Err(_) => dead.push((e.seq, reason)),
                     },
                     false => dead.push((e.seq, reason)),
                 }
             }
-            Err(Unsendable::Refused(e)) => return Err(TxnError::of(e)),
+            // librdkafka refuses at once a record for a topic whose metadata Kafka refused.
+            Err(Unsendable::Refused(e)) => match e.rdkafka_error_code().filter(|c| refused(*c) || missing(*c)) {
+                Some(code) => return Err(Refusal::new(Operation::Write, Resource::Topic, &topic, code).into()),
+                None => return Err(TxnError::of(e)),
+            },
         }
     }
     for (uid, value) in state.iter() {

@@ -71,22 +71,19 @@ pub(super) fn topic_of(settings: &KafkaSettings, event: &Event, dead: bool) -> S
     }
 }
 
-/// The topic, payload and headers of `event`'s record (of its dead letter, with the
-/// reason).
+/// The payload and headers of `event`'s record (of its dead letter, with the reason).
 fn record_of<'e>(
     settings: &KafkaSettings,
     sink: &str,
     event: &'e Event,
     dead: Option<&'e str>,
-) -> (String, Cow<'e, [u8]>, OwnedHeaders) {
+) -> (Cow<'e, [u8]>, OwnedHeaders) {
     match dead {
         None => {
-            let topic = settings.topic.render(event);
             match settings.mode {
                 // The data as it is: librdkafka copies the payload itself.
-                Mode::Binary => (topic, Cow::Borrowed(&event.data[..]), headers_of(event)),
+                Mode::Binary => (Cow::Borrowed(&event.data[..]), headers_of(event)),
                 Mode::Structured => (
-                    topic,
                     Cow::Owned(event.structured_json()),
                     OwnedHeaders::new().insert(Header {
                         key: "content-type",
@@ -96,14 +93,12 @@ fn record_of<'e>(
             }
         }
         Some(reason) => {
-            let topic = settings.dead_letter_topic.clone().unwrap_or_default();
             let mut line = DeadLetter::line(sink, event, reason, true);
             if line.len() > settings.max_message_bytes {
                 line = DeadLetter::line(sink, event, reason, false);
             }
             line.pop(); // the newline
             (
-                topic,
                 Cow::Owned(line),
                 OwnedHeaders::new().insert(Header {
                     key: "kubecast_reason",
@@ -114,23 +109,23 @@ fn record_of<'e>(
     }
 }
 
-/// Hands one record to librdkafka, waiting for room while its queue is full. The error is
-/// the reason the record can never be sent.
+/// Hands one record to librdkafka, to `topic` (the caller's [`topic_of`] the event), waiting
+/// for room while its queue is full. The error is the reason the record can never be sent.
 pub(super) async fn enqueue(
     producer: &Producer,
     settings: &KafkaSettings,
     sink: &str,
-    event: &Event,
+    (event, topic): (&Event, &str),
     dead: Option<&str>,
 ) -> Result<Delivery, Unsendable> {
     // Declared first: the reference form, when it replaces the event, outlives the record.
     let small: Event;
-    let (mut topic, mut payload, mut headers) = record_of(settings, sink, event, dead);
+    let (mut payload, mut headers) = record_of(settings, sink, event, dead);
     if dead.is_none() && settings.too_large_reference && payload.len() > settings.max_message_bytes {
         tracing::warn!(sink, id = %event.id, subject = %event.subject(),
             "event too large for max_message_bytes: sent as reference data (k8struncated)");
         small = event.as_reference();
-        (topic, payload, headers) = record_of(settings, sink, &small, dead);
+        (payload, headers) = record_of(settings, sink, &small, dead);
     }
     if payload.len() > settings.max_message_bytes {
         return Err(Unsendable::TooLarge {
@@ -138,7 +133,7 @@ pub(super) async fn enqueue(
             max: settings.max_message_bytes,
         });
     }
-    let (record, delivery) = Producer::record(&topic);
+    let (record, delivery) = Producer::record(topic);
     let mut record = record
         .key(event.object.uid.as_str())
         .payload(payload.as_ref())

@@ -86,11 +86,14 @@ pub fn refused(code: RDKafkaErrorCode) -> bool {
 }
 
 /// Whether `code` says the topic is not there (deleted, or never created with auto-creation
-/// off).
+/// off), or librdkafka no longer knows its partitions (it sets them to none when the topic's
+/// metadata is refused, and then refuses records for it at once).
 pub fn missing(code: RDKafkaErrorCode) -> bool {
     matches!(
         code,
-        RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic
+        RDKafkaErrorCode::UnknownTopicOrPartition
+            | RDKafkaErrorCode::UnknownTopic
+            | RDKafkaErrorCode::UnknownPartition
     )
 }
 

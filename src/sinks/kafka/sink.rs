@@ -18,7 +18,7 @@ use super::context::{Context, Fatal, KafkaSinkError};
 use super::hold::{Hold, STALL};
 use super::inflight::InFlight;
 use super::producer::{Delivered, Delivery, Producer};
-use super::record::{enqueue, topic_of};
+use super::record::{Unsendable, enqueue, topic_of};
 use super::refusal::{Operation, Refusal, Resource, missing, refused};
 use super::take_over::TxnKeeper;
 use super::topics::{Kind, TopicError, TopicGuard};
@@ -82,6 +82,8 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
     };
     let probe = tokio::spawn(probe(producer.clone(), acks.clone(), fatal.clone()));
     let mut inflight: Outstanding = InFlight::new();
+    let mut stall_check = tokio::time::interval(Duration::from_secs(1));
+    stall_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut open = true;
     while open || !inflight.is_empty() {
         if let Some(e) = fatal.take() {
@@ -90,18 +92,17 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
         }
         // Nothing new is taken while Kafka refuses what the sink has.
         let room = inflight.len() < settings.in_flight && run.hold.refused.is_none();
-        let stall_at = inflight
-            .front()
-            .filter(|_| !run.hold.stalled)
-            .map(|p| tokio::time::Instant::from_std(p.sent + STALL));
+        // Whether the oldest record waits too long is looked at once a second while records
+        // are out, not with a timer per record: the per-event path stays free of timers.
+        let watch_stall = !run.hold.stalled && !inflight.is_empty();
         tokio::select! {
             biased;
             _ = fatal.wake.notified() => continue,
             (pending, done) = inflight.next() => {
                 settle(&mut run, pending, done, &mut inflight).await?;
             }
-            _ = tokio::time::sleep_until(stall_at.unwrap_or_else(tokio::time::Instant::now)), if stall_at.is_some() => {
-                if let Some(p) = inflight.front() {
+            _ = stall_check.tick(), if watch_stall => {
+                if let Some(p) = inflight.front().filter(|p| p.sent.elapsed() >= STALL) {
                     let topic = topic_of(&settings, &p.event, p.dead.is_some());
                     run.hold.stalled(&acks, &topic, fatal.recent());
                 }
@@ -167,8 +168,9 @@ async fn ensure_topic(run: &mut Run<'_>, topic: &str) -> Result<(), SinkError> {
 /// Sends `event` (or its dead letter, when `dead` holds the reason), dead-lettering it if
 /// Kafka refuses it outright.
 async fn submit(run: &mut Run<'_>, event: Arc<Event>, inflight: &mut Outstanding) -> Result<(), SinkError> {
-    ensure_topic(run, &topic_of(run.settings, &event, false)).await?;
-    match enqueue(run.producer, run.settings, run.acks.sink(), &event, None).await {
+    let topic = topic_of(run.settings, &event, false);
+    ensure_topic(run, &topic).await?;
+    match send(run, &event, &topic, None).await? {
         Ok(delivery) => {
             inflight.push(Pending { event, dead: None, sent: Instant::now() }, delivery);
             Ok(())
@@ -187,8 +189,9 @@ async fn dead_letter(
     if run.settings.dead_letter_topic.is_none() {
         return run.acks.dead_letter(&event, reason).await;
     }
-    ensure_topic(run, &topic_of(run.settings, &event, true)).await?;
-    match enqueue(run.producer, run.settings, run.acks.sink(), &event, Some(&reason)).await {
+    let topic = topic_of(run.settings, &event, true);
+    ensure_topic(run, &topic).await?;
+    match send(run, &event, &topic, Some(&reason)).await? {
         Ok(delivery) => {
             let sent = Instant::now();
             inflight.push(Pending { event, dead: Some(reason), sent }, delivery);
@@ -200,6 +203,38 @@ async fn dead_letter(
                 .await
         }
     }
+}
+
+/// Hands the record to librdkafka. One librdkafka refuses at once because Kafka refuses
+/// its topic (a permission taken away, the topic gone: it then knows no partitions) is held
+/// and handed over again, never dead-lettered; other refusals are the caller's to settle.
+async fn send(run: &mut Run<'_>, event: &Event, topic: &str, dead: Option<&str>) -> Result<Result<Delivery, Unsendable>, SinkError> {
+    loop {
+        match enqueue(run.producer, run.settings, run.acks.sink(), (event, topic), dead).await {
+            Err(Unsendable::Refused(e)) if is_held(&e) => hold_on(run, &e, topic).await?,
+            other => return Ok(other),
+        }
+    }
+}
+
+/// Whether Kafka refusing a record with `e` is a refusal of its topic, to hold.
+fn is_held(e: &rdkafka::error::KafkaError) -> bool {
+    e.rdkafka_error_code().is_some_and(|c| refused(c) || missing(c))
+}
+
+/// Kafka refused `topic` with `e`: before the sink's first delivery that stops it, naming the
+/// ACL or the topic; after it, readiness says so and this waits out the backoff, then looks
+/// the topic up again.
+async fn hold_on(run: &mut Run<'_>, e: &rdkafka::error::KafkaError, topic: &str) -> Result<(), SinkError> {
+    let refusal = held(e, topic, &run.settings.at);
+    if !run.hold.delivered_once {
+        tracing::error!(sink = %run.acks.sink(), error = %refusal, "Kafka refuses the sink's first records");
+        return Err(run.acks.failed(KafkaSinkError::Refused(refusal)));
+    }
+    let wait = run.hold.refused(run.acks, refusal.to_string());
+    tokio::time::sleep(wait).await;
+    run.guard.forget(topic);
+    ensure_topic(run, topic).await
 }
 
 /// Turns one delivery report into an ack, a dead letter, or (Kafka refusing the topic) the
@@ -218,18 +253,10 @@ async fn settle(run: &mut Run<'_>, pending: Pending, done: Delivered, inflight: 
             run.acks.reported_dead(event.seq, reason);
             Ok(())
         }
-        (Ok(Err(e)), dead) if e.rdkafka_error_code().is_some_and(|c| refused(c) || missing(c)) => {
+        (Ok(Err(e)), dead) if is_held(&e) => {
             let topic = topic_of(run.settings, &event, dead.is_some());
-            let refusal = held(&e, &topic, &run.settings.at);
-            if !run.hold.delivered_once {
-                tracing::error!(sink = %run.acks.sink(), error = %refusal, "Kafka refuses the sink's first records");
-                return Err(run.acks.failed(KafkaSinkError::Refused(refusal)));
-            }
-            let wait = run.hold.refused(run.acks, refusal.to_string());
-            tokio::time::sleep(wait).await;
-            run.guard.forget(&topic);
-            ensure_topic(run, &topic).await?;
-            let delivery = match enqueue(run.producer, run.settings, run.acks.sink(), &event, dead.as_deref()).await {
+            hold_on(run, &e, &topic).await?;
+            let delivery = match send(run, &event, &topic, dead.as_deref()).await? {
                 Ok(d) => d,
                 Err(why) => return dead_letter(run, event, why.to_string(), inflight).await,
             };
