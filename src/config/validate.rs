@@ -177,6 +177,15 @@ impl Config {
                     "sink names are letters, digits, '-' and '_'",
                 ));
             }
+            if let crate::sinks::SinkKind::Otlp(o) = &sink.kind
+                && o.shape == crate::sinks::otlp::Shape::K8sobjects
+                && self.encoding.data != crate::config::DataMode::Full
+            {
+                issues.push(Issue::new(
+                    format!("sinks.{name}.shape"),
+                    "`k8sobjects` carries the whole object: it needs `encoding.data: full`",
+                ));
+            }
             match sink.validate(&name, &self.cluster) {
                 Ok(v) => sinks.push((name.clone(), v)),
                 Err(more) => issues.extend(more),

@@ -45,6 +45,7 @@ pub struct Metrics {
     capacity_bytes: Family<SinkLabel, Gauge>,
     connected: Family<SinkLabel, Gauge>,
     http_responses: Family<CodeLabel, Counter>,
+    otlp_rejected: Family<SinkLabel, Counter>,
     alertmanager: super::sink_metrics::AlertmanagerFamilies,
     delay: Family<SinkLabel, Histogram, fn() -> Histogram>,
     watch_requests: Family<ScopeLabel, Counter>,
@@ -92,6 +93,7 @@ impl Metrics {
             capacity_bytes: Family::default(),
             connected: Family::default(),
             http_responses: Family::default(),
+            otlp_rejected: Family::default(),
             alertmanager: Default::default(),
             delay: Family::new_with_constructor(delay_histogram),
             watch_requests: Family::default(),
@@ -181,6 +183,11 @@ impl Metrics {
             "http_responses",
             "Answers of an HTTP sink's receiver, by status code",
             m.http_responses.clone(),
+        );
+        r.register(
+            "otlp_rejected_records",
+            "Log records an OTLP receiver accepted the request of but rejected (partial success)",
+            m.otlp_rejected.clone(),
         );
         m.alertmanager.register(r);
         r.register(
@@ -393,6 +400,15 @@ impl Metrics {
                 code,
             })
             .clone()
+    }
+
+    /// `n` records of `sink`'s requests rejected by its OTLP receiver (a partial success).
+    pub fn otlp_rejected(&self, sink: &str, n: u64) {
+        self.otlp_rejected
+            .get_or_create(&SinkLabel {
+                sink: sink.to_string(),
+            })
+            .inc_by(n);
     }
 
     pub fn connected(&self, sink: &str, up: bool) {

@@ -265,6 +265,11 @@ impl Acks {
         self.ops.metrics.alertmanager(&self.sink, instance)
     }
 
+    /// The OTLP receiver rejected `n` records of a request it accepted (a partial success).
+    pub fn otlp_rejected(&self, n: u64) {
+        self.ops.metrics.otlp_rejected(&self.sink, n);
+    }
+
     /// `n` events are sent again (after a reconnect).
     pub fn retried(&self, n: u64) {
         self.ops.metrics.retried(&self.sink, n);

@@ -60,6 +60,8 @@ sink_kinds! {
     mqtt => Mqtt(mqtt::MqttConfig),
     /// CloudEvents over HTTP: Knative Brokers and Services, webhooks.
     http => Http(http::HttpConfig),
+    /// OpenTelemetry (OTLP logs over HTTP or gRPC): the Collector and its backends.
+    otlp => Otlp(otlp::OtlpConfig),
     /// Prometheus Alertmanager (API v2): alert episodes as alerts, resent as Prometheus does.
     alertmanager => Alertmanager(alertmanager::AlertmanagerConfig),
     /// JSON lines (structured CloudEvents) on standard output.

@@ -57,7 +57,7 @@ pub async fn run(s: AmSettings, mut rx: QueueRx, acks: Acks) -> Result<(), SinkE
     let (confirmed_tx, mut confirmed) = mpsc::unbounded_channel();
     let mut senders = tokio::task::JoinSet::new();
     for (index, instance) in s.instances.iter().enumerate() {
-        let client = Client::new(instance).map_err(|e| acks.failed(e))?;
+        let client = Client::new(&instance.into()).map_err(|e| acks.failed(e))?;
         let sender = Sender {
             index,
             shown: instance.shown_url.clone(),

@@ -18,6 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::config::{Auth, HttpSettings};
+use crate::sinks::TlsConfig;
 use crate::sinks::tls::{self, TlsError};
 
 /// An HTTP/2 connection is PINGed after this long without a frame, and dropped when the
@@ -37,6 +38,12 @@ pub enum Answer {
         body: String,
         /// `Location`, on a redirect.
         location: Option<String>,
+        /// The response body as received (up to 64 KiB): what protocols with a body of
+        /// their own (OTLP's partial success, its `Status`) read.
+        raw: Bytes,
+        /// The trailers (gRPC's `grpc-status`), or the headers of a response without a body
+        /// (gRPC's trailers-only answer).
+        trailers: HeaderMap,
         /// Where the request was answered, when 307 or 308 redirects were followed there.
         moved_to: Option<http::Uri>,
     },
@@ -85,6 +92,36 @@ pub enum ClientError {
     TokenValue { path: PathBuf },
 }
 
+/// What a [`Client`] is made from: the HTTP sink's settings, or another sink's that speaks
+/// HTTP (OTLP).
+#[derive(Debug, Clone)]
+pub struct ClientSettings {
+    pub url: http::Uri,
+    /// Extra headers on every request.
+    pub headers: Vec<(http::HeaderName, HeaderValue)>,
+    pub timeout: Duration,
+    /// Idle connections kept.
+    pub in_flight: usize,
+    pub tls: TlsConfig,
+    pub auth: Auth,
+    /// HTTP/2 only, also without TLS (prior knowledge): what gRPC needs.
+    pub http2_only: bool,
+}
+
+impl From<&HttpSettings> for ClientSettings {
+    fn from(s: &HttpSettings) -> Self {
+        ClientSettings {
+            url: s.url.clone(),
+            headers: s.headers.clone(),
+            timeout: s.timeout,
+            in_flight: s.in_flight,
+            tls: s.tls.clone(),
+            auth: s.auth.clone(),
+            http2_only: false,
+        }
+    }
+}
+
 /// The sink's client.
 pub struct Client {
     pool: Pool<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
@@ -110,8 +147,11 @@ enum Authorization {
 
 impl Client {
     /// Builds the client: reads the TLS files and the bearer token.
-    pub fn new(s: &HttpSettings) -> Result<Client, ClientError> {
-        let config = tls::client_config(&s.tls)?;
+    pub fn new(s: &ClientSettings) -> Result<Client, ClientError> {
+        let mut config = tls::client_config(&s.tls)?;
+        if s.http2_only {
+            config.alpn_protocols = vec![b"h2".to_vec()];
+        }
         let https = s.url.scheme_str() == Some("https");
         let check = https.then(|| {
             let host = s.url.host().unwrap_or_default();
@@ -137,6 +177,7 @@ impl Client {
         // not close: without PINGs a dead one would take every retry with it until the
         // kernel gives up (about 15 minutes).
         let pool = Pool::builder(TokioExecutor::new())
+            .http2_only(s.http2_only)
             .timer(TokioTimer::new())
             .pool_timer(TokioTimer::new())
             .pool_max_idle_per_host(s.in_flight)
@@ -263,12 +304,18 @@ impl Client {
             let code = resp.status();
             let retry_after = resp.headers().get(header::RETRY_AFTER).and_then(retry_after);
             let location = resp.headers().get(header::LOCATION).and_then(|l| l.to_str().ok()).map(str::to_string);
+            let (parts, body) = resp.into_parts();
             // Read (a bounded part of) the body, so that the connection can be used again.
-            let body = match Limited::new(resp.into_body(), 64 * 1024).collect().await {
-                Ok(b) => String::from_utf8_lossy(&b.to_bytes()[..]).chars().take(200).collect(),
-                Err(_) => String::new(),
+            let (raw, trailers) = match Limited::new(body, 64 * 1024).collect().await {
+                Ok(b) => {
+                    let trailers = b.trailers().cloned();
+                    (b.to_bytes(), trailers)
+                }
+                Err(_) => (Bytes::new(), None),
             };
-            Ok(Answer::Status { code, retry_after, body, location, moved_to: None })
+            let trailers = trailers.unwrap_or(parts.headers);
+            let body = String::from_utf8_lossy(&raw).chars().take(200).collect();
+            Ok(Answer::Status { code, retry_after, body, location, moved_to: None, raw, trailers })
         };
         tokio::time::timeout(self.timeout, exchange)
             .await

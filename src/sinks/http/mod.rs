@@ -9,9 +9,12 @@ mod client;
 mod config;
 mod encode;
 mod sink;
-mod window;
+pub(crate) mod window;
 
-pub use client::{Answer, Client};
-pub use config::{HttpConfig, HttpSettings};
+pub use client::{Answer, Client, ClientSettings, SendError};
+pub use config::Auth;
+pub(crate) use window::{Positions, Window};
+pub(crate) use encode::gzip;
+pub use config::{Compression, HttpConfig, HttpSettings};
 #[doc(hidden)]
 pub use client::{follow, retry_after};

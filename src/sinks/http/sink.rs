@@ -63,7 +63,7 @@ struct Link {
 
 /// Runs the sink until its queue closes and every event taken was answered.
 pub async fn run(s: HttpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), SinkError> {
-    let client = Arc::new(Client::new(&s).map_err(|e| acks.failed(e))?);
+    let client = Arc::new(Client::new(&(&s).into()).map_err(|e| acks.failed(e))?);
     let mut window = Window::default();
     let mut flights: FuturesUnordered<Flight> = FuturesUnordered::new();
     let mut link = Link {
@@ -202,7 +202,7 @@ fn answered(
         wait
     };
     match result {
-        Ok(Answer::Status { code, retry_after, body, location, moved_to }) => {
+        Ok(Answer::Status { code, retry_after, body, location, moved_to, .. }) => {
             let c = code.as_u16();
             link.responses.entry(c).or_insert_with(|| acks.responses(c)).inc();
             up(acks, link, true);

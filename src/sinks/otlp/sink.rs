@@ -1,0 +1,298 @@
+//! Sending log records to an OTLP receiver and turning its answers into acks. Entry point:
+//! [`run`], the [`Sink`] of a validated [`OtlpSettings`].
+//!
+//! Records are batched by the HTTP sink's [`Window`] (up to `in_flight` requests at once, the
+//! records of one object never overtaking each other, settled in sequence order) and sent by
+//! its [`Client`]; what an answer means is [`answer::outcome`]. A record is delivered only
+//! when the receiver accepted its request; retried ones go back in their places and sending
+//! pauses for a backoff with jitter, or for what the receiver asked when that is longer.
+//! Until the first request, and while the receiver is away with nothing to send, an empty
+//! export request every few seconds tells readiness whether it is there.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use http::{HeaderMap, HeaderValue, header};
+use tokio::time::Instant;
+
+use super::answer::{self, Outcome};
+use super::config::{OtlpSettings, Protocol};
+use super::encode;
+use crate::backoff::Backoff;
+use crate::event::Event;
+use crate::sinks::http::{Answer, Client, Positions, SendError, Window};
+use crate::sinks::queue::QueueRx;
+use crate::sinks::{Acks, Sink, SinkError};
+
+/// Why the OTLP sink stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum OtlpSinkError {
+    /// The first connection's TLS handshake was refused (either side's certificate).
+    #[error("{0}")]
+    TlsRefused(String),
+    /// The receiver refused kubecast's credentials before it ever accepted a record.
+    #[error("the OTLP receiver refused kubecast's credentials: {0}")]
+    Unauthorized(String),
+}
+
+impl Sink for OtlpSettings {
+    fn run(self: Box<Self>, rx: QueueRx, acks: Acks) -> BoxFuture<'static, Result<(), SinkError>> {
+        Box::pin(run(*self, rx, acks))
+    }
+}
+
+type Flight = BoxFuture<'static, (Positions, usize, Result<Answer, SendError>)>;
+
+/// What the loop knows about the receiver.
+struct Link {
+    connected: bool,
+    /// It answered once: a refused handshake is no longer fatal.
+    answered: bool,
+    /// It accepted a request once: refused credentials are no longer fatal.
+    accepted: bool,
+    backoff: Backoff,
+    paused_until: Option<Instant>,
+    responses: std::collections::HashMap<u16, prometheus_client::metrics::counter::Counter>,
+}
+
+/// Runs the sink until its queue closes and every record taken was answered.
+pub async fn run(s: OtlpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), SinkError> {
+    let client = Arc::new(Client::new(&s.client).map_err(|e| acks.failed(e))?);
+    let mut window = Window::default();
+    let mut flights: FuturesUnordered<Flight> = FuturesUnordered::new();
+    let mut link = Link {
+        connected: false,
+        answered: false,
+        accepted: false,
+        backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(30)),
+        paused_until: None,
+        responses: Default::default(),
+    };
+    let mut probe: Option<BoxFuture<'static, Result<Answer, SendError>>> = None;
+    let mut probe_at = Some(Instant::now());
+    let capacity = (s.client.in_flight * s.max_records * 2).max(256);
+    let mut open = true;
+    loop {
+        if !open && window.is_empty() && flights.is_empty() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if link.paused_until.is_some_and(|t| t <= now) {
+            link.paused_until = None;
+        }
+        if link.paused_until.is_none() {
+            while flights.len() < s.client.in_flight {
+                let lingering = open && window.oldest_waiting().is_some_and(|t| now < t + s.linger);
+                let Some((positions, events)) = window.next_request(s.max_records, s.max_bytes, lingering) else {
+                    break;
+                };
+                let body = encode::request(s.encoding(), s.shape, &events);
+                let (client, n) = (client.clone(), events.len());
+                let (headers, body, gzip) = request_parts(&s, body);
+                flights.push(Box::pin(async move { (positions, n, client.send(headers, body, gzip).await) }));
+            }
+        }
+        if probe.is_none() && probe_at.is_some_and(|t| t <= now) && flights.is_empty() && !link.connected {
+            let client = client.clone();
+            let (headers, body, gzip) = request_parts(&s, encode::request(s.encoding(), s.shape, &[]));
+            probe = Some(Box::pin(async move { client.send(headers, body, gzip).await }));
+            probe_at = None;
+        }
+        let linger_at = link.paused_until.is_none().then(|| window.oldest_waiting().map(|t| t + s.linger)).flatten().filter(|t| *t > now);
+        tokio::select! {
+            Some((positions, n, result)) = flights.next(), if !flights.is_empty() => {
+                answered(&s, &acks, &mut link, &mut window, &positions, n, result)?;
+                acks.settle(window.settle()).await?;
+            }
+            Some(result) = maybe(&mut probe) => {
+                probe = None;
+                let wait = probed(&s, &acks, &mut link, result)?;
+                probe_at = wait.map(|w| Instant::now() + w);
+            }
+            _ = crate::backoff::sleep_until(link.paused_until), if link.paused_until.is_some() => {}
+            _ = crate::backoff::sleep_until(linger_at), if linger_at.is_some() => {}
+            next = rx.recv(), if open && window.len() < capacity => match next {
+                None => open = false,
+                Some(event) => take(&s, &acks, &mut window, event),
+            },
+        }
+        if !link.connected && probe.is_none() && probe_at.is_none() && flights.is_empty() && window.waiting() == 0 {
+            probe_at = Some(Instant::now() + Duration::from_secs(2));
+        }
+    }
+}
+
+/// The headers and body of a request holding the encoded `ExportLogsServiceRequest`, and
+/// whether the client gzips the body (gRPC compresses its message itself).
+fn request_parts(s: &OtlpSettings, message: Bytes) -> (HeaderMap, Bytes, bool) {
+    let mut headers = HeaderMap::new();
+    let content_type = match s.protocol {
+        Protocol::HttpProtobuf => "application/x-protobuf",
+        Protocol::HttpJson => "application/json",
+        Protocol::Grpc => "application/grpc",
+    };
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if s.protocol != Protocol::Grpc {
+        return (headers, message, s.gzip);
+    }
+    headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    let message = if s.gzip {
+        headers.insert("grpc-encoding", HeaderValue::from_static("gzip"));
+        crate::sinks::http::gzip(&message)
+    } else {
+        message
+    };
+    let mut framed = Vec::with_capacity(message.len() + 5);
+    framed.push(u8::from(s.gzip));
+    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&message);
+    (headers, framed.into(), false)
+}
+
+/// Holds `event` in the window as its encoded record; one too large for a request goes in
+/// reference mode (`too_large: reference`) or to the dead letter.
+fn take(s: &OtlpSettings, acks: &Acks, window: &mut Window, mut event: Arc<Event>) {
+    let encoding = s.encoding();
+    let mut record = encode::record_bytes(encoding, s.shape, &event);
+    // A request's envelope (resource, scope) is small beside this margin.
+    let fits = |r: &Bytes| r.len() + 512 <= s.max_request_bytes;
+    if !fits(&record) && s.too_large_reference {
+        tracing::warn!(sink = %acks.sink(), id = %event.id, subject = %event.subject(),
+            "event too large for max_request_bytes: sent as reference data (k8struncated)");
+        event = Arc::new(event.as_reference());
+        record = encode::record_bytes(encoding, s.shape, &event);
+    }
+    if fits(&record) {
+        window.push(event, record);
+    } else {
+        let reason = format!("OTLP record of {} bytes exceeds max_request_bytes {}", record.len(), s.max_request_bytes);
+        window.push_refused(event, reason);
+    }
+}
+
+/// Acts on the answer to the readiness probe; the wait before the next one, if any.
+fn probed(s: &OtlpSettings, acks: &Acks, link: &mut Link, result: Result<Answer, SendError>) -> Result<Option<Duration>, SinkError> {
+    match result {
+        Ok(a) => {
+            let shown = match answer::outcome(s.protocol, &a) {
+                Outcome::Delivered { .. } => "accepted an empty request",
+                Outcome::Unauthorized { why } if !link.accepted => {
+                    return Err(acks.failed(OtlpSinkError::Unauthorized(why)));
+                }
+                _ => "answered",
+            };
+            tracing::info!(sink = %acks.sink(), url = %s.shown_url, "OTLP receiver {shown}");
+            up(acks, link, true);
+            Ok(None)
+        }
+        Err(e) => {
+            refused_tls(acks, link, &e)?;
+            up(acks, link, false);
+            let wait = link.backoff.next_delay().max(Duration::from_secs(1));
+            tracing::warn!(sink = %acks.sink(), url = %s.shown_url, error = %crate::error_chain(&e),
+                retry_in_ms = wait.as_millis() as u64, "OTLP receiver unreachable");
+            Ok(Some(wait))
+        }
+    }
+}
+
+/// Acts on the answer to one request of `n` records.
+fn answered(
+    s: &OtlpSettings,
+    acks: &Acks,
+    link: &mut Link,
+    window: &mut Window,
+    positions: &Positions,
+    n: usize,
+    result: Result<Answer, SendError>,
+) -> Result<(), SinkError> {
+    let sink = acks.sink();
+    let mut retry = |link: &mut Link, wait: Option<Duration>| {
+        window.retry(positions);
+        acks.retried(n as u64);
+        let now = Instant::now();
+        // Requests in flight together fail together: one backoff step for all of them.
+        if let Some(t) = link.paused_until.filter(|t| *t > now)
+            && wait.is_none()
+        {
+            return t - now;
+        }
+        let backoff = link.backoff.next_delay();
+        let wait = wait.map_or(backoff, |w| w.max(backoff));
+        let until = now + wait;
+        link.paused_until = Some(link.paused_until.map_or(until, |t| t.max(until)));
+        wait
+    };
+    let answer = match result {
+        Ok(a) => a,
+        Err(e) => {
+            refused_tls(acks, link, &e)?;
+            up(acks, link, false);
+            let wait = retry(link, None);
+            tracing::warn!(sink = %sink, url = %s.shown_url, error = %crate::error_chain(&e), records = n,
+                retry_in_ms = wait.as_millis() as u64, "OTLP request failed; will send again");
+            return Ok(());
+        }
+    };
+    let Answer::Status { code, .. } = &answer;
+    if s.protocol != Protocol::Grpc {
+        let c = code.as_u16();
+        link.responses.entry(c).or_insert_with(|| acks.responses(c)).inc();
+    }
+    up(acks, link, true);
+    match answer::outcome(s.protocol, &answer) {
+        Outcome::Delivered { rejected } => {
+            link.accepted = true;
+            link.backoff.reset();
+            window.finish(positions, None);
+            if let Some((rejected, message)) = rejected {
+                acks.otlp_rejected(rejected.max(0) as u64);
+                tracing::error!(sink = %sink, url = %s.shown_url, rejected, records = n, error_message = %message,
+                    "OTLP receiver accepted the request but rejected some of its records (partial success); not sent again");
+            }
+        }
+        Outcome::Retry { wait, why } => {
+            let wait = retry(link, wait);
+            tracing::warn!(sink = %sink, url = %s.shown_url, answer = %why, records = n,
+                retry_in_ms = wait.as_millis() as u64, "OTLP receiver not ready; will send again");
+        }
+        Outcome::Unauthorized { why } => {
+            if !link.accepted {
+                return Err(acks.failed(OtlpSinkError::Unauthorized(why)));
+            }
+            // It accepted kubecast before: a key being rotated. Nothing is given up.
+            let wait = retry(link, None);
+            tracing::error!(sink = %sink, url = %s.shown_url, answer = %why, records = n,
+                retry_in_ms = wait.as_millis() as u64, "OTLP receiver refused kubecast's credentials; will send again");
+        }
+        Outcome::Refused { reason } => window.finish(positions, Some(&reason)),
+    }
+    Ok(())
+}
+
+/// A refused TLS handshake before the receiver ever answered stops the sink.
+fn refused_tls(acks: &Acks, link: &Link, e: &SendError) -> Result<(), SinkError> {
+    match e.tls_refusal() {
+        Some(why) if !link.answered => Err(acks.failed(OtlpSinkError::TlsRefused(why))),
+        _ => Ok(()),
+    }
+}
+
+fn up(acks: &Acks, link: &mut Link, connected: bool) {
+    link.answered |= connected;
+    if link.connected != connected {
+        link.connected = connected;
+        acks.connected(connected);
+    }
+}
+
+async fn maybe<T>(f: &mut Option<BoxFuture<'static, T>>) -> Option<T> {
+    match f {
+        Some(f) => Some(f.await),
+        None => std::future::pending().await,
+    }
+}
