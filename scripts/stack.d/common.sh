@@ -49,6 +49,9 @@ MQTT_MTLS_PORT=${KUBECAST_STACK_MQTT_MTLS_PORT:-11886}
 ALERTMANAGER_PORT=${KUBECAST_STACK_ALERTMANAGER_PORT:-19193}
 ALERTMANAGER_2_PORT=${KUBECAST_STACK_ALERTMANAGER_2_PORT:-19194}
 AM_WEBHOOK_PORT=${KUBECAST_STACK_AM_WEBHOOK_PORT:-19195}
+# The OpenTelemetry Collector's OTLP receiver.
+OTLP_GRPC_PORT=${KUBECAST_STACK_OTLP_GRPC_PORT:-14317}
+OTLP_HTTP_PORT=${KUBECAST_STACK_OTLP_HTTP_PORT:-14318}
 STACK_USER=kubecast
 STACK_PASSWORD=kubecast-stack-password
 # How often kube-apiserver compacts etcd (its --etcd-compaction-interval). Upstream's default
@@ -62,7 +65,7 @@ CLIENT_QPS=${KUBECAST_STACK_CLIENT_QPS:-200}
 READY_TIMEOUT=${KUBECAST_STACK_READY_TIMEOUT:-120}
 
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kafka mosquitto am-webhook
-    alertmanager alertmanager-2)
+    alertmanager alertmanager-2 otelcol)
 
 log() { printf 'stack: %s\n' "$*" >&2; }
 die() {
@@ -83,6 +86,7 @@ component_ports() {
     alertmanager) echo "$ALERTMANAGER_PORT" ;;
     alertmanager-2) echo "$ALERTMANAGER_2_PORT" ;;
     am-webhook) echo "$AM_WEBHOOK_PORT" ;;
+    otelcol) echo "$OTLP_GRPC_PORT $OTLP_HTTP_PORT" ;;
     esac
 }
 
@@ -99,6 +103,7 @@ canonical_component() {
     alertmanager | alertmanager-1 | am) echo alertmanager ;;
     alertmanager-2 | am-2) echo alertmanager-2 ;;
     am-webhook | webhook) echo am-webhook ;;
+    otelcol | collector | otel) echo otelcol ;;
     kube-apiserver-[0-9]*) echo "$1" ;;
     *) die "unknown component '$1'; expected one of: ${COMPONENTS[*]}" ;;
     esac
