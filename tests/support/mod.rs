@@ -21,6 +21,7 @@ pub mod kubecast;
 pub mod nodes;
 pub mod objects;
 pub mod observer;
+pub mod otlp;
 pub mod page;
 pub mod partition;
 pub mod pods;

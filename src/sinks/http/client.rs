@@ -148,10 +148,7 @@ enum Authorization {
 impl Client {
     /// Builds the client: reads the TLS files and the bearer token.
     pub fn new(s: &ClientSettings) -> Result<Client, ClientError> {
-        let mut config = tls::client_config(&s.tls)?;
-        if s.http2_only {
-            config.alpn_protocols = vec![b"h2".to_vec()];
-        }
+        let config = tls::client_config(&s.tls)?;
         let https = s.url.scheme_str() == Some("https");
         let check = https.then(|| {
             let host = s.url.host().unwrap_or_default();
@@ -167,12 +164,13 @@ impl Client {
         // is sent into it; a request written into a dead one fails as soon (the request
         // timeout usually comes first).
         crate::net::TcpKeepalive::DEFAULT.apply(&mut http);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(config)
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http);
+        let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config).https_or_http();
+        // HTTP/2 only offers just `h2` through ALPN.
+        let https = if s.http2_only {
+            builder.enable_http2().wrap_connector(http)
+        } else {
+            builder.enable_http1().enable_http2().wrap_connector(http)
+        };
         // Every request shares one HTTP/2 connection, which a request that times out does
         // not close: without PINGs a dead one would take every retry with it until the
         // kernel gives up (about 15 minutes).

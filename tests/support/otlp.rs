@@ -1,0 +1,138 @@
+//! What an OTLP receiver got, as plain records: the stack's Collector (its file exporter's
+//! OTLP/JSON lines, `KUBECAST_STACK_OTLP_LOG`) or the fake receiver's http/json bodies.
+//! `AnyValue`s become plain JSON again (`intValue` a number, `kvlistValue` an object, an
+//! empty value `null`), so a body compares with the event's data as it is.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::Stack;
+
+/// One log record with its resource and scope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpRecord {
+    pub resource: BTreeMap<String, Value>,
+    pub scope: String,
+    /// `timeUnixNano` and `observedTimeUnixNano`; 0 when unset.
+    pub time: u64,
+    pub observed: u64,
+    pub severity_number: i64,
+    pub severity_text: String,
+    pub event_name: String,
+    pub attributes: BTreeMap<String, Value>,
+    pub body: Value,
+}
+
+impl OtlpRecord {
+    /// A string attribute (empty when absent).
+    pub fn attr(&self, name: &str) -> &str {
+        self.attributes.get(name).and_then(Value::as_str).unwrap_or_default()
+    }
+}
+
+/// An OTLP/JSON `AnyValue` as plain JSON.
+pub fn plain(v: &Value) -> Value {
+    let Some((kind, inner)) = v.as_object().and_then(|m| m.iter().next()) else {
+        return Value::Null;
+    };
+    match kind.as_str() {
+        "intValue" => match inner {
+            Value::String(s) => s.parse::<i64>().map(Value::from).unwrap_or(Value::Null),
+            n => n.clone(),
+        },
+        "arrayValue" => Value::Array(inner["values"].as_array().map(|a| a.iter().map(plain).collect()).unwrap_or_default()),
+        "kvlistValue" => Value::Object(key_values(&inner["values"]).into_iter().collect()),
+        _ => inner.clone(),
+    }
+}
+
+fn key_values(list: &Value) -> Map<String, Value> {
+    list.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|kv| (kv["key"].as_str().unwrap_or_default().to_string(), plain(&kv["value"])))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn nanos(v: &Value) -> u64 {
+    match v {
+        Value::String(s) => s.parse().unwrap_or(0),
+        n => n.as_u64().unwrap_or(0),
+    }
+}
+
+/// The records of one OTLP/JSON `ExportLogsServiceRequest` (or `LogsData`).
+pub fn records_of(request: &Value) -> Vec<OtlpRecord> {
+    let mut out = Vec::new();
+    for rl in request["resourceLogs"].as_array().into_iter().flatten() {
+        let resource: BTreeMap<String, Value> = key_values(&rl["resource"]["attributes"]).into_iter().collect();
+        for sl in rl["scopeLogs"].as_array().into_iter().flatten() {
+            let scope = sl["scope"]["name"].as_str().unwrap_or_default().to_string();
+            for r in sl["logRecords"].as_array().into_iter().flatten() {
+                out.push(OtlpRecord {
+                    resource: resource.clone(),
+                    scope: scope.clone(),
+                    time: nanos(&r["timeUnixNano"]),
+                    observed: nanos(&r["observedTimeUnixNano"]),
+                    severity_number: r["severityNumber"].as_i64().unwrap_or(0),
+                    severity_text: r["severityText"].as_str().unwrap_or_default().to_string(),
+                    event_name: r["eventName"].as_str().unwrap_or_default().to_string(),
+                    attributes: key_values(&r["attributes"]).into_iter().collect(),
+                    body: plain(&r["body"]),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A file of OTLP/JSON lines that a Collector's file exporter writes.
+pub struct CollectorFile {
+    pub path: PathBuf,
+}
+
+impl CollectorFile {
+    /// The stack's Collector's.
+    pub fn stack(stack: &Stack) -> CollectorFile {
+        CollectorFile { path: PathBuf::from(&stack.vars()["KUBECAST_STACK_OTLP_LOG"]) }
+    }
+
+    /// Every record so far (a line being written is left for later).
+    pub fn records(&self) -> Vec<OtlpRecord> {
+        let text = std::fs::read_to_string(&self.path).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .flat_map(|v| records_of(&v))
+            .collect()
+    }
+
+    /// Waits until `done` holds for the records `keep` selects, and returns those.
+    pub async fn wait_until(
+        &self,
+        what: &str,
+        limit: Duration,
+        keep: impl Fn(&OtlpRecord) -> bool,
+        done: impl Fn(&[OtlpRecord]) -> bool,
+    ) -> Result<Vec<OtlpRecord>, String> {
+        let select = || self.records().into_iter().filter(|r| keep(r)).collect::<Vec<_>>();
+        super::consume::wait_for(limit, what, || Some(select()).filter(|r| done(r)))
+            .await
+            .ok_or_else(|| format!("timed out after {limit:?} waiting for {what}; {} records seen", select().len()))
+    }
+}
+
+/// The stack's Collector's OTLP endpoints: (HTTP, gRPC).
+pub fn endpoints(stack: &Stack) -> (String, String) {
+    let vars = stack.vars();
+    (vars["KUBECAST_STACK_OTLP_HTTP"].clone(), vars["KUBECAST_STACK_OTLP_GRPC"].clone())
+}
+
+/// An OTLP sink block named `name`; `extra` holds more of its fields.
+pub fn otlp_sink(name: &str, endpoint: &str, protocol: &str, extra: &str) -> String {
+    format!("  {name}:\n    type: otlp\n    endpoint: '{endpoint}'\n    protocol: {protocol}\n{extra}")
+}
