@@ -13,7 +13,7 @@ use crate::redact::{RedactConfig, Shape, full_data, model};
 pub type Body = fn(&[u8]);
 
 /// Every target by name (the `fuzz/fuzz_targets/` file and the corpus folder of each).
-pub const TARGETS: [(&str, Body); 7] = [
+pub const TARGETS: [(&str, Body); 8] = [
     ("watch_line", watch_line),
     ("list_page", list_page),
     ("redaction", redaction),
@@ -21,6 +21,7 @@ pub const TARGETS: [(&str, Body); 7] = [
     ("replay_record", replay_record),
     ("http_answer", http_answer),
     ("merge_patch", merge_patch),
+    ("otlp_answer", otlp_answer),
 ];
 
 /// A watch line: parsed, and each object's `full` data and Pod summary written from it.
@@ -190,6 +191,34 @@ pub fn replay_record(data: &[u8]) {
         if let Err(e) = crate::replay::write_change_lines(&events) {
             panic!("writing the change lines failed: {e}");
         }
+    }
+}
+
+/// An OTLP receiver's answer: the status (two bytes), the body's length (two bytes) and
+/// the body (protobuf `Status`, partial success, gRPC framing), then `grpc-status` and
+/// `grpc-status-details-bin` split at a NUL. Read by every protocol's rules; a retry never
+/// waits past its cap.
+pub fn otlp_answer(data: &[u8]) {
+    let (status, len, rest) = match data {
+        [a, b, c, d, rest @ ..] => (
+            u16::from_be_bytes([*a, *b]),
+            usize::from(u16::from_be_bytes([*c, *d])),
+            rest,
+        ),
+        _ => (200, data.len(), data),
+    };
+    let (body, rest) = rest.split_at(len.min(rest.len()));
+    let mut parts = rest.splitn(2, |b| *b == 0);
+    let text = |p: Option<&[u8]>| String::from_utf8_lossy(p.unwrap_or_default()).into_owned();
+    let (grpc_status, details) = (text(parts.next()), text(parts.next()));
+    for wait in crate::sinks::otlp::classify_any(status, body, &grpc_status, &details)
+        .into_iter()
+        .flatten()
+    {
+        assert!(
+            wait <= std::time::Duration::from_secs(600),
+            "a retry delay above its cap"
+        );
     }
 }
 

@@ -31,11 +31,16 @@ async fn a_pods_life_and_its_alert_reach_the_collector_over_every_protocol_with_
     let config = scene.config(rules, &sinks);
     let kubecast = InProcess::start(&scene, &config);
     let collector = CollectorFile::stack(&scene.stack);
-    let ours = |r: &OtlpRecord| r.resource.get("k8s.namespace.name").and_then(Value::as_str) == Some(&*scene.ns);
+    let ours = |r: &OtlpRecord| {
+        r.resource.get("k8s.namespace.name").and_then(Value::as_str) == Some(&*scene.ns)
+    };
 
     // Changes made before the first list would fold into it: wait for the sinks to be ready.
     let pod = scene.pods.create("p").await;
-    let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let name = pod["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     scene.pods.label(&name, "stage", "two").await;
     scene.pods.delete(&name).await;
 
@@ -47,29 +52,71 @@ async fn a_pods_life_and_its_alert_reach_the_collector_over_every_protocol_with_
         let done = has("io.k8s.core.v1.pod.deleted") && has("io.kubecast.alert.resolved");
         Some(events).filter(|_| done)
     };
-    let count = |r: &[OtlpRecord], id: &str| r.iter().filter(|x| x.attr("cloudevents.event_id") == id).count();
+    let count = |r: &[OtlpRecord], id: &str| {
+        r.iter()
+            .filter(|x| x.attr("cloudevents.event_id") == id)
+            .count()
+    };
     let got = collector
-        .wait_until("each of the pod's events and its alert's from three sinks", LIMIT, ours, |r| {
-            file_done().is_some_and(|events| events.iter().all(|e| count(r, e["id"].as_str().unwrap_or_default()) >= 3))
-        })
+        .wait_until(
+            "each of the pod's events and its alert's from three sinks",
+            LIMIT,
+            ours,
+            |r| {
+                file_done().is_some_and(|events| {
+                    events
+                        .iter()
+                        .all(|e| count(r, e["id"].as_str().unwrap_or_default()) >= 3)
+                })
+            },
+        )
         .await
-        .unwrap_or_else(|e| panic!("{e}; the file sink has {:?}", file_events(&file).iter().map(|e| e["id"].clone()).collect::<Vec<_>>()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}; the file sink has {:?}",
+                file_events(&file)
+                    .iter()
+                    .map(|e| e["id"].clone())
+                    .collect::<Vec<_>>()
+            )
+        });
     let events = file_events(&file);
-    let types: std::collections::BTreeSet<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
-    assert_eq!(types.len(), 5, "added, modified, deleted, firing and resolved: {types:?}");
-    let by_id: BTreeMap<&str, &Value> = events.iter().map(|e| (e["id"].as_str().unwrap_or_default(), e)).collect();
+    let types: std::collections::BTreeSet<&str> =
+        events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(
+        types.len(),
+        5,
+        "added, modified, deleted, firing and resolved: {types:?}"
+    );
+    let by_id: BTreeMap<&str, &Value> = events
+        .iter()
+        .map(|e| (e["id"].as_str().unwrap_or_default(), e))
+        .collect();
 
     let mut per_id: BTreeMap<String, usize> = BTreeMap::new();
     for r in &got {
         let id = r.attr("cloudevents.event_id");
-        let e = by_id.get(id).unwrap_or_else(|| panic!("record {id} is no event the file sink wrote: {r:?}"));
+        let e = by_id
+            .get(id)
+            .unwrap_or_else(|| panic!("record {id} is no event the file sink wrote: {r:?}"));
         *per_id.entry(id.to_string()).or_default() += 1;
         assert_eq!(r.event_name, e["type"], "EventName is the CloudEvent type");
         assert_eq!(r.body, e["data"], "{id}: the body is the event's data");
         assert_eq!(r.scope, "kubecast");
-        assert_eq!(r.resource.get("k8s.cluster.name"), Some(&Value::from("test")));
-        let time: jiff::Timestamp = e["time"].as_str().unwrap_or_default().parse().expect("a time");
-        assert_eq!(r.time as i128, time.as_nanosecond(), "{id}: Timestamp is the event's time");
+        assert_eq!(
+            r.resource.get("k8s.cluster.name"),
+            Some(&Value::from("test"))
+        );
+        let time: jiff::Timestamp = e["time"]
+            .as_str()
+            .unwrap_or_default()
+            .parse()
+            .expect("a time");
+        assert_eq!(
+            r.time as i128,
+            time.as_nanosecond(),
+            "{id}: Timestamp is the event's time"
+        );
         assert_eq!(r.observed, r.time);
         for (attr, field) in [
             ("cloudevents.event_source", "source"),
@@ -81,20 +128,35 @@ async fn a_pods_life_and_its_alert_reach_the_collector_over_every_protocol_with_
             ("k8s.object.name", "k8sname"),
             ("k8s.object.resource_version", "k8srv"),
         ] {
-            assert_eq!(r.attr(attr), e[field].as_str().unwrap_or_default(), "{id}: {attr}");
+            assert_eq!(
+                r.attr(attr),
+                e[field].as_str().unwrap_or_default(),
+                "{id}: {attr}"
+            );
         }
         assert_eq!(r.attr("cloudevents.event_spec_version"), "1.0");
         assert_eq!(r.attr("k8s.pod.name"), name);
-        assert_eq!(r.attr("k8s.pod.uid"), pod["metadata"]["uid"].as_str().unwrap_or_default());
+        assert_eq!(
+            r.attr("k8s.pod.uid"),
+            pod["metadata"]["uid"].as_str().unwrap_or_default()
+        );
         if r.event_name.starts_with("io.kubecast.alert") {
-            assert_eq!((r.severity_number, r.severity_text.as_str()), (21, "critical"), "an alert's severity");
+            assert_eq!(
+                (r.severity_number, r.severity_text.as_str()),
+                (21, "critical"),
+                "an alert's severity"
+            );
         } else {
             assert_eq!(r.severity_number, 0, "a change has no severity");
         }
     }
     for e in &events {
         let id = e["id"].as_str().unwrap_or_default();
-        assert_eq!(per_id.get(id), Some(&3), "{id} reached the Collector once from each sink");
+        assert_eq!(
+            per_id.get(id),
+            Some(&3),
+            "{id} reached the Collector once from each sink"
+        );
     }
     // One ResourceLogs per namespace: each request's records of this namespace share theirs.
     kubecast.stop(LIMIT).await;

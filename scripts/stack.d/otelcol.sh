@@ -36,6 +36,7 @@ exporters:
     path: $dir/received.jsonl
     format: json
     flush_interval: 100ms
+    append: true
 service:
   telemetry:
     logs:

@@ -29,7 +29,10 @@ pub struct OtlpRecord {
 impl OtlpRecord {
     /// A string attribute (empty when absent).
     pub fn attr(&self, name: &str) -> &str {
-        self.attributes.get(name).and_then(Value::as_str).unwrap_or_default()
+        self.attributes
+            .get(name)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
     }
 }
 
@@ -43,7 +46,12 @@ pub fn plain(v: &Value) -> Value {
             Value::String(s) => s.parse::<i64>().map(Value::from).unwrap_or(Value::Null),
             n => n.clone(),
         },
-        "arrayValue" => Value::Array(inner["values"].as_array().map(|a| a.iter().map(plain).collect()).unwrap_or_default()),
+        "arrayValue" => Value::Array(
+            inner["values"]
+                .as_array()
+                .map(|a| a.iter().map(plain).collect())
+                .unwrap_or_default(),
+        ),
         "kvlistValue" => Value::Object(key_values(&inner["values"]).into_iter().collect()),
         _ => inner.clone(),
     }
@@ -53,7 +61,12 @@ fn key_values(list: &Value) -> Map<String, Value> {
     list.as_array()
         .map(|a| {
             a.iter()
-                .map(|kv| (kv["key"].as_str().unwrap_or_default().to_string(), plain(&kv["value"])))
+                .map(|kv| {
+                    (
+                        kv["key"].as_str().unwrap_or_default().to_string(),
+                        plain(&kv["value"]),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -70,7 +83,9 @@ fn nanos(v: &Value) -> u64 {
 pub fn records_of(request: &Value) -> Vec<OtlpRecord> {
     let mut out = Vec::new();
     for rl in request["resourceLogs"].as_array().into_iter().flatten() {
-        let resource: BTreeMap<String, Value> = key_values(&rl["resource"]["attributes"]).into_iter().collect();
+        let resource: BTreeMap<String, Value> = key_values(&rl["resource"]["attributes"])
+            .into_iter()
+            .collect();
         for sl in rl["scopeLogs"].as_array().into_iter().flatten() {
             let scope = sl["scope"]["name"].as_str().unwrap_or_default().to_string();
             for r in sl["logRecords"].as_array().into_iter().flatten() {
@@ -99,7 +114,9 @@ pub struct CollectorFile {
 impl CollectorFile {
     /// The stack's Collector's.
     pub fn stack(stack: &Stack) -> CollectorFile {
-        CollectorFile { path: PathBuf::from(&stack.vars()["KUBECAST_STACK_OTLP_LOG"]) }
+        CollectorFile {
+            path: PathBuf::from(&stack.vars()["KUBECAST_STACK_OTLP_LOG"]),
+        }
     }
 
     /// Every record so far (a line being written is left for later).
@@ -119,20 +136,138 @@ impl CollectorFile {
         keep: impl Fn(&OtlpRecord) -> bool,
         done: impl Fn(&[OtlpRecord]) -> bool,
     ) -> Result<Vec<OtlpRecord>, String> {
-        let select = || self.records().into_iter().filter(|r| keep(r)).collect::<Vec<_>>();
+        let select = || {
+            self.records()
+                .into_iter()
+                .filter(|r| keep(r))
+                .collect::<Vec<_>>()
+        };
         super::consume::wait_for(limit, what, || Some(select()).filter(|r| done(r)))
             .await
-            .ok_or_else(|| format!("timed out after {limit:?} waiting for {what}; {} records seen", select().len()))
+            .ok_or_else(|| {
+                format!(
+                    "timed out after {limit:?} waiting for {what}; {} records seen",
+                    select().len()
+                )
+            })
     }
 }
 
 /// The stack's Collector's OTLP endpoints: (HTTP, gRPC).
 pub fn endpoints(stack: &Stack) -> (String, String) {
     let vars = stack.vars();
-    (vars["KUBECAST_STACK_OTLP_HTTP"].clone(), vars["KUBECAST_STACK_OTLP_GRPC"].clone())
+    (
+        vars["KUBECAST_STACK_OTLP_HTTP"].clone(),
+        vars["KUBECAST_STACK_OTLP_GRPC"].clone(),
+    )
 }
 
 /// An OTLP sink block named `name`; `extra` holds more of its fields.
 pub fn otlp_sink(name: &str, endpoint: &str, protocol: &str, extra: &str) -> String {
-    format!("  {name}:\n    type: otlp\n    endpoint: '{endpoint}'\n    protocol: {protocol}\n{extra}")
+    format!(
+        "  {name}:\n    type: otlp\n    endpoint: '{endpoint}'\n    protocol: {protocol}\n{extra}"
+    )
+}
+
+/// An OpenTelemetry Collector of a test's own (the stack's build, `scripts/stack tool
+/// otelcol`): the OTLP receiver on free loopback ports and the file exporter into `dir`.
+/// Stopped for a fault and started again on the same ports; killed when dropped.
+pub struct Collector {
+    child: Option<std::process::Child>,
+    bin: PathBuf,
+    config: PathBuf,
+    log: PathBuf,
+    pub http: String,
+    pub grpc: String,
+    pub file: CollectorFile,
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl Collector {
+    pub async fn start(stack: &Stack, dir: &std::path::Path) -> Collector {
+        let bin = PathBuf::from(stack.script(&["tool", "otelcol"]).trim());
+        let (http, grpc) = (free_port(), free_port());
+        let path = dir.join(format!("otelcol-{http}.jsonl"));
+        let config = dir.join(format!("otelcol-{http}.yaml"));
+        let text = format!(
+            "receivers:\n  otlp:\n    protocols:\n      grpc: {{endpoint: '127.0.0.1:{grpc}'}}\n      http: {{endpoint: '127.0.0.1:{http}'}}\n\
+             exporters:\n  file:\n    path: {}\n    flush_interval: 100ms\n    append: true\n\
+             service:\n  telemetry:\n    logs: {{level: warn}}\n    metrics: {{level: none}}\n  pipelines:\n    logs: {{receivers: [otlp], exporters: [file]}}\n",
+            path.display()
+        );
+        std::fs::write(&config, text).expect("writing the Collector's config");
+        let mut c = Collector {
+            child: None,
+            bin,
+            config,
+            log: dir.join(format!("otelcol-{http}.log")),
+            http: format!("http://127.0.0.1:{http}"),
+            grpc: format!("http://127.0.0.1:{grpc}"),
+            file: CollectorFile { path },
+        };
+        c.resume().await;
+        c
+    }
+
+    /// Starts it again (after [`Collector::stop`]) and waits until it accepts a request.
+    pub async fn resume(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("its log");
+        let child = std::process::Command::new(&self.bin)
+            .arg(format!("--config={}", self.config.display()))
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting the Collector");
+        self.child = Some(child);
+        let url = format!("{}/v1/logs", self.http);
+        let up = super::consume::wait_for(Duration::from_secs(30), "the Collector", || {
+            let out = std::process::Command::new("curl")
+                .args([
+                    "-fsS",
+                    "--max-time",
+                    "2",
+                    "-H",
+                    "Content-Type: application/json",
+                    "-d",
+                    "{}",
+                    &url,
+                ])
+                .output()
+                .ok()?;
+            out.status.success().then_some(())
+        })
+        .await;
+        assert!(
+            up.is_some(),
+            "the Collector did not answer within 30 s; its log: {}",
+            self.log.display()
+        );
+    }
+
+    /// Stops it with SIGTERM and waits: it flushes its file, so that what it accepted is
+    /// there to count.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            let _ = c.wait();
+        }
+    }
 }

@@ -165,9 +165,10 @@ fn base64(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Fuzzing's entry: every classification of a made-up answer, which must never panic.
+/// Fuzzing's entry: every protocol's classification of a made-up answer (which must never
+/// panic), as the waits it asks for.
 #[doc(hidden)]
-pub fn classify_any(status: u16, body: &[u8], grpc_status: &str, details: &str) {
+pub fn classify_any(status: u16, body: &[u8], grpc_status: &str, details: &str) -> Vec<Option<Duration>> {
     let mut trailers = HeaderMap::new();
     if let Ok(v) = http::HeaderValue::from_str(grpc_status) {
         trailers.insert("grpc-status", v.clone());
@@ -187,9 +188,13 @@ pub fn classify_any(status: u16, body: &[u8], grpc_status: &str, details: &str) 
         raw,
         trailers,
     };
-    for p in [Protocol::HttpProtobuf, Protocol::HttpJson, Protocol::Grpc] {
-        let _ = outcome(p, &answer);
-    }
+    [Protocol::HttpProtobuf, Protocol::HttpJson, Protocol::Grpc]
+        .into_iter()
+        .map(|p| match outcome(p, &answer) {
+            Outcome::Retry { wait, .. } => wait,
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,4 @@
+#![no_main]
+//! `kubecast::fuzz::otlp_answer` under libFuzzer.
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| kubecast::fuzz::otlp_answer(data));
