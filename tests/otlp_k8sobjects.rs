@@ -7,58 +7,15 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
 use support::objects::Objects;
-use support::otlp::{CollectorFile, OtlpRecord, endpoints, otlp_sink};
+use support::otlp::{CollectorFile, K8sObjectsReceiver, OtlpRecord, endpoints, otlp_sink};
 use support::scene::{InProcess, Scene};
-use support::{NO_SCHEDULER, Stack};
+use support::NO_SCHEDULER;
 
 const LIMIT: Duration = Duration::from_secs(90);
-
-/// The Collector with the k8sobjects receiver watching pods in `namespace`, writing to
-/// `dir/received.jsonl`. Killed when dropped.
-pub struct Receiver {
-    child: std::process::Child,
-    pub file: CollectorFile,
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Receiver {
-    pub fn start(stack: &Stack, dir: &Path, namespace: &str) -> Receiver {
-        let bin = PathBuf::from(stack.script(&["tool", "otelcol-k8sobjects"]).trim());
-        let path = dir.join("received.jsonl");
-        let config = dir.join("k8sobjects.yaml");
-        let text = format!(
-            "receivers:\n  k8sobjects:\n    auth_type: kubeConfig\n    objects:\n      - name: pods\n        mode: watch\n        namespaces: [{namespace}]\n\
-             exporters:\n  file:\n    path: {}\n    flush_interval: 100ms\n\
-             service:\n  telemetry:\n    logs: {{level: warn}}\n    metrics: {{level: none}}\n  pipelines:\n    logs: {{receivers: [k8sobjects], exporters: [file]}}\n",
-            path.display()
-        );
-        std::fs::write(&config, text).expect("writing the receiver's config");
-        let log = std::fs::File::create(dir.join("k8sobjects.log")).expect("its log");
-        let child = std::process::Command::new(bin)
-            .arg(format!("--config={}", config.display()))
-            .env("KUBECONFIG", &stack.kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("starting the k8sobjects Collector");
-        Receiver {
-            child,
-            file: CollectorFile { path },
-        }
-    }
-}
 
 /// The object's name in a k8sobjects body.
 fn object_name(r: &OtlpRecord) -> &str {
@@ -71,7 +28,7 @@ fn object_name(r: &OtlpRecord) -> &str {
 async fn k8sobjects_shaped_records_equal_the_k8sobjects_receivers_field_by_field() {
     let scene = Scene::new("otlp-k8sobjects").await;
     let (http, _) = endpoints(&scene.stack);
-    let receiver = Receiver::start(&scene.stack, &scene.dir, &scene.ns);
+    let receiver = K8sObjectsReceiver::start(&scene.stack, &scene.dir, &scene.ns, "watch", "received.jsonl");
     let config = scene.config(
         "",
         &[otlp_sink(

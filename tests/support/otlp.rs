@@ -271,3 +271,52 @@ impl Collector {
         }
     }
 }
+
+/// The Collector with the contrib k8sobjects receiver (`scripts/stack tool
+/// otelcol-k8sobjects`) on the pods of `namespace` in `mode` (`watch`, or `pull` once an
+/// hour), its file exporter writing `dir/file`. Killed when dropped.
+pub struct K8sObjectsReceiver {
+    child: std::process::Child,
+    pub file: CollectorFile,
+}
+
+impl Drop for K8sObjectsReceiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl K8sObjectsReceiver {
+    pub fn start(stack: &Stack, dir: &std::path::Path, namespace: &str, mode: &str, file: &str) -> K8sObjectsReceiver {
+        let bin = PathBuf::from(stack.script(&["tool", "otelcol-k8sobjects"]).trim());
+        let path = dir.join(file);
+        let config = dir.join(format!("{file}.yaml"));
+        let text = format!(
+            "receivers:\n  k8sobjects:\n    auth_type: kubeConfig\n    objects:\n      - name: pods\n        mode: {mode}\n        namespaces: [{namespace}]\n\
+             exporters:\n  file:\n    path: {}\n    flush_interval: 100ms\n    append: true\n\
+             service:\n  telemetry:\n    logs: {{level: warn}}\n    metrics: {{level: none}}\n  pipelines:\n    logs: {{receivers: [k8sobjects], exporters: [file]}}\n",
+            path.display()
+        );
+        std::fs::write(&config, text).expect("writing the receiver's config");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{file}.log"))).expect("its log");
+        let child = std::process::Command::new(bin)
+            .arg(format!("--config={}", config.display()))
+            .env("KUBECONFIG", &stack.kubeconfig)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting the k8sobjects Collector");
+        K8sObjectsReceiver { child, file: CollectorFile { path } }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops it with SIGTERM (a rolling update's stop) and waits.
+    pub fn stop(mut self) {
+        let _ = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
