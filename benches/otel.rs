@@ -35,14 +35,21 @@ struct Count {
 
 impl Count {
     fn of(file: &CollectorFile) -> Count {
-        Count { path: file.path.clone(), offset: 0, n: 0 }
+        Count {
+            path: file.path.clone(),
+            offset: 0,
+            n: 0,
+        }
     }
 
     fn now(&mut self) -> usize {
         use std::io::{Read, Seek};
-        let Ok(mut f) = std::fs::File::open(&self.path) else { return self.n };
+        let Ok(mut f) = std::fs::File::open(&self.path) else {
+            return self.n;
+        };
         let mut buf = Vec::new();
-        if f.seek(std::io::SeekFrom::Start(self.offset)).is_ok() && f.read_to_end(&mut buf).is_ok() {
+        if f.seek(std::io::SeekFrom::Start(self.offset)).is_ok() && f.read_to_end(&mut buf).is_ok()
+        {
             let whole = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
             self.n += memchr::memmem::find_iter(&buf[..whole], b"\"k8s.resource.name\"").count();
             self.offset += whole as u64;
@@ -55,7 +62,10 @@ impl Count {
 fn versions(file: &CollectorFile) -> BTreeMap<u64, usize> {
     let mut out = BTreeMap::new();
     for r in file.records() {
-        if let Some(rv) = r.body["object"]["metadata"]["resourceVersion"].as_str().and_then(|v| v.parse().ok()) {
+        if let Some(rv) = r.body["object"]["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+        {
             *out.entry(rv).or_default() += 1;
         }
     }
@@ -66,7 +76,11 @@ fn versions(file: &CollectorFile) -> BTreeMap<u64, usize> {
 async fn reach(count: &mut Count, n: usize, limit: Duration, what: &str) -> f64 {
     let started = Instant::now();
     while count.now() < n {
-        assert!(started.elapsed() < limit, "{what}: {} of {n} records within {limit:?}", count.n);
+        assert!(
+            started.elapsed() < limit,
+            "{what}: {} of {n} records within {limit:?}",
+            count.n
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     started.elapsed().as_secs_f64()
@@ -87,7 +101,10 @@ fn kubecast_config(ns: &str, dir: &Path, endpoint: &str) -> String {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let reuse = args.get(1).cloned().filter(|a| a != "-");
     let seconds: f64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(20.0);

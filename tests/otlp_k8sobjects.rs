@@ -10,10 +10,10 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
+use support::NO_SCHEDULER;
 use support::objects::Objects;
 use support::otlp::{CollectorFile, K8sObjectsReceiver, OtlpRecord, endpoints, otlp_sink};
 use support::scene::{InProcess, Scene};
-use support::NO_SCHEDULER;
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -28,7 +28,13 @@ fn object_name(r: &OtlpRecord) -> &str {
 async fn k8sobjects_shaped_records_equal_the_k8sobjects_receivers_field_by_field() {
     let scene = Scene::new("otlp-k8sobjects").await;
     let (http, _) = endpoints(&scene.stack);
-    let receiver = K8sObjectsReceiver::start(&scene.stack, &scene.dir, &scene.ns, "watch", "received.jsonl");
+    let receiver = K8sObjectsReceiver::start(
+        &scene.stack,
+        &scene.dir,
+        &scene.ns,
+        "watch",
+        "received.jsonl",
+    );
     let config = scene.config(
         "",
         &[otlp_sink(

@@ -288,7 +288,13 @@ impl Drop for K8sObjectsReceiver {
 }
 
 impl K8sObjectsReceiver {
-    pub fn start(stack: &Stack, dir: &std::path::Path, namespace: &str, mode: &str, file: &str) -> K8sObjectsReceiver {
+    pub fn start(
+        stack: &Stack,
+        dir: &std::path::Path,
+        namespace: &str,
+        mode: &str,
+        file: &str,
+    ) -> K8sObjectsReceiver {
         let bin = PathBuf::from(stack.script(&["tool", "otelcol-k8sobjects"]).trim());
         let path = dir.join(file);
         let config = dir.join(format!("{file}.yaml"));
@@ -299,7 +305,11 @@ impl K8sObjectsReceiver {
             path.display()
         );
         std::fs::write(&config, text).expect("writing the receiver's config");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{file}.log"))).expect("its log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("{file}.log")))
+            .expect("its log");
         let child = std::process::Command::new(bin)
             .arg(format!("--config={}", config.display()))
             .env("KUBECONFIG", &stack.kubeconfig)
@@ -307,7 +317,10 @@ impl K8sObjectsReceiver {
             .stderr(log)
             .spawn()
             .expect("starting the k8sobjects Collector");
-        K8sObjectsReceiver { child, file: CollectorFile { path } }
+        K8sObjectsReceiver {
+            child,
+            file: CollectorFile { path },
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -316,7 +329,9 @@ impl K8sObjectsReceiver {
 
     /// Stops it with SIGTERM (a rolling update's stop) and waits.
     pub fn stop(mut self) {
-        let _ = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
         let _ = self.child.wait();
     }
 }

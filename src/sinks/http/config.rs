@@ -216,15 +216,7 @@ impl HttpConfig {
             Some((u, info)) => (Some(u), info),
             None => (None, None),
         };
-        let https = url.as_ref().is_some_and(|u| u.scheme_str() == Some("https"));
-        if self.tls.is_some() && url.is_some() && !https {
-            issues.push(Issue::new(format!("{at}.tls"), "is set but the url is not https://"));
-        }
-        if let Some(t) = &self.tls
-            && t.cert_file.is_some() != t.key_file.is_some()
-        {
-            issues.push(Issue::new(format!("{at}.tls"), "cert_file and key_file go together"));
-        }
+        check_tls(&mut issues, at, self.tls.as_ref(), url.as_ref(), "url");
         let mut headers = Vec::new();
         for (k, v) in &self.headers {
             let name = http::HeaderName::from_bytes(k.as_bytes());
@@ -303,6 +295,18 @@ impl HttpConfig {
             }),
             _ => Err(issues),
         }
+    }
+}
+
+/// The issues of `tls` for a sink sending to `url` (its field named `field`): TLS needs an
+/// `https://` URL, and a client certificate its key.
+pub(crate) fn check_tls(issues: &mut Vec<Issue>, at: &str, tls: Option<&TlsConfig>, url: Option<&http::Uri>, field: &str) {
+    let Some(t) = tls else { return };
+    if url.is_some_and(|u| u.scheme_str() != Some("https")) {
+        issues.push(Issue::new(format!("{at}.tls"), format!("is set but the {field} is not https://")));
+    }
+    if t.cert_file.is_some() != t.key_file.is_some() {
+        issues.push(Issue::new(format!("{at}.tls"), "cert_file and key_file go together"));
     }
 }
 

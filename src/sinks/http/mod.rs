@@ -8,13 +8,16 @@
 mod client;
 mod config;
 mod encode;
+pub(crate) mod link;
 mod sink;
 pub(crate) mod window;
 
 pub use client::{Answer, Client, ClientSettings, SendError};
 pub use config::Auth;
+pub(crate) use link::{Link, maybe};
 pub(crate) use window::{Positions, Window};
 pub(crate) use encode::gzip;
 pub use config::{Compression, HttpConfig, HttpSettings};
+pub(crate) use config::check_tls;
 #[doc(hidden)]
 pub use client::{follow, retry_after};

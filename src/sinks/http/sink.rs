@@ -19,10 +19,10 @@ use http::StatusCode;
 use tokio::time::Instant;
 
 use super::client::{Answer, Client, SendError};
+use super::link::{Link, maybe};
 use super::encode;
 use super::window::{Positions, Window};
 use super::HttpSettings;
-use crate::backoff::Backoff;
 use crate::event::Event;
 use crate::sinks::queue::QueueRx;
 use crate::sinks::{Acks, Sink, SinkError, url};
@@ -46,35 +46,14 @@ impl Sink for HttpSettings {
 
 type Flight = BoxFuture<'static, (Positions, usize, Result<Answer, SendError>)>;
 
-/// What the loop knows about the receiver.
-struct Link {
-    connected: bool,
-    /// It answered once (any status): a refused handshake is no longer fatal.
-    answered: bool,
-    /// It accepted an event once: a 401 or 403 is no longer fatal.
-    accepted: bool,
-    backoff: Backoff,
-    paused_until: Option<Instant>,
-    /// Where 307/308 redirects last led, as shown in logs (a new place is logged once).
-    moved_to: Option<String>,
-    /// `kubecast_http_responses_total` by status code.
-    responses: std::collections::HashMap<u16, prometheus_client::metrics::counter::Counter>,
-}
-
 /// Runs the sink until its queue closes and every event taken was answered.
 pub async fn run(s: HttpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), SinkError> {
     let client = Arc::new(Client::new(&(&s).into()).map_err(|e| acks.failed(e))?);
     let mut window = Window::default();
     let mut flights: FuturesUnordered<Flight> = FuturesUnordered::new();
-    let mut link = Link {
-        connected: false,
-        answered: false,
-        accepted: false,
-        backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(30)),
-        paused_until: None,
-        moved_to: None,
-        responses: Default::default(),
-    };
+    let mut link = Link::default();
+    // Where 307/308 redirects last led, as shown in logs (a new place is logged once).
+    let mut moved_to: Option<String> = None;
     // While the receiver has not answered and nothing is being sent, an OPTIONS request
     // every few seconds tells readiness whether it is there.
     let mut probe: Option<BoxFuture<'static, Result<Answer, SendError>>> = None;
@@ -116,7 +95,7 @@ pub async fn run(s: HttpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
             .filter(|t| *t > now);
         tokio::select! {
             Some((positions, n, result)) = flights.next(), if !flights.is_empty() => {
-                answered(&s, &acks, &mut link, &mut window, &positions, n, result)?;
+                answered(&s, &acks, &mut link, &mut moved_to, &mut window, &positions, n, result)?;
                 acks.settle(window.settle()).await?;
             }
             Some(result) = maybe(&mut probe) => {
@@ -124,11 +103,11 @@ pub async fn run(s: HttpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                 match result {
                     Ok(Answer::Status { code, .. }) => {
                         tracing::info!(sink = %acks.sink(), url = %s.shown_url, status = code.as_u16(), "HTTP receiver answered");
-                        up(&acks, &mut link, true);
+                        link.up(&acks, true);
                     }
                     Err(e) => {
-                        refused_tls(&acks, &link, &e)?;
-                        up(&acks, &mut link, false);
+                        link.refused_tls(&acks, &e, HttpSinkError::TlsRefused)?;
+                        link.up(&acks, false);
                         let wait = link.backoff.next_delay().max(Duration::from_secs(1));
                         tracing::warn!(sink = %acks.sink(), url = %s.shown_url, error = %crate::error_chain(&e), retry_in_ms = wait.as_millis() as u64, "HTTP receiver unreachable");
                         probe_at = Some(Instant::now() + wait);
@@ -172,10 +151,12 @@ fn take(s: &HttpSettings, acks: &Acks, window: &mut Window, mut event: Arc<Event
 }
 
 /// Acts on the answer to one request.
+#[allow(clippy::too_many_arguments)] // the loop's state, each piece borrowed on its own
 fn answered(
     s: &HttpSettings,
     acks: &Acks,
     link: &mut Link,
+    moved: &mut Option<String>,
     window: &mut Window,
     positions: &Positions,
     n: usize,
@@ -185,33 +166,19 @@ fn answered(
     let retry = |link: &mut Link, window: &mut Window, wait: Option<Duration>| {
         window.retry(positions);
         acks.retried(n as u64);
-        let now = Instant::now();
-        // The requests in flight together fail together: one backoff step for all of them,
-        // not one each (unless the receiver says how long to wait).
-        if let Some(t) = link.paused_until.filter(|t| *t > now)
-            && wait.is_none()
-        {
-            return t - now;
-        }
-        // The larger of the backoff and what the receiver asks (`Retry-After: 0` or a date
-        // gone by must not make a tight loop).
-        let backoff = link.backoff.next_delay();
-        let wait = wait.map_or(backoff, |w| w.max(backoff));
-        let until = now + wait;
-        link.paused_until = Some(link.paused_until.map_or(until, |t| t.max(until)));
-        wait
+        link.pause(wait)
     };
     match result {
         Ok(Answer::Status { code, retry_after, body, location, moved_to, .. }) => {
             let c = code.as_u16();
-            link.responses.entry(c).or_insert_with(|| acks.responses(c)).inc();
-            up(acks, link, true);
+            link.count(acks, c);
+            link.up(acks, true);
             let moved_to = moved_to.map(|u| url::shown(&u.to_string()));
-            if moved_to.is_some() && moved_to != link.moved_to {
+            if moved_to.is_some() && moved_to != *moved {
                 tracing::warn!(sink = %sink, url = %s.shown_url, location = moved_to.as_deref().unwrap_or_default(),
                     "HTTP receiver redirects (307/308); following it there");
             }
-            link.moved_to = moved_to;
+            *moved = moved_to;
             if code.is_success() {
                 link.accepted = true;
                 link.backoff.reset();
@@ -242,8 +209,8 @@ fn answered(
             }
         }
         Err(e) => {
-            refused_tls(acks, link, &e)?;
-            up(acks, link, false);
+            link.refused_tls(acks, &e, HttpSinkError::TlsRefused)?;
+            link.up(acks, false);
             let wait = retry(link, window, None);
             let error = crate::error_chain(&e);
             if e.tls_refusal().is_some() {
@@ -258,25 +225,3 @@ fn answered(
     Ok(())
 }
 
-/// A refused TLS handshake before the receiver ever answered stops the sink.
-fn refused_tls(acks: &Acks, link: &Link, e: &SendError) -> Result<(), SinkError> {
-    match e.tls_refusal() {
-        Some(why) if !link.answered => Err(acks.failed(HttpSinkError::TlsRefused(why))),
-        _ => Ok(()),
-    }
-}
-
-fn up(acks: &Acks, link: &mut Link, connected: bool) {
-    link.answered |= connected;
-    if link.connected != connected {
-        link.connected = connected;
-        acks.connected(connected);
-    }
-}
-
-async fn maybe<T>(f: &mut Option<BoxFuture<'static, T>>) -> Option<T> {
-    match f {
-        Some(f) => Some(f.await),
-        None => std::future::pending().await,
-    }
-}

@@ -167,15 +167,7 @@ impl OtlpConfig {
                 format!("`{}` is not an http:// or https:// URL", url::shown(&self.endpoint)),
             ));
         }
-        let https = url.as_ref().is_some_and(|u| u.scheme_str() == Some("https"));
-        if self.tls.is_some() && url.is_some() && !https {
-            issues.push(Issue::new(format!("{at}.tls"), "is set but the endpoint is not https://"));
-        }
-        if let Some(t) = &self.tls
-            && t.cert_file.is_some() != t.key_file.is_some()
-        {
-            issues.push(Issue::new(format!("{at}.tls"), "cert_file and key_file go together"));
-        }
+        crate::sinks::http::check_tls(&mut issues, at, self.tls.as_ref(), url.as_ref(), "endpoint");
         let mut headers = Vec::new();
         for (k, v) in &self.headers {
             let name = http::HeaderName::from_bytes(k.as_bytes());

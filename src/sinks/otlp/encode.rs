@@ -192,32 +192,10 @@ fn json_any(v: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ChangeKind, ObjectRef};
+    use crate::model::ChangeKind;
 
     fn event(namespace: &str, data: Value) -> Arc<Event> {
-        let kind = ChangeKind::Added;
-        Arc::new(Event {
-            seq: 1,
-            id: "u:1:added".into(),
-            kind,
-            ty: kind.event_type().into(),
-            source: format!("k8s://c/api/v1/namespaces/{namespace}/pods"),
-            time: "2026-01-01T00:00:00Z".parse().expect("a time"),
-            dataschema: "urn:x".into(),
-            api_version: "v1".into(),
-            k8s_kind: "Pod".into(),
-            scope: "*".into(),
-            object: ObjectRef { uid: "u".into(), resource: "pods".into(), namespace: namespace.into(), name: "p".into() },
-            rv: "1".into(),
-            prev_rv: String::new(),
-            inferred: false,
-            initial: false,
-            truncated: false,
-            from_watch: true,
-            route: None,
-            compat: None,
-            data: data.to_string().into(),
-        })
+        Arc::new(super::super::record::tests::event_in(ChangeKind::Added, namespace, data))
     }
 
     #[test]
@@ -237,7 +215,7 @@ mod tests {
         assert_eq!(rls[0]["scopeLogs"][0]["logRecords"].as_array().map(Vec::len), Some(2));
         assert_eq!(rls[0]["resource"]["attributes"][1], json!({"key": "k8s.namespace.name", "value": {"stringValue": "a"}}));
         let record = &rls[0]["scopeLogs"][0]["logRecords"][0];
-        assert_eq!(record["timeUnixNano"], "1767225600000000000");
+        assert_eq!(record["timeUnixNano"], "1767225601500000000");
         let fields = record["body"]["kvlistValue"]["values"].as_array().expect("a kvlist");
         let field = |k: &str| fields.iter().find(|f| f["key"] == k).map(|f| f["value"].clone());
         assert_eq!(field("n"), Some(json!({"intValue": "3"})));
@@ -252,7 +230,7 @@ mod tests {
         let e = event("a", json!({"n": -1}));
         let r = record_bytes(Encoding::Protobuf, Shape::Kubecast, &e);
         let fields: Vec<_> = Reader::new(&r).collect();
-        assert!(fields.contains(&(1, Field::Fixed64(1_767_225_600_000_000_000))));
+        assert!(fields.contains(&(1, Field::Fixed64(1_767_225_601_500_000_000))));
         assert!(fields.contains(&(12, Field::Len(b"io.k8s.core.v1.pod.added"))));
         let Some((_, Field::Len(body))) = fields.iter().find(|(n, _)| *n == 5) else { panic!("no body") };
         // body: kvlist_value { values { key "n" value { int_value -1 } } }

@@ -173,23 +173,28 @@ fn severity_of(data: &Value) -> (i32, String) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::ObjectRef;
 
     pub(crate) fn pod_event(kind: ChangeKind, data: Value) -> Event {
+        event_in(kind, "shop", data)
+    }
+
+    /// A Pod's event of `kind` in `namespace` with `data`: the tests' fixture.
+    pub(crate) fn event_in(kind: ChangeKind, namespace: &str, data: Value) -> Event {
         Event {
             seq: 1,
             id: crate::event::event_id("u1", "42", kind),
             kind,
             ty: kind.event_type().into(),
-            source: "k8s://prod/api/v1/namespaces/shop/pods".into(),
+            source: format!("k8s://prod/api/v1/namespaces/{namespace}/pods"),
             time: "2026-01-01T00:00:01.5Z".parse().expect("a time"),
             dataschema: "urn:x".into(),
             api_version: "v1".into(),
             k8s_kind: "Pod".into(),
             scope: "*".into(),
-            object: ObjectRef { uid: "u1".into(), resource: "pods".into(), namespace: "shop".into(), name: "web-1".into() },
+            object: ObjectRef { uid: "u1".into(), resource: "pods".into(), namespace: namespace.into(), name: "web-1".into() },
             rv: "42".into(),
             prev_rv: String::new(),
             inferred: false,

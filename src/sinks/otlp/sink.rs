@@ -22,9 +22,8 @@ use tokio::time::Instant;
 use super::answer::{self, Outcome};
 use super::config::{OtlpSettings, Protocol};
 use super::encode;
-use crate::backoff::Backoff;
 use crate::event::Event;
-use crate::sinks::http::{Answer, Client, Positions, SendError, Window};
+use crate::sinks::http::{Answer, Client, Link, Positions, SendError, Window, maybe};
 use crate::sinks::queue::QueueRx;
 use crate::sinks::{Acks, Sink, SinkError};
 
@@ -47,31 +46,12 @@ impl Sink for OtlpSettings {
 
 type Flight = BoxFuture<'static, (Positions, usize, Result<Answer, SendError>)>;
 
-/// What the loop knows about the receiver.
-struct Link {
-    connected: bool,
-    /// It answered once: a refused handshake is no longer fatal.
-    answered: bool,
-    /// It accepted a request once: refused credentials are no longer fatal.
-    accepted: bool,
-    backoff: Backoff,
-    paused_until: Option<Instant>,
-    responses: std::collections::HashMap<u16, prometheus_client::metrics::counter::Counter>,
-}
-
 /// Runs the sink until its queue closes and every record taken was answered.
 pub async fn run(s: OtlpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), SinkError> {
     let client = Arc::new(Client::new(&s.client).map_err(|e| acks.failed(e))?);
     let mut window = Window::default();
     let mut flights: FuturesUnordered<Flight> = FuturesUnordered::new();
-    let mut link = Link {
-        connected: false,
-        answered: false,
-        accepted: false,
-        backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(30)),
-        paused_until: None,
-        responses: Default::default(),
-    };
+    let mut link = Link::default();
     let mut probe: Option<BoxFuture<'static, Result<Answer, SendError>>> = None;
     let mut probe_at = Some(Instant::now());
     let capacity = (s.client.in_flight * s.max_records * 2).max(256);
@@ -186,12 +166,12 @@ fn probed(s: &OtlpSettings, acks: &Acks, link: &mut Link, result: Result<Answer,
                 _ => "answered",
             };
             tracing::info!(sink = %acks.sink(), url = %s.shown_url, "OTLP receiver {shown}");
-            up(acks, link, true);
+            link.up(acks, true);
             Ok(None)
         }
         Err(e) => {
-            refused_tls(acks, link, &e)?;
-            up(acks, link, false);
+            link.refused_tls(acks, &e, OtlpSinkError::TlsRefused)?;
+            link.up(acks, false);
             let wait = link.backoff.next_delay().max(Duration::from_secs(1));
             tracing::warn!(sink = %acks.sink(), url = %s.shown_url, error = %crate::error_chain(&e),
                 retry_in_ms = wait.as_millis() as u64, "OTLP receiver unreachable");
@@ -214,24 +194,13 @@ fn answered(
     let mut retry = |link: &mut Link, wait: Option<Duration>| {
         window.retry(positions);
         acks.retried(n as u64);
-        let now = Instant::now();
-        // Requests in flight together fail together: one backoff step for all of them.
-        if let Some(t) = link.paused_until.filter(|t| *t > now)
-            && wait.is_none()
-        {
-            return t - now;
-        }
-        let backoff = link.backoff.next_delay();
-        let wait = wait.map_or(backoff, |w| w.max(backoff));
-        let until = now + wait;
-        link.paused_until = Some(link.paused_until.map_or(until, |t| t.max(until)));
-        wait
+        link.pause(wait)
     };
     let answer = match result {
         Ok(a) => a,
         Err(e) => {
-            refused_tls(acks, link, &e)?;
-            up(acks, link, false);
+            link.refused_tls(acks, &e, OtlpSinkError::TlsRefused)?;
+            link.up(acks, false);
             let wait = retry(link, None);
             tracing::warn!(sink = %sink, url = %s.shown_url, error = %crate::error_chain(&e), records = n,
                 retry_in_ms = wait.as_millis() as u64, "OTLP request failed; will send again");
@@ -240,10 +209,9 @@ fn answered(
     };
     let Answer::Status { code, .. } = &answer;
     if s.protocol != Protocol::Grpc {
-        let c = code.as_u16();
-        link.responses.entry(c).or_insert_with(|| acks.responses(c)).inc();
+        link.count(acks, code.as_u16());
     }
-    up(acks, link, true);
+    link.up(acks, true);
     match answer::outcome(s.protocol, &answer) {
         Outcome::Delivered { rejected } => {
             link.accepted = true;
@@ -274,25 +242,3 @@ fn answered(
     Ok(())
 }
 
-/// A refused TLS handshake before the receiver ever answered stops the sink.
-fn refused_tls(acks: &Acks, link: &Link, e: &SendError) -> Result<(), SinkError> {
-    match e.tls_refusal() {
-        Some(why) if !link.answered => Err(acks.failed(OtlpSinkError::TlsRefused(why))),
-        _ => Ok(()),
-    }
-}
-
-fn up(acks: &Acks, link: &mut Link, connected: bool) {
-    link.answered |= connected;
-    if link.connected != connected {
-        link.connected = connected;
-        acks.connected(connected);
-    }
-}
-
-async fn maybe<T>(f: &mut Option<BoxFuture<'static, T>>) -> Option<T> {
-    match f {
-        Some(f) => Some(f.await),
-        None => std::future::pending().await,
-    }
-}
