@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::otlp::{CollectorFile, OtlpRecord, endpoints, otlp_sink};
+use support::otlp::{Collector, CollectorFile, OtlpRecord, endpoints, otlp_sink};
 use support::scene::{InProcess, Scene, file_events, file_sink};
 
 const LIMIT: Duration = Duration::from_secs(90);
@@ -160,4 +160,80 @@ async fn a_pods_life_and_its_alert_reach_the_collector_over_every_protocol_with_
     }
     // One ResourceLogs per namespace: each request's records of this namespace share theirs.
     kubecast.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn mutual_tls_to_a_collector_over_grpc_and_http_with_the_stacks_ca() {
+    let scene = Scene::new("otlp-mtls").await;
+    let collector = Collector::start_mtls(&scene.stack, &scene.dir).await;
+    let pki = |f: &str| scene.stack.pki.join(f).display().to_string();
+    let tls = format!(
+        "    tls: {{ca_file: '{}', cert_file: '{}', key_file: '{}'}}\n",
+        pki("ca.crt"),
+        pki("client.crt"),
+        pki("client.key")
+    );
+    let sinks = [
+        otlp_sink(
+            "grpc",
+            &collector.grpc,
+            "grpc",
+            &format!("{tls}    compression: gzip\n"),
+        ),
+        otlp_sink("http", &collector.http, "http/protobuf", &tls),
+    ];
+    let kubecast = InProcess::start(&scene, &scene.config("", &sinks));
+    let pod = scene.pods.create("p").await;
+    let uid = pod["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let ns = scene.ns.clone();
+    let ours = move |r: &OtlpRecord| {
+        r.resource.get("k8s.namespace.name").and_then(Value::as_str) == Some(&*ns)
+    };
+    collector
+        .file
+        .wait_until("the pod's add over both protocols", LIMIT, ours, |r| {
+            r.iter().filter(|x| x.attr("k8s.pod.uid") == uid).count() >= 2
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    kubecast.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn a_collector_refusing_kubecasts_client_certificate_stops_the_sink_naming_it() {
+    let scene = Scene::new("otlp-mtls-refused").await;
+    let collector = Collector::start_mtls(&scene.stack, &scene.dir).await;
+    let pki = |f: &str| scene.stack.pki.join(f).display().to_string();
+    // A client certificate of another CA: the Collector refuses the handshake.
+    let tls = format!(
+        "    tls: {{ca_file: '{}', cert_file: '{}', key_file: '{}'}}\n",
+        pki("ca.crt"),
+        pki("other-client.crt"),
+        pki("other-client.key")
+    );
+    let config = scene.config(
+        "",
+        &[otlp_sink("otel", &collector.http, "http/protobuf", &tls)],
+    );
+    let mut kubecast = support::kubecast::Kubecast::start(&scene.stack, &scene.dir, &config);
+    let (code, log) = tokio::time::timeout(LIMIT, async {
+        while kubecast.running() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        kubecast.exited(LIMIT).await
+    })
+    .await
+    .expect("kubecast stopped within the limit");
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        log.contains("sink otel") || log.contains("sink=otel") || log.contains("otel"),
+        "{log}"
+    );
+    assert!(
+        log.to_lowercase().contains("certificate"),
+        "the cause is named: {log}"
+    );
 }

@@ -180,6 +180,8 @@ pub struct Collector {
     pub http: String,
     pub grpc: String,
     pub file: CollectorFile,
+    /// With mutual TLS: the CA, client certificate and key the readiness check uses.
+    client: Option<[String; 3]>,
 }
 
 impl Drop for Collector {
@@ -197,25 +199,48 @@ fn free_port() -> u16 {
 
 impl Collector {
     pub async fn start(stack: &Stack, dir: &std::path::Path) -> Collector {
+        Collector::start_with(stack, dir, false).await
+    }
+
+    /// Over TLS with the stack's server certificate, requiring a client certificate of the
+    /// stack's CA (mutual TLS) on both protocols: its endpoints are `https://`.
+    pub async fn start_mtls(stack: &Stack, dir: &std::path::Path) -> Collector {
+        Collector::start_with(stack, dir, true).await
+    }
+
+    async fn start_with(stack: &Stack, dir: &std::path::Path, mtls: bool) -> Collector {
         let bin = PathBuf::from(stack.script(&["tool", "otelcol"]).trim());
         let (http, grpc) = (free_port(), free_port());
         let path = dir.join(format!("otelcol-{http}.jsonl"));
         let config = dir.join(format!("otelcol-{http}.yaml"));
+        let pki = |f: &str| stack.pki.join(f).display().to_string();
+        let tls = if mtls {
+            format!(
+                ", tls: {{cert_file: '{}', key_file: '{}', client_ca_file: '{}'}}",
+                pki("tls-server.crt"),
+                pki("tls-server.key"),
+                pki("ca.crt")
+            )
+        } else {
+            String::new()
+        };
         let text = format!(
-            "receivers:\n  otlp:\n    protocols:\n      grpc: {{endpoint: '127.0.0.1:{grpc}'}}\n      http: {{endpoint: '127.0.0.1:{http}'}}\n\
+            "receivers:\n  otlp:\n    protocols:\n      grpc: {{endpoint: '127.0.0.1:{grpc}'{tls}}}\n      http: {{endpoint: '127.0.0.1:{http}'{tls}}}\n\
              exporters:\n  file:\n    path: {}\n    flush_interval: 100ms\n    append: true\n\
              service:\n  telemetry:\n    logs: {{level: warn}}\n    metrics: {{level: none}}\n  pipelines:\n    logs: {{receivers: [otlp], exporters: [file]}}\n",
             path.display()
         );
         std::fs::write(&config, text).expect("writing the Collector's config");
+        let scheme = if mtls { "https" } else { "http" };
         let mut c = Collector {
             child: None,
             bin,
             config,
             log: dir.join(format!("otelcol-{http}.log")),
-            http: format!("http://127.0.0.1:{http}"),
-            grpc: format!("http://127.0.0.1:{grpc}"),
+            http: format!("{scheme}://127.0.0.1:{http}"),
+            grpc: format!("{scheme}://127.0.0.1:{grpc}"),
             file: CollectorFile { path },
+            client: mtls.then(|| [pki("ca.crt"), pki("client.crt"), pki("client.key")]),
         };
         c.resume().await;
         c
@@ -237,19 +262,13 @@ impl Collector {
         self.child = Some(child);
         let url = format!("{}/v1/logs", self.http);
         let up = super::consume::wait_for(Duration::from_secs(30), "the Collector", || {
-            let out = std::process::Command::new("curl")
-                .args([
-                    "-fsS",
-                    "--max-time",
-                    "2",
-                    "-H",
-                    "Content-Type: application/json",
-                    "-d",
-                    "{}",
-                    &url,
-                ])
-                .output()
-                .ok()?;
+            let mut curl = std::process::Command::new("curl");
+            let json = "Content-Type: application/json";
+            curl.args(["-fsS", "--max-time", "2", "-H", json, "-d", "{}", &url]);
+            if let Some([ca, cert, key]) = &self.client {
+                curl.args(["--cacert", ca, "--cert", cert, "--key", key]);
+            }
+            let out = curl.output().ok()?;
             out.status.success().then_some(())
         })
         .await;
