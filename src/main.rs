@@ -13,7 +13,7 @@ use kubecast::config::{self, Config, ConfigError, LogFormat, Validated};
 use kubecast::error_chain;
 
 /// Watches Kubernetes Pods (and any resource kind named in `watch.resources`) and publishes
-/// every change as a CloudEvent to Kafka, MQTT, stdout or a file.
+/// every change as a CloudEvent to Kafka, MQTT, HTTP, OpenTelemetry (OTLP), stdout or a file.
 ///
 /// Every event id is derived from the object's uid and resourceVersion, so a change that is
 /// delivered twice is recognisably the same change. Every config field can also be set

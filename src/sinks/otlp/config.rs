@@ -260,4 +260,13 @@ mod tests {
         assert!(!format!("{s:?}").contains("s3cr3t"), "header values are never printed");
         assert!(serde_saphyr::from_str::<OtlpConfig>("endpoint: http://x\nprotocol: http\n").is_err());
     }
+
+    #[test]
+    fn the_otel_example_is_valid() {
+        let text = include_str!("../../../examples/otel.yaml");
+        let config = crate::config::load_str("examples/otel.yaml", text, Vec::new()).unwrap_or_else(|e| panic!("{e}"));
+        if let Err(e) = config.validate() {
+            panic!("examples/otel.yaml: {e}");
+        }
+    }
 }
