@@ -54,7 +54,7 @@ pub fn userinfo(uri: &http::Uri) -> (http::Uri, Option<(String, String)>) {
 }
 
 /// Percent-decoding (`%40` is `@`); a `%` not followed by two hex digits stays as it is.
-fn decode(text: &str) -> String {
+pub(crate) fn decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

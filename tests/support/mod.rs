@@ -199,7 +199,11 @@ fn own_apiserver(dir: &Path, kubeconfig: PathBuf, port: u16) -> (PathBuf, u16) {
         .unwrap_or_else(|e| panic!("reading {}: {e}", kubeconfig.display()));
     let copy = dir.join(format!("kubeconfig-{own}"));
     let text = text.replace(&format!("127.0.0.1:{port}"), &format!("127.0.0.1:{own}"));
-    std::fs::write(&copy, text).unwrap_or_else(|e| panic!("writing {}: {e}", copy.display()));
+    // Tests side by side write it at once: each writes a file of its own and renames it into
+    // place, so that no test reads one half written.
+    let tmp = dir.join(format!("kubeconfig-{own}.{}", unique_name("tmp")));
+    std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("writing {}: {e}", tmp.display()));
+    std::fs::rename(&tmp, &copy).unwrap_or_else(|e| panic!("renaming {}: {e}", tmp.display()));
     (copy, own)
 }
 

@@ -140,6 +140,24 @@ impl Objects {
                 .any(|c| c["type"] == "Established" && c["status"] == "True")
         })
         .await;
+        // Established may be said by another apiserver over the same etcd (a test's own)
+        // before this one serves the new group: each served version is waited for here.
+        let plural = names["plural"].as_str().unwrap_or("things");
+        for v in versions
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|v| v["served"] == true)
+        {
+            let list = format!(
+                "/apis/{group}/{}/{plural}",
+                v["name"].as_str().unwrap_or_default()
+            );
+            self.wait_until(&list, limit, "the CRD's version to be served", |o| {
+                o.is_some()
+            })
+            .await;
+        }
         path
     }
 }

@@ -56,7 +56,8 @@ fn grpc(trailers: &HeaderMap, raw: &Bytes) -> Outcome {
         return Outcome::Retry { wait: None, why: "gRPC answer without grpc-status".into() };
     };
     let details = text("grpc-status-details-bin").and_then(base64).map(|b| proto::status(&b)).unwrap_or_default();
-    let message = text("grpc-message").map(percent_decoded).filter(|m| !m.is_empty()).unwrap_or(details.message);
+    // `grpc-message` is percent-encoded.
+    let message = text("grpc-message").map(crate::sinks::url::decode).filter(|m| !m.is_empty()).unwrap_or(details.message);
     let why = format!("gRPC {} {}: {message}", code, name(code));
     match code {
         0 => Outcome::Delivered { rejected: grpc_message(raw).and_then(|m| proto::partial_success(&m)) },
@@ -118,27 +119,6 @@ fn message(json: bool, raw: &[u8]) -> String {
     };
     let text = from_status.unwrap_or_else(|| String::from_utf8_lossy(raw).into_owned());
     text.chars().take(200).collect()
-}
-
-/// `grpc-message` is percent-encoded.
-fn percent_decoded(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (c, _, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Standard base64, padded or not (gRPC's `-bin` metadata is sent unpadded).
