@@ -158,21 +158,26 @@ async fn a_pods_life_and_its_alert_reach_the_collector_over_every_protocol_with_
             "{id} reached the Collector once from each sink"
         );
     }
-    // One ResourceLogs per namespace: each request's records of this namespace share theirs.
     kubecast.stop(LIMIT).await;
+}
+
+/// A sink's `tls:` line trusting the stack's CA and presenting the stack's certificate
+/// `client` (`client`, or `other-client` of another CA).
+fn tls_lines(scene: &Scene, client: &str) -> String {
+    let pki = |f: &str| scene.stack.pki.join(f).display().to_string();
+    format!(
+        "    tls: {{ca_file: '{}', cert_file: '{}', key_file: '{}'}}\n",
+        pki("ca.crt"),
+        pki(&format!("{client}.crt")),
+        pki(&format!("{client}.key"))
+    )
 }
 
 #[tokio::test]
 async fn mutual_tls_to_a_collector_over_grpc_and_http_with_the_stacks_ca() {
     let scene = Scene::new("otlp-mtls").await;
     let collector = Collector::start_mtls(&scene.stack, &scene.dir).await;
-    let pki = |f: &str| scene.stack.pki.join(f).display().to_string();
-    let tls = format!(
-        "    tls: {{ca_file: '{}', cert_file: '{}', key_file: '{}'}}\n",
-        pki("ca.crt"),
-        pki("client.crt"),
-        pki("client.key")
-    );
+    let tls = tls_lines(&scene, "client");
     let sinks = [
         otlp_sink(
             "grpc",
@@ -206,14 +211,8 @@ async fn mutual_tls_to_a_collector_over_grpc_and_http_with_the_stacks_ca() {
 async fn a_collector_refusing_kubecasts_client_certificate_stops_the_sink_naming_it() {
     let scene = Scene::new("otlp-mtls-refused").await;
     let collector = Collector::start_mtls(&scene.stack, &scene.dir).await;
-    let pki = |f: &str| scene.stack.pki.join(f).display().to_string();
     // A client certificate of another CA: the Collector refuses the handshake.
-    let tls = format!(
-        "    tls: {{ca_file: '{}', cert_file: '{}', key_file: '{}'}}\n",
-        pki("ca.crt"),
-        pki("other-client.crt"),
-        pki("other-client.key")
-    );
+    let tls = tls_lines(&scene, "other-client");
     let config = scene.config(
         "",
         &[otlp_sink("otel", &collector.http, "http/protobuf", &tls)],

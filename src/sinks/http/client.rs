@@ -259,6 +259,13 @@ impl Client {
     /// any answer says it is there. Over TLS, a handshake of its own first, which sees a
     /// refused client certificate that a pooled connection may report only as closed.
     pub async fn probe(&self) -> Result<Answer, SendError> {
+        self.handshake().await?;
+        self.exchange(http::Method::OPTIONS, self.url.clone(), HeaderMap::new(), Bytes::new(), false).await
+    }
+
+    /// Over TLS, a handshake of its own (nothing without TLS): it sees a refused client
+    /// certificate, which a pooled connection may report only as closed.
+    pub async fn handshake(&self) -> Result<(), SendError> {
         if let Some((config, host, port)) = &self.tls {
             let wait = Duration::from_millis(500);
             let check = tls::handshake(config.clone(), host, *port, wait);
@@ -267,7 +274,7 @@ impl Client {
                 .unwrap_or(Err(std::io::ErrorKind::TimedOut.into()))
                 .map_err(SendError::Handshake)?;
         }
-        self.exchange(http::Method::OPTIONS, self.url.clone(), HeaderMap::new(), Bytes::new(), false).await
+        Ok(())
     }
 
     async fn exchange(

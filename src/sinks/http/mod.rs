@@ -10,7 +10,7 @@ mod config;
 mod encode;
 pub(crate) mod link;
 mod sink;
-pub(crate) mod window;
+mod window;
 
 pub use client::{Answer, Client, ClientSettings, SendError};
 pub use config::Auth;

@@ -118,6 +118,8 @@ pub struct OtlpSettings {
     pub shown_url: String,
     pub protocol: Protocol,
     pub shape: Shape,
+    /// The config's `cluster`: `k8s.cluster.name`.
+    pub cluster: String,
     pub gzip: bool,
     pub max_records: usize,
     pub max_bytes: usize,
@@ -139,14 +141,15 @@ impl OtlpSettings {
 pub const GRPC_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
 
 impl SinkSpec for OtlpConfig {
-    fn validate(&self, at: &str, common: &Common, _cluster: &str) -> Result<Box<dyn Sink>, Vec<Issue>> {
-        Ok(Box::new(self.settings(at, common)?))
+    fn validate(&self, at: &str, common: &Common, cluster: &str) -> Result<Box<dyn Sink>, Vec<Issue>> {
+        Ok(Box::new(self.settings(at, common, cluster)?))
     }
 }
 
 impl OtlpConfig {
-    /// Checks the values; `at` is this sink's field path (`sinks.NAME`).
-    pub fn settings(&self, at: &str, common: &Common) -> Result<OtlpSettings, Vec<Issue>> {
+    /// Checks the values; `at` is this sink's field path (`sinks.NAME`), `cluster` the
+    /// config's.
+    pub fn settings(&self, at: &str, common: &Common, cluster: &str) -> Result<OtlpSettings, Vec<Issue>> {
         let mut issues = Vec::new();
         let url = match self.endpoint.parse::<http::Uri>() {
             Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {
@@ -207,6 +210,7 @@ impl OtlpConfig {
                 },
                 protocol: self.protocol,
                 shape: self.shape,
+                cluster: cluster.to_string(),
                 gzip: self.compression == crate::sinks::http::Compression::Gzip,
                 max_records: self.batch.max_records,
                 max_bytes: self.batch.max_bytes.min(self.max_request_bytes),
@@ -232,7 +236,7 @@ mod tests {
     fn settings(yaml: &str) -> Result<OtlpSettings, Vec<String>> {
         serde_saphyr::from_str::<OtlpConfig>(yaml)
             .unwrap()
-            .settings("sinks.o", &Common::default())
+            .settings("sinks.o", &Common::default(), "test")
             .map_err(|issues| issues.into_iter().map(|i| i.field).collect())
     }
 

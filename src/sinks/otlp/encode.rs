@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use super::proto::Writer;
-use super::record::{Record, Resource, Shape, record_of, resource_of};
+use super::record::{Record, Shape, record_of, resource_of};
 use crate::event::Event;
 
 /// The encoding of a protocol.
@@ -39,10 +39,10 @@ pub fn record_bytes(encoding: Encoding, shape: Shape, event: &Event) -> Bytes {
 }
 
 /// One `ExportLogsServiceRequest` of `events` with their encoded records: one
-/// `ResourceLogs` per resource, in the order the resources first appear, each record in
-/// the order of the events.
-pub fn request(encoding: Encoding, shape: Shape, events: &[(Arc<Event>, Bytes)]) -> Bytes {
-    let mut groups: Vec<(Resource, Vec<&Bytes>)> = Vec::new();
+/// `ResourceLogs` per resource (`k8s.cluster.name` the sink's `cluster`, and the namespace),
+/// in the order the resources first appear, each record in the order of the events.
+pub fn request(encoding: Encoding, shape: Shape, cluster: &str, events: &[(Arc<Event>, Bytes)]) -> Bytes {
+    let mut groups: Vec<(Option<&str>, Vec<&Bytes>)> = Vec::new();
     for (event, record) in events {
         let resource = resource_of(shape, event);
         match groups.iter_mut().find(|(r, _)| *r == resource) {
@@ -50,18 +50,27 @@ pub fn request(encoding: Encoding, shape: Shape, events: &[(Arc<Event>, Bytes)])
             None => groups.push((resource, vec![record])),
         }
     }
+    // A resource's attributes: none in the k8sobjects shape (nor a scope).
+    let attrs = |namespace: Option<&str>| -> Vec<(&'static str, String)> {
+        let Some(ns) = namespace else { return Vec::new() };
+        let mut out = vec![("k8s.cluster.name", cluster.to_string())];
+        if !ns.is_empty() {
+            out.push(("k8s.namespace.name", ns.to_string()));
+        }
+        out
+    };
     match encoding {
         Encoding::Protobuf => {
             let mut w = Writer::default();
-            for ((attrs, scoped), records) in &groups {
+            for (namespace, records) in &groups {
                 w.message(1, |rl| {
                     rl.message(1, |res| {
-                        for (k, v) in attrs {
-                            res.message(1, |kv| key_value(kv, k, v));
+                        for (k, v) in attrs(*namespace) {
+                            res.message(1, |kv| key_value(kv, k, &v));
                         }
                     });
                     rl.message(2, |sl| {
-                        if *scoped {
+                        if namespace.is_some() {
                             sl.message(1, |s| {
                                 s.bytes(1, SCOPE.as_bytes());
                                 s.bytes(2, VERSION.as_bytes());
@@ -79,24 +88,26 @@ pub fn request(encoding: Encoding, shape: Shape, events: &[(Arc<Event>, Bytes)])
             // The records are already JSON: they are spliced in, not parsed again.
             let mut out = Vec::with_capacity(events.iter().map(|(_, b)| b.len() + 1).sum::<usize>() + 256);
             out.extend_from_slice(b"{\"resourceLogs\":[");
-            for (i, ((attrs, scoped), records)) in groups.iter().enumerate() {
+            for (i, (namespace, records)) in groups.iter().enumerate() {
+                let attrs: Vec<Value> =
+                    attrs(*namespace).iter().map(|(k, v)| json!({"key": k, "value": {"stringValue": v}})).collect();
+                let scope = if namespace.is_some() { json!({"name": SCOPE, "version": VERSION}) } else { json!({}) };
+                // Everything of the ResourceLogs but its records, which go where `[]` is.
+                let head = json!({"resource": {"attributes": attrs}, "scopeLogs": [{"scope": scope, "logRecords": []}]}).to_string();
+                // The marker is there: `head` was written just above.
+                let at = head.find("\"logRecords\":[]").map_or(head.len(), |i| i + "\"logRecords\":[".len());
+                let (before, after) = head.split_at(at);
                 if i > 0 {
                     out.push(b',');
                 }
-                let attrs: Vec<Value> = attrs.iter().map(|(k, v)| json!({"key": k, "value": {"stringValue": v}})).collect();
-                let scope = if *scoped { json!({"name": SCOPE, "version": VERSION}) } else { json!({}) };
-                let head = json!({"resource": {"attributes": attrs}}).to_string();
-                out.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
-                out.extend_from_slice(b",\"scopeLogs\":[{\"scope\":");
-                out.extend_from_slice(scope.to_string().as_bytes());
-                out.extend_from_slice(b",\"logRecords\":[");
+                out.extend_from_slice(before.as_bytes());
                 for (j, r) in records.iter().enumerate() {
                     if j > 0 {
                         out.push(b',');
                     }
                     out.extend_from_slice(r);
                 }
-                out.extend_from_slice(b"]}]}");
+                out.extend_from_slice(after.as_bytes());
             }
             out.extend_from_slice(b"]}");
             out.into()
@@ -209,11 +220,13 @@ mod tests {
                 (e, r)
             })
             .collect();
-        let body: Value = serde_json::from_slice(&request(Encoding::Json, Shape::Kubecast, &events)).expect("JSON");
+        let body: Value = serde_json::from_slice(&request(Encoding::Json, Shape::Kubecast, "prod", &events)).expect("JSON");
         let rls = body["resourceLogs"].as_array().expect("resourceLogs");
         assert_eq!(rls.len(), 2, "one ResourceLogs per namespace");
         assert_eq!(rls[0]["scopeLogs"][0]["logRecords"].as_array().map(Vec::len), Some(2));
+        assert_eq!(rls[0]["resource"]["attributes"][0], json!({"key": "k8s.cluster.name", "value": {"stringValue": "prod"}}));
         assert_eq!(rls[0]["resource"]["attributes"][1], json!({"key": "k8s.namespace.name", "value": {"stringValue": "a"}}));
+        assert_eq!(rls[0]["scopeLogs"][0]["scope"]["name"], "kubecast");
         let record = &rls[0]["scopeLogs"][0]["logRecords"][0];
         assert_eq!(record["timeUnixNano"], "1767225601500000000");
         let fields = record["body"]["kvlistValue"]["values"].as_array().expect("a kvlist");
@@ -241,7 +254,7 @@ mod tests {
         assert_eq!(kv[0], (1, Field::Len(b"n")));
         let Field::Len(value) = kv[1].1 else { panic!() };
         assert_eq!(Reader::new(value).next(), Some((3, Field::Varint(u64::MAX))), "int64 -1 is ten bytes of ones");
-        let req = request(Encoding::Protobuf, Shape::Kubecast, &[(e, r)]);
+        let req = request(Encoding::Protobuf, Shape::Kubecast, "prod", &[(e, r)]);
         assert_eq!(Reader::new(&req).filter(|(n, _)| *n == 1).count(), 1);
     }
 }

@@ -73,11 +73,15 @@ impl Writer {
         self.buf.extend_from_slice(v);
     }
 
-    /// An embedded message, written by `f` (always present, even when empty).
+    /// An embedded message, written by `f` (always present, even when empty) into this
+    /// buffer, its length put in front of it afterwards: no buffer of its own per message.
     pub fn message(&mut self, field: u32, f: impl FnOnce(&mut Writer)) {
-        let mut inner = Writer { buf: Vec::new() };
-        f(&mut inner);
-        self.bytes_always(field, &inner.buf);
+        self.key(field, LEN);
+        let start = self.buf.len();
+        f(self);
+        let mut len = Writer { buf: Vec::with_capacity(5) };
+        len.varint((self.buf.len() - start) as u64);
+        self.buf.splice(start..start, len.buf);
     }
 }
 

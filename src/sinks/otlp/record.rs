@@ -44,21 +44,11 @@ pub struct Record<'a> {
     pub attributes: Vec<(&'static str, Cow<'a, str>)>,
 }
 
-/// The resource attributes of the `ResourceLogs` an event goes in, and whether its scope
-/// names kubecast. Events with equal resources share one `ResourceLogs`.
-pub type Resource = (Vec<(&'static str, String)>, bool);
-
-/// The resource of `event` in `shape`: its cluster and namespace (kubecast), nothing
-/// (k8sobjects, whose receiver sets none in watch mode).
-pub fn resource_of(shape: Shape, event: &Event) -> Resource {
-    if shape == Shape::K8sobjects && !event.kind.is_alert() {
-        return (Vec::new(), false);
-    }
-    let mut attrs = vec![("k8s.cluster.name", cluster_of(&event.source).to_string())];
-    if !event.object.namespace.is_empty() {
-        attrs.push(("k8s.namespace.name", event.object.namespace.to_string()));
-    }
-    (attrs, true)
+/// Which `ResourceLogs` `event` goes in: in kubecast's shape its namespace (empty for a
+/// cluster-scoped object; the cluster is the sink's own), in the k8sobjects receiver's none
+/// (it sets no resource attributes in watch mode). Events with equal resources share one.
+pub fn resource_of(shape: Shape, event: &Event) -> Option<&str> {
+    (shape == Shape::Kubecast || event.kind.is_alert()).then_some(&*event.object.namespace)
 }
 
 /// The record of `event` in `shape`. Alerts are in kubecast's shape in either: the
@@ -105,12 +95,6 @@ pub fn record_of(shape: Shape, event: &Event) -> Record<'_> {
     }
     let severity = if event.kind.is_alert() { severity_of(&data) } else { (0, String::new()) };
     Record { time_ns: ns(event.time), observed_ns: ns(event.time), severity, event_name: ty, body: data, attributes }
-}
-
-/// The cluster of a `k8s://{cluster}/...` source.
-fn cluster_of(source: &str) -> &str {
-    let rest = source.strip_prefix("k8s://").unwrap_or(source);
-    rest.split('/').next().unwrap_or_default()
 }
 
 /// The semantic conventions' `k8s.{kind}.name` and `.uid` for the kinds they name.
@@ -237,9 +221,7 @@ pub(crate) mod tests {
             assert_eq!(attr(&r, k), Some(v), "{k}");
         }
         assert_eq!(r.severity, (0, String::new()));
-        let (res, scoped) = resource_of(Shape::Kubecast, &e);
-        assert_eq!(res, [("k8s.cluster.name", "prod".to_string()), ("k8s.namespace.name", "shop".into())]);
-        assert!(scoped);
+        assert_eq!(resource_of(Shape::Kubecast, &e), Some("shop"));
     }
 
     #[test]
@@ -252,7 +234,7 @@ pub(crate) mod tests {
         assert_eq!(r.event_name, "");
         let attrs: Vec<_> = r.attributes.iter().map(|(k, v)| (*k, &**v)).collect();
         assert_eq!(attrs, [("k8s.resource.name", "pods"), ("event.domain", "k8s"), ("event.name", "web-1")]);
-        assert_eq!(resource_of(Shape::K8sobjects, &e), (Vec::new(), false));
+        assert_eq!(resource_of(Shape::K8sobjects, &e), None);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! when the receiver accepted its request; retried ones go back in their places and sending
 //! pauses for a backoff with jitter, or for what the receiver asked when that is longer.
 //! Until the first request, and while the receiver is away with nothing to send, an empty
-//! export request every few seconds tells readiness whether it is there.
+//! export request every few seconds (over TLS after a handshake of its own, which sees a
+//! refused client certificate) tells readiness whether it is there.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,7 +71,7 @@ pub async fn run(s: OtlpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                 let Some((positions, events)) = window.next_request(s.max_records, s.max_bytes, lingering) else {
                     break;
                 };
-                let body = encode::request(s.encoding(), s.shape, &events);
+                let body = encode::request(s.encoding(), s.shape, &s.cluster, &events);
                 let (client, n) = (client.clone(), events.len());
                 let (headers, body, gzip) = request_parts(&s, body);
                 flights.push(Box::pin(async move { (positions, n, client.send(headers, body, gzip).await) }));
@@ -78,8 +79,11 @@ pub async fn run(s: OtlpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
         }
         if probe.is_none() && probe_at.is_some_and(|t| t <= now) && flights.is_empty() && !link.connected {
             let client = client.clone();
-            let (headers, body, gzip) = request_parts(&s, encode::request(s.encoding(), s.shape, &[]));
-            probe = Some(Box::pin(async move { client.send(headers, body, gzip).await }));
+            let (headers, body, gzip) = request_parts(&s, encode::request(s.encoding(), s.shape, &s.cluster, &[]));
+            probe = Some(Box::pin(async move {
+                client.handshake().await?;
+                client.send(headers, body, gzip).await
+            }));
             probe_at = None;
         }
         let linger_at = link.paused_until.is_none().then(|| window.oldest_waiting().map(|t| t + s.linger)).flatten().filter(|t| *t > now);
