@@ -165,6 +165,8 @@ impl Config {
             1,
         );
         Issue::at_least(&mut issues, "state.segment_mib", self.state.segment_mib, 1);
+        Issue::at_least(&mut issues, "state.behind_ms", self.state.behind_ms, 1);
+        Issue::at_least(&mut issues, "state.behind_mib", self.state.behind_mib, 1);
         if self.sinks.is_empty() {
             issues.push(Issue::new("sinks", "at least one sink is required"));
         }

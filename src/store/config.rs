@@ -7,6 +7,21 @@ use serde::{Deserialize, Serialize};
 
 use super::FsyncPolicy;
 
+/// Which changes are written to the state directory's log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogPolicy {
+    /// Only those a sink falls behind on: a change every sink acknowledges within
+    /// `behind_ms` is never written; one that is not (or that does not fit `behind_mib`) is
+    /// logged then, and a snapshot first logs whatever is still held. The resume point on
+    /// disk never passes a change that is neither acknowledged nor logged, so a crash loses
+    /// nothing: the watch resumes before it.
+    #[default]
+    WhenBehind,
+    /// Every change, before any sink sees it (synced as `fsync` says).
+    Always,
+}
+
 /// Where and how kubecast keeps what must survive a crash.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -16,13 +31,27 @@ pub struct StateConfig {
     /// acknowledged are lost and existing pods are emitted again (as `k8sinitial`).
     #[serde(default)]
     pub dir: Option<PathBuf>,
-    /// When the buffer is synced to disk: `always` (before events go to any sink: nothing
-    /// emitted is lost even if the machine crashes), `interval` (every `fsync_interval_ms`;
+    /// When what is logged is synced to disk: `always` (before it counts as stored: with
+    /// `log: always`, before events go to any sink, so nothing emitted is lost even if the
+    /// machine crashes), `interval` (every `fsync_interval_ms`;
     /// a machine crash may re-emit the last interval's changes, with the same ids) or
     /// `never` (left to the OS: survives a kubecast crash, not a machine crash).
     /// Default: `always`.
     #[serde(default)]
     pub fsync: FsyncPolicy,
+    /// Which changes are written: `when_behind` (only those the sinks do not all
+    /// acknowledge within `behind_ms`) or `always` (every change, before any sink sees it).
+    /// Default: `when_behind`.
+    #[serde(default)]
+    pub log: LogPolicy,
+    /// With `log: when_behind`: how long a change may wait, in memory only, for every sink's
+    /// acknowledgement before it is logged, in milliseconds. Default: 50.
+    #[serde(default = "default_behind_ms")]
+    pub behind_ms: u64,
+    /// With `log: when_behind`: MiB of event data held in memory only at most; beyond it the
+    /// oldest changes are logged at once. Default: 16.
+    #[serde(default = "default_behind_mib")]
+    pub behind_mib: u64,
     /// Interval of `fsync: interval`, in milliseconds. Default: 100.
     #[serde(default = "default_fsync_interval")]
     pub fsync_interval_ms: u64,
@@ -35,6 +64,12 @@ pub struct StateConfig {
     pub segment_mib: u64,
 }
 
+fn default_behind_ms() -> u64 {
+    50
+}
+fn default_behind_mib() -> u64 {
+    16
+}
 fn default_fsync_interval() -> u64 {
     100
 }
@@ -50,6 +85,9 @@ impl Default for StateConfig {
         StateConfig {
             dir: None,
             fsync: FsyncPolicy::default(),
+            log: LogPolicy::default(),
+            behind_ms: default_behind_ms(),
+            behind_mib: default_behind_mib(),
             fsync_interval_ms: default_fsync_interval(),
             snapshot_interval_seconds: default_snapshot_interval(),
             segment_mib: default_segment_mib(),

@@ -115,6 +115,12 @@ impl Log {
         self.next_seq
     }
 
+    /// Numbers from `seq` on (if that is further): numbers taken by records that were
+    /// never written are not given again.
+    pub fn advance_to(&mut self, seq: u64) {
+        self.next_seq = self.next_seq.max(seq);
+    }
+
     /// Takes the next sequence number.
     pub fn take_seq(&mut self) -> u64 {
         let s = self.next_seq;

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-pub use config::StateConfig;
+pub use config::{LogPolicy, StateConfig};
 pub use log::Log;
 pub use record::Record;
 pub use snapshot::{Cursors, Snapshot};
@@ -118,6 +118,10 @@ pub struct Store {
     cursors: Cursors,
     /// Since when a cursor moved that is not saved yet.
     cursors_dirty: Option<Instant>,
+    /// The highest sequence number of a logged event: a cursor that moves below it is worth
+    /// saving (it spares a restart sending those events again); one that moves only over
+    /// events never written is not.
+    logged_upto: u64,
     unsynced: bool,
     last_sync: Instant,
     last_snapshot: Instant,
@@ -150,11 +154,16 @@ impl Store {
     ) -> Result<(Store, Restored), StoreError> {
         let log_dir = settings.dir.join("log");
         std::fs::create_dir_all(&settings.dir).map_err(io("creating", &settings.dir))?;
-        let (log, records) = Log::open(&log_dir, settings.segment_bytes)?;
+        let (mut log, records) = Log::open(&log_dir, settings.segment_bytes)?;
         let snapshot: Snapshot =
             snapshot::read(&settings.dir, snapshot::SNAPSHOT)?.unwrap_or_default();
         let mut cursors: Cursors =
             snapshot::read(&settings.dir, snapshot::CURSORS)?.unwrap_or_default();
+        // Changes every sink acknowledged in time were numbered and never written: new
+        // numbers start past every number on disk (the log's, the snapshot's, a cursor's), so
+        // none is taken twice.
+        let saved_cursor = cursors.values().copied().max().unwrap_or(0);
+        log.advance_to(snapshot.next_seq.max(saved_cursor + 1));
         let head = log.next_seq().saturating_sub(1);
         cursors.retain(|name, _| sinks.contains(name));
         for s in sinks {
@@ -166,20 +175,28 @@ impl Store {
         let mut pending: BTreeMap<String, Vec<Arc<Event>>> =
             sinks.iter().map(|s| (s.clone(), Vec::new())).collect();
         let mut replay = Vec::new();
+        // Only the unbroken run of records after the snapshot is replayed: a record after a
+        // gap (a batch every sink acknowledged and that was never written) would move the
+        // known state past a change it does not hold. The watch resumes at the gap instead.
+        let mut expect = snapshot.next_seq.max(1);
+        let mut logged_upto = 0;
         for r in records {
             if let Record::Event { event, .. } = &r {
+                logged_upto = event.seq;
                 for (sink, list) in pending.iter_mut() {
                     if event.seq > cursors[sink] {
                         list.push(event.clone());
                     }
                 }
             }
-            if r.seq() >= snapshot.next_seq {
+            if r.seq() == expect {
+                expect += 1;
                 replay.push(r);
             }
         }
         let store = Store {
             snapshot_seq: snapshot.next_seq,
+            logged_upto,
             settings,
             log,
             cursors,
@@ -212,6 +229,18 @@ impl Store {
     /// Logs `records`, synced as the policy says, before their events go anywhere.
     pub fn append(&mut self, records: &[Record]) -> Result<(), StoreError> {
         self.log.append(records)?;
+        let mut events = records.iter().filter_map(|r| match r {
+            Record::Event { event, .. } => Some(event.seq),
+            _ => None,
+        });
+        if let Some(first) = events.next() {
+            self.logged_upto = events.last().unwrap_or(first);
+            // A sink that had already acknowledged some of them (the others fell behind):
+            // its cursor is saved, or a restart would send them to it again.
+            if self.cursors.values().any(|&c| c >= first) {
+                self.cursors_dirty.get_or_insert_with(Instant::now);
+            }
+        }
         self.unsynced = true;
         if self.settings.fsync == FsyncPolicy::Always {
             self.sync()?;
@@ -235,8 +264,10 @@ impl Store {
         if let Some(c) = self.cursors.get_mut(sink)
             && seq > *c
         {
+            if *c < self.logged_upto {
+                self.cursors_dirty.get_or_insert_with(Instant::now);
+            }
             *c = seq;
-            self.cursors_dirty.get_or_insert_with(Instant::now);
         }
     }
 

@@ -1,5 +1,6 @@
 //! The pipeline's side of the durable state: what a restart resumes from, each event's place
-//! in the stream, and logging each batch (its events and the watch positions they move)
+//! in the stream, and logging each batch (its events and the watch positions they move):
+//! with `state.log: when_behind` only when a sink falls behind on it (`held`), with `always`
 //! before the events go to the sinks.
 //!
 //! Entry point: [`Durable::open`]. Without `state.dir` it keeps nothing (events are numbered
@@ -24,7 +25,10 @@ use crate::store::{Record, Snapshot, Store, StoreError};
 use super::kept::{KeptState, StateRecord};
 use crate::watch::Observed;
 
+mod held;
 mod restore;
+
+use held::Held;
 
 use super::feed::{Feed, resume_points};
 use super::routed::To;
@@ -80,6 +84,10 @@ pub struct Durable {
     /// Without a router, an event is what moves its object's state (for the keeper); with
     /// one, the router's object states do.
     states_of_events: bool,
+    /// With a store and `log: when_behind`: the committed batches not written (yet).
+    held: Option<Held>,
+    /// The number of the last event (what a batch must have settled to be delivered).
+    last_event: u64,
 }
 
 impl Durable {
@@ -177,6 +185,7 @@ impl Durable {
             return Arc::new(event);
         };
         event.seq = store.take_seq();
+        self.last_event = event.seq;
         let event = Arc::new(event);
         self.batch.push(Record::Event {
             event: event.clone(),
@@ -246,8 +255,9 @@ impl Durable {
         });
     }
 
-    /// Logs the queued records (synced as `state.fsync` says). Call before the batch's
-    /// events go to the sinks.
+    /// Logs the queued records (synced as `state.fsync` says), or with `log: when_behind`
+    /// holds them until the sinks settle them or fall behind. Call before the batch's events
+    /// go to the sinks.
     pub async fn commit(&mut self) -> Result<(), StoreError> {
         // No store with a keeper: the events were numbered by `next_seq`, and the keeper gets
         // the positions and the objects' states with the step.
@@ -258,6 +268,16 @@ impl Durable {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.batch);
+        let batch = match self.held.as_mut() {
+            Some(held) => {
+                held.push(batch, self.last_event);
+                if !held.over() {
+                    return Ok(());
+                }
+                held.take_due(false)
+            }
+            None => batch,
+        };
         self.blocking(true, move |store| store.append(&batch)).await
     }
 
@@ -288,6 +308,9 @@ impl Durable {
         self.feed.acked(sink, seq);
         if let Some(store) = self.store.as_mut() {
             store.acked(sink, seq);
+            if let Some(held) = self.held.as_mut() {
+                held.settled(store.min_cursor());
+            }
         }
     }
 
@@ -298,11 +321,12 @@ impl Durable {
         if self.snapshot_due {
             return Some(std::time::Instant::now());
         }
-        store.next_due()
+        let held = self.held.as_ref().and_then(Held::next_due);
+        store.next_due().into_iter().chain(held).min()
     }
 
-    /// Upkeep when [`Durable::next_due`] says so: interval syncs, cursors, snapshots,
-    /// compaction.
+    /// Upkeep when [`Durable::next_due`] says so: held batches the sinks fell behind on,
+    /// interval syncs, cursors, snapshots, compaction.
     pub async fn maintain(
         &mut self,
         classifier: &Classifier,
@@ -314,13 +338,24 @@ impl Durable {
         let force = std::mem::take(&mut self.snapshot_due);
         // The snapshot is taken here, on the loop, where the classifier lives; only the
         // writing goes to the blocking pool.
-        let snap = store
-            .snapshot_due(force)
-            .then(|| snapshot(store.next_seq(), classifier, router, &self.positions));
+        let snapshot_due = store.snapshot_due(force);
+        // A snapshot covers every change so far: what is still held is written first, so the
+        // resume point never passes a change neither acknowledged nor logged.
+        let spill = match self.held.as_mut() {
+            Some(held) => held.take_due(snapshot_due),
+            None => Vec::new(),
+        };
+        let snap =
+            snapshot_due.then(|| snapshot(store.next_seq(), classifier, router, &self.positions));
         // Cursors, an interval fsync, compaction: short, in place; a snapshot off the loop.
         let short = snap.is_none();
-        self.blocking(short, move |store| store.maintain(snap))
-            .await?;
+        self.blocking(short, move |store| {
+            if !spill.is_empty() {
+                store.append(&spill)?;
+            }
+            store.maintain(snap)
+        })
+        .await?;
         if let Some((free, size)) = self.store.as_ref().and_then(Store::disk_space) {
             self.ops.metrics.buffer_disk(free, size);
         }
@@ -355,5 +390,7 @@ fn snapshot(
     }
 }
 
+#[cfg(test)]
+mod behind_tests;
 #[cfg(test)]
 mod tests;

@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::super::feed::Feed;
-use super::{Durable, DurableSettings, Start};
+use super::{Durable, DurableSettings, Held, Start};
 use crate::classify::{Classifier, InitialList, label_of_stored};
 use crate::model::ChangeKind;
 use crate::route::engine::Router;
 use crate::sinks::Step;
 
 use super::super::kept::KeptState;
-use crate::store::{Record, Store, StoreError, StoreSettings};
+use crate::store::{LogPolicy, Record, Store, StoreError, StoreSettings};
 
 impl Durable {
     pub(super) fn open_blocking(s: DurableSettings) -> Result<(Durable, Start), StoreError> {
@@ -30,6 +30,8 @@ impl Durable {
             keeper_at: None,
             step: Step::default(),
             states_of_events: s.router.is_none(),
+            held: None,
+            last_event: 0,
         };
         let mut router = s.router;
         if let Some((keeper, kept)) = s.keeper {
@@ -59,6 +61,13 @@ impl Durable {
             Classifier::restored(s.initial, restored.snapshot.known)
         };
         durable.store = Some(store);
+        if s.state.log == LogPolicy::WhenBehind {
+            durable.held = Some(Held::new(
+                Duration::from_millis(s.state.behind_ms),
+                usize::try_from(s.state.behind_mib.saturating_mul(1024 * 1024))
+                    .unwrap_or(usize::MAX),
+            ));
+        }
         for (scope, rv) in restored.snapshot.positions {
             durable
                 .positions

@@ -5,14 +5,15 @@ use super::*;
 use crate::classify::Change;
 use crate::model::ChangeKind;
 use crate::route::engine::Router;
-use crate::store::FsyncPolicy;
 use crate::store::record_tests_event as event;
+use crate::store::{FsyncPolicy, LogPolicy};
 
-fn settings(dir: Option<std::path::PathBuf>, sinks: &[&str]) -> DurableSettings {
+pub(super) fn settings(dir: Option<std::path::PathBuf>, sinks: &[&str]) -> DurableSettings {
     DurableSettings {
         state: StateConfig {
             dir,
             fsync: FsyncPolicy::Always,
+            log: LogPolicy::Always,
             ..StateConfig::default()
         },
         per_namespace: true,
@@ -25,7 +26,7 @@ fn settings(dir: Option<std::path::PathBuf>, sinks: &[&str]) -> DurableSettings 
     }
 }
 
-fn temp_dir(label: &str) -> std::path::PathBuf {
+pub(super) fn temp_dir(label: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "kubecast-durable-{label}-{}-{}",
         std::process::id(),
@@ -35,7 +36,7 @@ fn temp_dir(label: &str) -> std::path::PathBuf {
     dir
 }
 
-fn ns() -> crate::classify::Scope {
+pub(super) fn ns() -> crate::classify::Scope {
     crate::classify::Scope::new(crate::kinds::Resource::pods(), Some("ns"))
 }
 
@@ -46,7 +47,11 @@ fn mirror(c: &mut Classifier, e: &Event) {
 }
 
 /// Logs `events` as seen on the watch, mirroring them into `classifier` as the bridge does.
-async fn log_watched(d: &mut Durable, c: &mut Classifier, events: Vec<Event>) -> Vec<Arc<Event>> {
+pub(super) async fn log_watched(
+    d: &mut Durable,
+    c: &mut Classifier,
+    events: Vec<Event>,
+) -> Vec<Arc<Event>> {
     let mut out = Vec::new();
     for e in events {
         let e = d.event(e, true);

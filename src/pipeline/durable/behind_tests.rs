@@ -1,0 +1,216 @@
+//! `state.log: when_behind`: what every sink acknowledged in time is never written, what a
+//! sink falls behind on is, and a restart resumes where nothing unacknowledged is passed.
+
+use std::time::Duration;
+
+use super::tests::{log_watched, ns, settings, temp_dir};
+use super::*;
+use crate::model::ChangeKind;
+use crate::store::LogPolicy;
+use crate::store::record_tests_event as event;
+
+/// Settings with `log: when_behind`, changes held for `behind_ms`.
+fn behind(dir: &std::path::Path, sinks: &[&str], behind_ms: u64) -> DurableSettings {
+    let mut s = settings(Some(dir.to_path_buf()), sinks);
+    s.state.log = LogPolicy::WhenBehind;
+    s.state.behind_ms = behind_ms;
+    s
+}
+
+fn logged_bytes(d: &Durable) -> u64 {
+    d.store.as_ref().map_or(0, Store::disk_bytes)
+}
+
+/// A list of one pod (u1 at 30, list at 31), acknowledged, and the snapshot it forces.
+async fn listed_and_snapshotted(d: &mut Durable, c: &mut Classifier, sinks: &[&str]) {
+    let listed = log_watched(d, c, vec![event(0, "u1", "30", ChangeKind::Added)]).await;
+    d.observed(&Observed::ListDone {
+        scope: ns(),
+        rv: "31".into(),
+    });
+    d.commit().await.unwrap();
+    for s in sinks {
+        d.acked(s, listed[0].seq);
+    }
+    d.maintain(c, None).await.unwrap();
+}
+
+#[tokio::test]
+async fn changes_every_sink_acknowledged_in_time_are_never_written_and_a_restart_resumes_before_them()
+ {
+    let dir = temp_dir("behind-acked");
+    let (mut d, start) = Durable::open(behind(&dir, &["a", "b"], 60_000))
+        .await
+        .unwrap();
+    let mut c = start.classifier;
+    listed_and_snapshotted(&mut d, &mut c, &["a", "b"]).await;
+    assert_eq!(
+        logged_bytes(&d),
+        0,
+        "the acknowledged list was never written"
+    );
+    let acked = log_watched(
+        &mut d,
+        &mut c,
+        vec![event(0, "u2", "32", ChangeKind::Added)],
+    )
+    .await;
+    d.acked("a", acked[0].seq);
+    d.acked("b", acked[0].seq);
+    // Only in memory at the crash: b has not acknowledged it.
+    let held = log_watched(
+        &mut d,
+        &mut c,
+        vec![event(0, "u3", "33", ChangeKind::Added)],
+    )
+    .await;
+    d.acked("a", held[0].seq);
+    d.maintain(&c, None).await.unwrap();
+    assert_eq!(logged_bytes(&d), 0, "nothing was written");
+    drop(d); // kill -9
+
+    let (mut d, start) = Durable::open(behind(&dir, &["a", "b"], 60_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        start.classifier.known_rv("u1"),
+        Some("30"),
+        "from the snapshot"
+    );
+    assert_eq!(
+        (
+            start.classifier.known_rv("u2"),
+            start.classifier.known_rv("u3")
+        ),
+        (None, None),
+        "the changes after the snapshot are not known: the watch sends them again"
+    );
+    assert_eq!(
+        start.resume.get("ns"),
+        Some(&Some("31".to_string())),
+        "the watch resumes at the snapshot, before both"
+    );
+    assert!(start.pending.values().all(Vec::is_empty));
+    let next = d.event(event(0, "u4", "34", ChangeKind::Added), true);
+    assert!(
+        next.seq > 2,
+        "numbers continue past the snapshot's: {}",
+        next.seq
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_change_a_sink_falls_behind_on_is_written_after_the_bound_and_sent_again_after_a_crash() {
+    let dir = temp_dir("behind-slow");
+    let (mut d, start) = Durable::open(behind(&dir, &["a", "b"], 20)).await.unwrap();
+    let mut c = start.classifier;
+    listed_and_snapshotted(&mut d, &mut c, &["a", "b"]).await;
+    // Acknowledged by all, then one b falls behind on, after a gap in the log.
+    let acked = log_watched(
+        &mut d,
+        &mut c,
+        vec![event(0, "u2", "32", ChangeKind::Added)],
+    )
+    .await;
+    d.acked("a", acked[0].seq);
+    d.acked("b", acked[0].seq);
+    let slow = log_watched(
+        &mut d,
+        &mut c,
+        vec![event(0, "u3", "33", ChangeKind::Added)],
+    )
+    .await;
+    d.acked("a", slow[0].seq);
+    assert!(
+        d.next_due().is_some(),
+        "upkeep is due when the bound passes"
+    );
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    d.maintain(&c, None).await.unwrap();
+    assert!(
+        logged_bytes(&d) > 0,
+        "the change b fell behind on is written"
+    );
+    drop(d); // kill -9
+
+    let (mut d, start) = Durable::open(behind(&dir, &["a", "b"], 20)).await.unwrap();
+    let next = d.event(event(0, "u4", "34", ChangeKind::Added), true);
+    assert!(
+        next.seq > slow[0].seq,
+        "numbers continue past every number on disk: {} after {}",
+        next.seq,
+        slow[0].seq
+    );
+    let pending =
+        |s: &str| -> Vec<String> { start.pending[s].iter().map(|e| e.rv.clone()).collect() };
+    assert_eq!(
+        pending("b"),
+        ["33"],
+        "b gets the change it had not acknowledged"
+    );
+    assert!(pending("a").is_empty(), "a had acknowledged it");
+    assert_eq!(
+        start.classifier.known_rv("u3"),
+        None,
+        "the log after the gap is not replayed: it would pass u2's change"
+    );
+    assert_eq!(start.resume.get("ns"), Some(&Some("31".to_string())));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_snapshot_first_writes_what_is_still_held() {
+    let dir = temp_dir("behind-snap");
+    let (mut d, start) = Durable::open(behind(&dir, &["a"], 60_000)).await.unwrap();
+    let mut c = start.classifier;
+    listed_and_snapshotted(&mut d, &mut c, &["a"]).await;
+    let held = log_watched(
+        &mut d,
+        &mut c,
+        vec![event(0, "u2", "32", ChangeKind::Added)],
+    )
+    .await;
+    // A second list completes: the snapshot it forces covers u2, not yet acknowledged.
+    d.observed(&Observed::ListDone {
+        scope: ns(),
+        rv: "40".into(),
+    });
+    d.commit().await.unwrap();
+    d.maintain(&c, None).await.unwrap();
+    drop(d); // kill -9
+
+    let (_, start) = Durable::open(behind(&dir, &["a"], 60_000)).await.unwrap();
+    assert_eq!(
+        start.classifier.known_rv("u2"),
+        Some("32"),
+        "from the snapshot"
+    );
+    assert_eq!(start.resume.get("ns"), Some(&Some("40".to_string())));
+    assert_eq!(
+        start.pending["a"].iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [held[0].seq],
+        "the snapshot passed it, so it was written first and is sent again"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn beyond_the_memory_bound_a_commit_writes_the_oldest_at_once() {
+    let dir = temp_dir("behind-bytes");
+    let mut s = behind(&dir, &["a"], 60_000);
+    s.state.behind_mib = 1;
+    let (mut d, start) = Durable::open(s).await.unwrap();
+    let mut c = start.classifier;
+    let mut big = event(0, "u1", "30", ChangeKind::Added);
+    big.data = bytes::Bytes::from(vec![b' '; 700 * 1024]);
+    log_watched(&mut d, &mut c, vec![big.clone()]).await;
+    assert_eq!(logged_bytes(&d), 0, "700 KiB fit in 1 MiB");
+    big.object.uid = "u2".into();
+    log_watched(&mut d, &mut c, vec![big]).await;
+    assert!(
+        logged_bytes(&d) > 700 * 1024,
+        "the first was written at once"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
