@@ -225,6 +225,11 @@ impl Bridge {
                 Ok(b) => b,
                 Err(e) => break Halt::Failed(e),
             };
+            // The resume point moves past what every sink acknowledged (reports taken above
+            // or in the last turn).
+            if let Err(e) = self.durable.log_delivered().await {
+                break Halt::Failed(e.into());
+            }
             self.arm_timer();
             self.arm_upkeep();
             let timer_due = self.timer_at.is_some() && self.fanout.is_empty();

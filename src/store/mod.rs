@@ -159,9 +159,9 @@ impl Store {
             snapshot::read(&settings.dir, snapshot::SNAPSHOT)?.unwrap_or_default();
         let mut cursors: Cursors =
             snapshot::read(&settings.dir, snapshot::CURSORS)?.unwrap_or_default();
-        // Changes every sink acknowledged in time were numbered and never written: new
-        // numbers start past every number on disk (the log's, the snapshot's, a cursor's), so
-        // none is taken twice.
+        // Changes held in memory at a crash were numbered and never written, and a sink may
+        // have acknowledged some of them: new numbers start past every number on disk (the
+        // log's, the snapshot's, a cursor's), so none is taken twice.
         let saved_cursor = cursors.values().copied().max().unwrap_or(0);
         log.advance_to(snapshot.next_seq.max(saved_cursor + 1));
         let head = log.next_seq().saturating_sub(1);
@@ -175,10 +175,6 @@ impl Store {
         let mut pending: BTreeMap<String, Vec<Arc<Event>>> =
             sinks.iter().map(|s| (s.clone(), Vec::new())).collect();
         let mut replay = Vec::new();
-        // Only the unbroken run of records after the snapshot is replayed: a record after a
-        // gap (a batch every sink acknowledged and that was never written) would move the
-        // known state past a change it does not hold. The watch resumes at the gap instead.
-        let mut expect = snapshot.next_seq.max(1);
         let mut logged_upto = 0;
         for r in records {
             if let Record::Event { event, .. } = &r {
@@ -189,8 +185,7 @@ impl Store {
                     }
                 }
             }
-            if r.seq() == expect {
-                expect += 1;
+            if r.seq() >= snapshot.next_seq {
                 replay.push(r);
             }
         }
@@ -246,6 +241,13 @@ impl Store {
             self.sync()?;
         }
         Ok(())
+    }
+
+    /// Logs the resume point of changes every sink has acknowledged (their objects' states
+    /// and positions, without the events): not synced, as a machine crash that loses them
+    /// only makes a restart resume earlier and send those changes again, with their ids.
+    pub fn append_delivered(&mut self, records: &[Record]) -> Result<(), StoreError> {
+        self.log.append(records)
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {

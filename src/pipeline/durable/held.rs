@@ -1,19 +1,25 @@
-//! The batches logged in memory only (`state.log: when_behind`): each committed batch of
-//! records waits here until every sink has settled its events, and is then dropped without
-//! ever being written, or until it must be written: it is older than `state.behind_ms`, more
-//! than `state.behind_mib` is held, or a snapshot is about to cover it.
+//! The batches held in memory only (`state.log: when_behind`): each committed batch of
+//! records waits here until every sink has settled its events, and then only the resume
+//! point it moves is logged (its objects' states and watch positions, not the events), or
+//! until it must be logged whole: it is older than `state.behind_ms`, more than
+//! `state.behind_mib` is held, or a snapshot is about to cover it.
 //!
 //! Entry point: [`Held`], owned by [`super::Durable`].
 //!
-//! Why a crash loses nothing: what a restart resumes from is the last snapshot and the
-//! unbroken run of log records after it. A batch leaves this queue either settled by every
-//! sink or written, in order, and a snapshot is only written once nothing is held; so the
+//! Why a crash loses nothing: a restart resumes from the last snapshot and the log after it.
+//! Batches leave this queue oldest first, each either settled by every sink (its resume
+//! point logged) or logged whole, and a snapshot is only written once nothing is held; so the
 //! resume point on disk never passes a change that is neither acknowledged nor logged, and
 //! the watch, resuming there, is sent again whatever was only in memory.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use crate::event::Event;
+use crate::model::ChangeKind;
+use crate::route::engine::ObjectState;
 use crate::store::Record;
 
 /// One committed batch, not written.
@@ -32,16 +38,23 @@ pub struct Held {
     bytes: usize,
     after: Duration,
     max_bytes: usize,
+    /// Without a router an event is what moves its object's known state; with one, the
+    /// batch's object states do (and its events move nothing).
+    events_move_state: bool,
+    /// The resume points of settled batches, to be logged.
+    delivered: Vec<Record>,
 }
 
 impl Held {
     /// Holds batches for `after` at most, and `max_bytes` of event data.
-    pub fn new(after: Duration, max_bytes: usize) -> Held {
+    pub fn new(after: Duration, max_bytes: usize, events_move_state: bool) -> Held {
         Held {
             batches: VecDeque::new(),
             bytes: 0,
             after,
             max_bytes,
+            events_move_state,
+            delivered: Vec::new(),
         }
     }
 
@@ -63,15 +76,28 @@ impl Held {
         });
     }
 
-    /// Every sink settled everything up to `settled`: the batches it covers are dropped.
-    /// Sinks settle in order, so those are always the oldest.
+    /// Every sink settled everything up to `settled`: the batches it covers leave, their
+    /// resume points to be logged ([`Held::take_delivered`]). Sinks settle in order, so
+    /// those are always the oldest.
     pub fn settled(&mut self, settled: u64) {
         while let Some(b) = self.batches.front()
             && b.upto <= settled
         {
             self.bytes -= b.bytes;
-            self.batches.pop_front();
+            if let Some(b) = self.batches.pop_front() {
+                let events_move_state = self.events_move_state;
+                self.delivered.extend(
+                    b.records
+                        .into_iter()
+                        .filter_map(|r| resume_point(r, events_move_state)),
+                );
+            }
         }
+    }
+
+    /// The resume points of the batches settled since the last call.
+    pub fn take_delivered(&mut self) -> Vec<Record> {
+        std::mem::take(&mut self.delivered)
     }
 
     /// The records to write now, oldest first: every batch with `all`, else those held
@@ -90,6 +116,11 @@ impl Held {
         out
     }
 
+    /// Whether settled batches wait to be logged.
+    pub fn has_delivered(&self) -> bool {
+        !self.delivered.is_empty()
+    }
+
     /// Whether more than the memory bound is held (the oldest are then written at once).
     pub fn over(&self) -> bool {
         self.bytes > self.max_bytes
@@ -103,6 +134,35 @@ impl Held {
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.batches.is_empty()
+    }
+}
+
+/// What a delivered record leaves in the log: the object state an event moves (without the
+/// event; nothing when a router's states move them instead), object states and positions as
+/// they are.
+fn resume_point(r: Record, events_move_state: bool) -> Option<Record> {
+    match r {
+        Record::Event { event, from_watch } => events_move_state.then(|| Record::State {
+            seq: event.seq,
+            state: Arc::new(state_of(&event)),
+            from_watch,
+        }),
+        other => Some(other),
+    }
+}
+
+/// The known state an event leaves its object in.
+fn state_of(e: &Event) -> ObjectState {
+    ObjectState {
+        uid: e.object.uid.clone(),
+        resource: e.object.resource.to_string(),
+        scope: e.scope.to_string(),
+        namespace: e.object.namespace.to_string(),
+        name: e.object.name.clone(),
+        rv: e.rv.clone(),
+        gone: e.kind == ChangeKind::Deleted,
+        marks: Vec::new(),
+        episodes: Vec::new(),
     }
 }
 
@@ -123,20 +183,45 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_every_sink_settled_is_dropped_and_never_written() {
-        let mut held = Held::new(Duration::from_secs(60), 1 << 20);
+    fn a_batch_every_sink_settled_leaves_only_its_resume_point_to_log() {
+        let mut held = Held::new(Duration::from_secs(60), 1 << 20, true);
         held.push(batch(1), 1);
         held.push(batch(2), 2);
         held.settled(1);
         assert_eq!(held.bytes, 100);
         held.settled(2);
         assert!(held.is_empty() && held.bytes == 0);
-        assert!(held.take_due(true).is_empty(), "nothing is left to write");
+        assert!(held.take_due(true).is_empty(), "no event is left to write");
+        let delivered = held.take_delivered();
+        let states: Vec<(u64, &str, bool)> = delivered
+            .iter()
+            .map(|r| match r {
+                Record::State { seq, state, .. } => (*seq, state.rv.as_str(), state.gone),
+                other => panic!("an event's resume point is its object's state: {other:?}"),
+            })
+            .collect();
+        assert_eq!(states, [(1, "1", false), (2, "2", false)]);
+        assert!(!held.has_delivered());
+    }
+
+    #[test]
+    fn with_a_router_a_delivered_batch_keeps_its_object_states_and_drops_its_events() {
+        let mut held = Held::new(Duration::from_secs(60), 1 << 20, false);
+        let mut records = batch(1);
+        records.push(Record::Position {
+            seq: 2,
+            scope: None,
+            rv: Some("9".into()),
+        });
+        held.push(records, 1);
+        held.settled(1);
+        let seqs: Vec<u64> = held.take_delivered().iter().map(Record::seq).collect();
+        assert_eq!(seqs, [2], "the position stays, the event goes");
     }
 
     #[test]
     fn a_batch_held_longer_than_the_bound_is_written_and_a_younger_one_waits() {
-        let mut held = Held::new(Duration::from_millis(30), 1 << 20);
+        let mut held = Held::new(Duration::from_millis(30), 1 << 20, true);
         held.push(batch(1), 1);
         std::thread::sleep(Duration::from_millis(40));
         held.push(batch(2), 2);
@@ -151,7 +236,7 @@ mod tests {
 
     #[test]
     fn beyond_the_memory_bound_the_oldest_are_written_at_once() {
-        let mut held = Held::new(Duration::from_secs(60), 250);
+        let mut held = Held::new(Duration::from_secs(60), 250, true);
         for seq in 1..=3 {
             held.push(batch(seq), seq);
         }
@@ -163,7 +248,7 @@ mod tests {
 
     #[test]
     fn a_batch_without_events_is_settled_with_everything_before_it() {
-        let mut held = Held::new(Duration::from_secs(60), 1 << 20);
+        let mut held = Held::new(Duration::from_secs(60), 1 << 20, true);
         held.push(batch(1), 1);
         // A bookmark's position: no event of its own, it waits for event 1.
         held.push(

@@ -274,7 +274,10 @@ impl Durable {
                 if !held.over() {
                     return Ok(());
                 }
-                held.take_due(false)
+                // The log stays in order: delivered resume points before the spilled batches.
+                let mut records = held.take_delivered();
+                records.extend(held.take_due(false));
+                records
             }
             None => batch,
         };
@@ -301,6 +304,17 @@ impl Durable {
         self.step.upto = upto;
         self.step.positions = positions;
         self.feed.step(step);
+    }
+
+    /// Logs the resume point of the batches every sink settled since the last call (not
+    /// synced: see [`Store::append_delivered`]). The bridge calls it after taking reports.
+    pub async fn log_delivered(&mut self) -> Result<(), StoreError> {
+        let Some(held) = self.held.as_mut().filter(|h| h.has_delivered()) else {
+            return Ok(());
+        };
+        let records = held.take_delivered();
+        self.blocking(true, move |store| store.append_delivered(&records))
+            .await
     }
 
     /// `sink` settled everything up to `seq`.
@@ -341,15 +355,18 @@ impl Durable {
         let snapshot_due = store.snapshot_due(force);
         // A snapshot covers every change so far: what is still held is written first, so the
         // resume point never passes a change neither acknowledged nor logged.
-        let spill = match self.held.as_mut() {
-            Some(held) => held.take_due(snapshot_due),
-            None => Vec::new(),
+        let (delivered, spill) = match self.held.as_mut() {
+            Some(held) => (held.take_delivered(), held.take_due(snapshot_due)),
+            None => (Vec::new(), Vec::new()),
         };
         let snap =
             snapshot_due.then(|| snapshot(store.next_seq(), classifier, router, &self.positions));
         // Cursors, an interval fsync, compaction: short, in place; a snapshot off the loop.
         let short = snap.is_none();
         self.blocking(short, move |store| {
+            if !delivered.is_empty() {
+                store.append_delivered(&delivered)?;
+            }
             if !spill.is_empty() {
                 store.append(&spill)?;
             }

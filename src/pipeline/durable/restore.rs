@@ -66,6 +66,7 @@ impl Durable {
                 Duration::from_millis(s.state.behind_ms),
                 usize::try_from(s.state.behind_mib.saturating_mul(1024 * 1024))
                     .unwrap_or(usize::MAX),
+                durable.states_of_events,
             ));
         }
         for (scope, rv) in restored.snapshot.positions {
