@@ -22,7 +22,8 @@
 //! Run through `bench/run churn [PODS [SECONDS [RATE [BRIDGES]]]]` (defaults 200, 20, 100,
 //! and every bridge; BRIDGES picks some, comma-separated: kubecast,eos,eos10,franz,sarama,
 //! mqtt; eos is the exactly-once sink with its default `max_ms`, eosN with N, e.g. eos10).
-//! Only when named: nostate (kubecast without a state directory) and gzip, snappy, lz4,
+//! Only when named: nostate (kubecast without a state directory), always (`log: always`,
+//! every change synced before it is sent) and gzip, snappy, lz4,
 //! zstd (kubecast with its state directory and that `compression`).
 
 #[path = "bridges/mod.rs"]
@@ -255,6 +256,7 @@ fn main() {
             ("kubecast-cluster", "kubecast (3 brokers, RF 3)"),
             ("eos-cluster", "kubecast (exactly-once, 3 brokers, RF 3)"),
             ("nostate", "kubecast (no state directory)"),
+            ("always", "kubecast (log: always)"),
             ("gzip", "kubecast (gzip)"),
             ("snappy", "kubecast (snappy)"),
             ("lz4", "kubecast (lz4)"),
@@ -315,6 +317,9 @@ fn main() {
                 "kubecast" => bridges::kubecast(&stack, &bridge_dir, &ns, &kafka_sink),
                 "kubecast (no state directory)" => {
                     bridges::kubecast_without_state(&stack, &bridge_dir, &ns, &kafka_sink)
+                }
+                "kubecast (log: always)" => {
+                    bridges::kubecast_log_always(&stack, &bridge_dir, &ns, &kafka_sink)
                 }
                 "kubecast (gzip)" | "kubecast (snappy)" | "kubecast (lz4)" | "kubecast (zstd)" => {
                     let sink = format!("{kafka_sink}    compression: {key}\n");

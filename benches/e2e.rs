@@ -5,11 +5,14 @@
 //! events/s, CPU seconds (user + system of the process), peak and final resident memory, then
 //! its idle CPU with the N objects known and nothing changing (10 s, the live threads' CPU to
 //! the nanosecond) and its threads.
-//! The apiserver's own time to send the list (`curl` of the whole list to /dev/null) is the
-//! physical limit; it sends the same list streamed (a watch with `sendInitialEvents`, how
-//! kubecast lists by default) more slowly, so that time is measured too, and kubecast runs
-//! twice: streaming, and with paginated lists (`streaming_list: off`). Prints a Markdown
-//! table for BENCHMARKS.md; nothing is asserted.
+//! The apiserver's own time to send the list is the physical limit, measured for each way of
+//! asking (`curl`, best of three): one unpaginated LIST, pages of 500 one after the other, and
+//! streamed (a watch with `sendInitialEvents`). kubecast runs once per way: `streaming_list:
+//! on`, paginated lists (`streaming_list: off`, 500 a page, the next asked for while one is
+//! handed on) and one LIST (`page_size` above the pod count). Prints a Markdown table for
+//! BENCHMARKS.md; nothing is asserted. `KUBECAST_BENCH_LISTS` (comma-separated: default,
+//! streamed, paginated, one) runs only those of kubecast's rows (another build, through
+//! `KUBECAST_TEST_BINARY`, may not know every setting).
 //!
 //! Run through `bench/run [N]` (it builds the baseline and brings the stack up).
 
@@ -78,6 +81,55 @@ fn list_seconds(stack: &Stack, ns: &str) -> f64 {
             secs
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// Seconds the apiserver needs to send the list in pages of `limit`, asked one after the
+/// other (each page's `curl` time summed: the apiserver's time, not the reader's), best of
+/// three.
+fn paginated_list_seconds(stack: &Stack, ns: &str, limit: usize) -> f64 {
+    let page = std::env::temp_dir().join(format!("kubecast-e2e-page-{}", std::process::id()));
+    let best = (0..3)
+        .map(|_| {
+            let mut token: Option<String> = None;
+            let mut secs = 0.0;
+            let mut pages = 0;
+            loop {
+                let mut path = format!("/api/v1/namespaces/{ns}/pods?limit={limit}");
+                if let Some(t) = &token {
+                    path.push_str("&continue=");
+                    path.push_str(
+                        &t.replace('=', "%3D")
+                            .replace('+', "%2B")
+                            .replace('/', "%2F"),
+                    );
+                }
+                let out = curl(stack, &path, &["-sS", "-o"])
+                    .arg(&page)
+                    .args(["-w", "%{time_total}"])
+                    .output()
+                    .expect("running curl");
+                secs += String::from_utf8_lossy(&out.stdout)
+                    .trim()
+                    .parse::<f64>()
+                    .unwrap_or(f64::NAN);
+                pages += 1;
+                let body: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(&page).expect("the page"))
+                        .expect("a JSON page");
+                token = body["metadata"]["continue"]
+                    .as_str()
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_string);
+                if token.is_none() {
+                    break;
+                }
+            }
+            eprintln!("e2e: curl of the list in {pages} pages of {limit}: {secs:.3} s");
+            secs
+        })
+        .fold(f64::INFINITY, f64::min);
+    let _ = std::fs::remove_file(page);
+    best
 }
 
 /// Seconds the apiserver needs to send the same list streamed (a watch with
@@ -192,6 +244,7 @@ fn main() {
         let pods = bridges::populated(&client, &ns, n).await;
         eprintln!("e2e: namespace {ns}");
         let list = list_seconds(&stack, &ns);
+        let paged = paginated_list_seconds(&stack, &ns, 500);
         let streamed = streamed_list_seconds(&stack, &ns);
         let dir = support::kubecast::scratch_dir("e2e");
         let mut rows = Vec::new();
@@ -201,20 +254,34 @@ fn main() {
             "    type: kafka\n    brokers: {}\n    topic: {topic}\n",
             stack.kafka_bootstrap
         );
-        let (child, log) = bridges::kubecast(&stack, &dir, &ns, &sink);
-        rows.push(run("kubecast", child, &stack, &topic, n, &log).await);
+        let lists = std::env::var("KUBECAST_BENCH_LISTS").ok();
+        let wanted = |key: &str| lists.as_deref().is_none_or(|l| l.split(',').any(|k| k == key));
+        if wanted("default") {
+            let (child, log) = bridges::kubecast(&stack, &dir, &ns, &sink);
+            rows.push(run("kubecast (default)", child, &stack, &topic, n, &log).await);
+        }
 
-        // The same with paginated lists (`streaming_list: off`).
-        let topic = unique_name("e2e-kubecast-paginated");
-        let paginated = dir.join("paginated");
-        std::fs::create_dir_all(&paginated).expect("a scratch directory");
-        let config = format!(
-            "cluster: bench\nwatch:\n  namespaces: [{ns}]\n  initial_list: emit\n  streaming_list: off\nstate:\n  dir: {}\n  fsync: always\nsinks:\n  out:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n",
-            paginated.join("state").display(),
-            stack.kafka_bootstrap
-        );
-        let (child, log) = bridges::spawn_kubecast(&stack, &paginated, &config, "kubecast.log");
-        rows.push(run("kubecast (streaming_list: off)", child, &stack, &topic, n, &log).await);
+        // Each way of listing, named.
+        for (key, label, watch) in [
+            ("streamed", "streamed", "  streaming_list: on\n"),
+            ("paginated", "paginated", "  streaming_list: off\n"),
+            ("one", "one LIST", "  streaming_list: off\n  page_size: 1000000\n"),
+        ] {
+            if !wanted(key) {
+                continue;
+            }
+            let slug = label.replace(' ', "-");
+            let topic = unique_name(&format!("e2e-kubecast-{slug}"));
+            let here = dir.join(&slug);
+            std::fs::create_dir_all(&here).expect("a scratch directory");
+            let config = format!(
+                "cluster: bench\nwatch:\n  namespaces: [{ns}]\n  initial_list: emit\n{watch}state:\n  dir: {}\n  fsync: always\nsinks:\n  out:\n    type: kafka\n    brokers: {}\n    topic: {topic}\n",
+                here.join("state").display(),
+                stack.kafka_bootstrap
+            );
+            let (child, log) = bridges::spawn_kubecast(&stack, &here, &config, "kubecast.log");
+            rows.push(run(&format!("kubecast ({label})"), child, &stack, &topic, n, &log).await);
+        }
 
         for sender in ["franz", "sarama"] {
             let topic = unique_name(&format!("e2e-baseline-{sender}"));
@@ -222,15 +289,16 @@ fn main() {
             rows.push(run(&format!("baseline ({sender})"), child, &stack, &topic, n, &log).await);
         }
 
-        println!("Initial list of {n} pods into Kafka; the apiserver sends the list in {list:.2} s, streamed in {streamed:.2} s (curl, best of 3).\n");
-        println!("| bridge | seconds | x list time | x streamed list time | events/s | CPU s | CPU ms per 1,000 events | RSS after | peak RSS | idle CPU ms/s, {n} known | threads |");
-        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+        println!("Initial list of {n} pods into Kafka; the apiserver sends the list in {list:.2} s in one LIST, {paged:.2} s in pages of 500, {streamed:.2} s streamed (curl, best of 3).\n");
+        println!("| bridge | seconds | x one LIST | x pages of 500 | x streamed list time | events/s | CPU s | CPU ms per 1,000 events | RSS after | peak RSS | idle CPU ms/s, {n} known | threads |");
+        println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
         for r in &rows {
             println!(
-                "| {} | {:.2} | {:.2} | {:.2} | {:.0} | {:.2} | {:.0} | {:.1} MiB | {:.1} MiB | {:.2} | {} |",
+                "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.2} | {:.0} | {:.1} MiB | {:.1} MiB | {:.2} | {} |",
                 r.bridge,
                 r.seconds,
                 r.seconds / list,
+                r.seconds / paged,
                 r.seconds / streamed,
                 n as f64 / r.seconds,
                 r.cpu,

@@ -62,7 +62,7 @@ async fn kill_9_while_changes_are_only_in_memory_loses_none_of_them() {
     let slow = FakeReceiver::start(Duration::from_secs(600), script).await;
     let state = scene.dir.join("state");
     let text = config(&scene, &state, &topic, &slow.url);
-    let kubecast = Kubecast::start(&scene.stack, &scene.dir, &text);
+    let mut kubecast = Kubecast::start(&scene.stack, &scene.dir, &text);
     kubecast.wait_for_log("list complete", 1, LIMIT).await;
     // The list's snapshot is written; what follows is held.
     let snapshot = state.join("snapshot.json");

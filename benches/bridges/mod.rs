@@ -107,12 +107,21 @@ pub fn spawn(program: &Path, args: &[String], log: &Path) -> Child {
         .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()))
 }
 
-/// This build's kubecast on namespace `ns` with a state directory under `dir`,
-/// `fsync: always`, `initial_list: emit`, and `sink` (YAML of one sink named `out`,
+/// This build's kubecast on namespace `ns` with a state directory under `dir` (the default
+/// `log`, `fsync: always`), `initial_list: emit`, and `sink` (YAML of one sink named `out`,
 /// indented by four spaces). Its metrics are served on 127.0.0.1:19465.
 pub fn kubecast(stack: &Stack, dir: &Path, ns: &str, sink: &str) -> (Child, PathBuf) {
     let state = format!(
         "state:\n  dir: {}\n  fsync: always\n",
+        dir.join("state").display()
+    );
+    start_kubecast(stack, dir, ns, &state, sink)
+}
+
+/// [`kubecast`] with `log: always`: every change written and synced before any sink sees it.
+pub fn kubecast_log_always(stack: &Stack, dir: &Path, ns: &str, sink: &str) -> (Child, PathBuf) {
+    let state = format!(
+        "state:\n  dir: {}\n  log: always\n  fsync: always\n",
         dir.join("state").display()
     );
     start_kubecast(stack, dir, ns, &state, sink)

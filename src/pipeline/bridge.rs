@@ -309,8 +309,8 @@ impl Bridge {
                 self.durable.observed(&p);
             }
         }
-        // Logged before any sink sees it: the resume point never runs ahead of what is
-        // stored.
+        // Logged (or held until the sinks settle it) before any sink sees it: the resume
+        // point never runs ahead of what is stored or acknowledged.
         self.durable.commit().await?;
         self.release();
         if known_moved {

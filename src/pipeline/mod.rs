@@ -1,6 +1,7 @@
 //! The running bridge: the watches feed the delta classifier, whose changes are encoded once,
-//! logged durably, and handed to every sink's bounded queue; the sinks report back what their
-//! destinations acknowledged, which moves each sink's cursor.
+//! numbered (and held until every sink acknowledges them, or logged durably), and handed to
+//! every sink's bounded queue; the sinks report back what their destinations acknowledged,
+//! which moves each sink's cursor and the resume point.
 //!
 //! Entry point: [`run`], which sets the parts up and hands them to the one event loop
 //! (`bridge`); with leader election a replica runs the bridge for each term it leads

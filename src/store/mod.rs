@@ -5,9 +5,11 @@
 //! Entry point: [`Store::open`], which recovers the directory and returns what a restart
 //! needs ([`Restored`]): the last snapshot, the log records after it (replayed by the
 //! pipeline into the classifier and the positions), and per sink the events it has not
-//! acknowledged. Then [`Store::append`] logs each batch before its events go to the sinks,
-//! [`Store::acked`] moves a sink's cursor, and [`Store::maintain`] saves cursors, writes
-//! snapshots and deletes log segments nobody needs any more.
+//! acknowledged. Then [`Store::append`] logs a batch whole (with `log: always` before its
+//! events go to the sinks, else once a sink falls behind on it), [`Store::append_delivered`]
+//! logs the resume point of a batch every sink acknowledged, [`Store::acked`] moves a sink's
+//! cursor, and [`Store::maintain`] saves cursors, writes snapshots and deletes log segments
+//! nobody needs any more.
 //!
 //! Why a log of our own: the job is an append-only sequence with one reader position per
 //! sink, truncated from the front; a small segment log with checksummed frames does exactly

@@ -40,6 +40,9 @@ pub enum StreamingList {
     /// Use it; fall back to paginated lists if the apiserver rejects it.
     #[default]
     Auto,
+    /// Use it (as `auto` does today); fall back to paginated lists if the apiserver rejects
+    /// it.
+    On,
     /// Always use paginated lists.
     Off,
 }

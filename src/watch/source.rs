@@ -115,7 +115,7 @@ struct Watch {
 
 impl Watch {
     async fn run(&mut self) -> Result<Ended, WatchError> {
-        let mut streaming = self.settings.streaming == StreamingList::Auto;
+        let mut streaming = self.settings.streaming != StreamingList::Off;
         let mut backoff = Backoff::new(Duration::from_millis(250), self.settings.max_backoff);
         let ns = self.scope.label().to_string();
         // Consecutive attempts to resume that the apiserver answered with an error.
