@@ -10,7 +10,7 @@
 //! streamed (a watch with `sendInitialEvents`). kubecast runs once per way: `streaming_list:
 //! on`, paginated lists (`streaming_list: off`, 500 a page, the next asked for while one is
 //! handed on) and one LIST (`page_size` above the pod count). Prints a Markdown table for
-//! BENCHMARKS.md; nothing is asserted. `KUBECAST_BENCH_LISTS` (comma-separated: default,
+//! BENCHMARKS.md; nothing is asserted. `BENCH_LISTS` (comma-separated: default,
 //! streamed, paginated, one) runs only those of kubecast's rows (another build, through
 //! `KUBECAST_TEST_BINARY`, may not know every setting).
 //!
@@ -103,9 +103,8 @@ fn paginated_list_seconds(stack: &Stack, ns: &str, limit: usize) -> f64 {
                             .replace('/', "%2F"),
                     );
                 }
-                let out = curl(stack, &path, &["-sS", "-o"])
-                    .arg(&page)
-                    .args(["-w", "%{time_total}"])
+                let target = page.display().to_string();
+                let out = curl(stack, &path, &["-sS", "-o", &target, "-w", "%{time_total}"])
                     .output()
                     .expect("running curl");
                 secs += String::from_utf8_lossy(&out.stdout)
@@ -254,7 +253,7 @@ fn main() {
             "    type: kafka\n    brokers: {}\n    topic: {topic}\n",
             stack.kafka_bootstrap
         );
-        let lists = std::env::var("KUBECAST_BENCH_LISTS").ok();
+        let lists = std::env::var("BENCH_LISTS").ok();
         let wanted = |key: &str| lists.as_deref().is_none_or(|l| l.split(',').any(|k| k == key));
         if wanted("default") {
             let (child, log) = bridges::kubecast(&stack, &dir, &ns, &sink);

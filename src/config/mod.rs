@@ -136,8 +136,9 @@ pub struct WatchConfig {
     /// `added` (flagged `k8sinitial`) or only remembered. Default: `emit`.
     #[serde(default)]
     pub initial_list: InitialList,
-    /// Whether to ask for the initial state as a watch stream (`sendInitialEvents`) instead
-    /// of paginated lists. `auto` uses it where the apiserver supports it. Default: `auto`.
+    /// How to ask for the initial state: `on`, a watch stream (`sendInitialEvents`, falling
+    /// back to paginated lists where the apiserver refuses it); `off`, paginated lists;
+    /// `auto`, the faster as measured, which is paginated lists. Default: `auto`.
     #[serde(default)]
     pub streaming_list: StreamingList,
     /// Objects per page when listing. Default: 500.

@@ -374,6 +374,38 @@ mod tests {
     }
 
     #[test]
+    fn the_state_logs_bounds_are_at_least_one_and_its_policy_a_known_word() {
+        let text = "cluster: c\nstate:\n  dir: /tmp/x\n  behind_ms: 0\n  behind_mib: 0\nsinks:\n  a:\n    type: stdout\n";
+        assert_eq!(issues_of(text), vec!["state.behind_ms", "state.behind_mib"]);
+        let always =
+            "cluster: c\nstate:\n  dir: /tmp/x\n  log: always\nsinks:\n  a:\n    type: stdout\n";
+        let config = load_str("t.yaml", always, Vec::new()).unwrap();
+        assert_eq!(config.state.log, crate::store::LogPolicy::Always);
+        let default = load_str(
+            "t.yaml",
+            "cluster: c\nsinks:\n  a:\n    type: stdout\n",
+            Vec::new(),
+        );
+        let default = default.unwrap();
+        assert_eq!(
+            (
+                default.state.log,
+                default.state.behind_ms,
+                default.state.behind_mib
+            ),
+            (crate::store::LogPolicy::WhenBehind, 50, 16)
+        );
+        let typo = "cluster: c\nstate:\n  log: sometimes\nsinks:\n  a:\n    type: stdout\n";
+        let err = load_str("t.yaml", typo, Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("state.log") || err.contains("sometimes"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn sinks_beside_an_exactly_once_sink_must_not_drop_events() {
         let text = format!(
             "cluster: c\nsinks:\n  a:\n{EOS}  m:\n    type: stdout\n    queue: {{when_full: drop}}\n"

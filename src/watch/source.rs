@@ -2,7 +2,8 @@
 //! point: [`run`].
 //!
 //! The loop keeps one thing: the resourceVersion to resume from. Without one it lists
-//! (a streaming list where the apiserver offers it, else paginated pages); with one it
+//! (paginated pages, or with `streaming_list: on` a streaming list where the apiserver
+//! offers it); with one it
 //! watches. A watch that ends normally is reopened from the last resourceVersion seen (a
 //! bookmark or an object), and so is one that failed or brought nothing (no event, no
 //! bookmark) for `silence`; `410 Gone` drops it and lists again, and the classifier turns the
@@ -115,7 +116,7 @@ struct Watch {
 
 impl Watch {
     async fn run(&mut self) -> Result<Ended, WatchError> {
-        let mut streaming = self.settings.streaming != StreamingList::Off;
+        let mut streaming = self.settings.streaming == StreamingList::On;
         let mut backoff = Backoff::new(Duration::from_millis(250), self.settings.max_backoff);
         let ns = self.scope.label().to_string();
         // Consecutive attempts to resume that the apiserver answered with an error.
