@@ -256,7 +256,7 @@ fn main() {
             ("kubecast-cluster", "kubecast (3 brokers, RF 3)"),
             ("eos-cluster", "kubecast (exactly-once, 3 brokers, RF 3)"),
             ("nostate", "kubecast (no state directory)"),
-            ("always", "kubecast (log: always)"),
+            ("always", "kubecast (log always)"),
             ("gzip", "kubecast (gzip)"),
             ("snappy", "kubecast (snappy)"),
             ("lz4", "kubecast (lz4)"),
@@ -318,7 +318,7 @@ fn main() {
                 "kubecast (no state directory)" => {
                     bridges::kubecast_without_state(&stack, &bridge_dir, &ns, &kafka_sink)
                 }
-                "kubecast (log: always)" => {
+                "kubecast (log always)" => {
                     bridges::kubecast_log_always(&stack, &bridge_dir, &ns, &kafka_sink)
                 }
                 "kubecast (gzip)" | "kubecast (snappy)" | "kubecast (lz4)" | "kubecast (zstd)" => {

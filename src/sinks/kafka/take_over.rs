@@ -208,6 +208,12 @@ pub(super) async fn take_over(
         .set("transaction.timeout.ms", txn_ms.to_string())
         .set("message.timeout.ms", txn_ms.to_string())
         .set("socket.timeout.ms", socket_ms.to_string());
+    // The sink makes its batches itself (`max_ms`, `max_events`) and awaits their delivery
+    // reports before the commit: librdkafka's own linger (5 ms) would only be added to every
+    // transaction's time. A `linger.ms` under `librdkafka` still wins.
+    if producer.get("linger.ms").is_none() {
+        producer.set("linger.ms", "0");
+    }
     let txns = Transactions::create(sink, producer, &txn.id, CALL_TIMEOUT)
         .map_err(|e| ExactlyOnceError::of(&txn.id, e))?;
     backoff.reset();
