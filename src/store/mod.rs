@@ -231,7 +231,7 @@ impl Store {
             _ => None,
         });
         if let Some(first) = events.next() {
-            self.logged_upto = events.last().unwrap_or(first);
+            self.logged_upto = events.next_back().unwrap_or(first);
             // A sink that had already acknowledged some of them (the others fell behind):
             // its cursor is saved, or a restart would send them to it again.
             if self.cursors.values().any(|&c| c >= first) {
