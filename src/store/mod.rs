@@ -223,7 +223,8 @@ impl Store {
         self.log.next_seq()
     }
 
-    /// Logs `records`, synced as the policy says, before their events go anywhere.
+    /// Logs `records` whole, synced as the policy says: with `log: always` before their
+    /// events go anywhere, else once a sink has fallen behind on them.
     pub fn append(&mut self, records: &[Record]) -> Result<(), StoreError> {
         self.log.append(records)?;
         let mut events = records.iter().filter_map(|r| match r {

@@ -21,17 +21,28 @@ fn logged_bytes(d: &Durable) -> u64 {
     d.store.as_ref().map_or(0, crate::store::Store::disk_bytes)
 }
 
+/// Logs one watched add of `uid` at `rv`; returns it.
+async fn added(d: &mut Durable, c: &mut Classifier, uid: &str, rv: &str) -> Arc<Event> {
+    let mut logged = log_watched(d, c, vec![event(0, uid, rv, ChangeKind::Added)]).await;
+    logged.remove(0)
+}
+
+/// Every sink in `sinks` acknowledges `e` (and what came before).
+fn acked_by(d: &mut Durable, sinks: &[&str], e: &Event) {
+    for s in sinks {
+        d.acked(s, e.seq);
+    }
+}
+
 /// A list of one pod (u1 at 30, list at 31), acknowledged, and the snapshot it forces.
 async fn listed_and_snapshotted(d: &mut Durable, c: &mut Classifier, sinks: &[&str]) {
-    let listed = log_watched(d, c, vec![event(0, "u1", "30", ChangeKind::Added)]).await;
+    let listed = added(d, c, "u1", "30").await;
     d.observed(&Observed::ListDone {
         scope: ns(),
         rv: "31".into(),
     });
     d.commit().await.unwrap();
-    for s in sinks {
-        d.acked(s, listed[0].seq);
-    }
+    acked_by(d, sinks, &listed);
     d.maintain(c, None).await.unwrap();
 }
 
@@ -61,23 +72,12 @@ async fn changes_every_sink_acknowledged_in_time_are_never_written_only_the_resu
         .unwrap();
     let mut c = start.classifier;
     listed_and_snapshotted(&mut d, &mut c, &["a", "b"]).await;
-    let acked = log_watched(
-        &mut d,
-        &mut c,
-        vec![event(0, "u2", "32", ChangeKind::Added)],
-    )
-    .await;
-    d.acked("a", acked[0].seq);
-    d.acked("b", acked[0].seq);
+    let acked = added(&mut d, &mut c, "u2", "32").await;
+    acked_by(&mut d, &["a", "b"], &acked);
     d.log_delivered().await.unwrap();
     // Only in memory at the crash: b has not acknowledged it.
-    let held = log_watched(
-        &mut d,
-        &mut c,
-        vec![event(0, "u3", "33", ChangeKind::Added)],
-    )
-    .await;
-    d.acked("a", held[0].seq);
+    let held = added(&mut d, &mut c, "u3", "33").await;
+    acked_by(&mut d, &["a"], &held);
     d.log_delivered().await.unwrap();
     d.maintain(&c, None).await.unwrap();
     assert!(
@@ -112,7 +112,7 @@ async fn changes_every_sink_acknowledged_in_time_are_never_written_only_the_resu
     );
     assert!(start.pending.values().all(Vec::is_empty));
     let next = d.event(event(0, "u4", "34", ChangeKind::Added), true);
-    assert!(next.seq > acked[0].seq, "numbers continue: {}", next.seq);
+    assert!(next.seq > acked.seq, "numbers continue: {}", next.seq);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -122,21 +122,10 @@ async fn a_change_a_sink_falls_behind_on_is_written_after_the_bound_and_sent_aga
     let (mut d, start) = Durable::open(behind(&dir, &["a", "b"], 20)).await.unwrap();
     let mut c = start.classifier;
     listed_and_snapshotted(&mut d, &mut c, &["a", "b"]).await;
-    let acked = log_watched(
-        &mut d,
-        &mut c,
-        vec![event(0, "u2", "32", ChangeKind::Added)],
-    )
-    .await;
-    d.acked("a", acked[0].seq);
-    d.acked("b", acked[0].seq);
-    let slow = log_watched(
-        &mut d,
-        &mut c,
-        vec![event(0, "u3", "33", ChangeKind::Added)],
-    )
-    .await;
-    d.acked("a", slow[0].seq);
+    let acked = added(&mut d, &mut c, "u2", "32").await;
+    acked_by(&mut d, &["a", "b"], &acked);
+    let slow = added(&mut d, &mut c, "u3", "33").await;
+    acked_by(&mut d, &["a"], &slow);
     assert!(
         d.next_due().is_some(),
         "upkeep is due when the bound passes"
@@ -153,10 +142,10 @@ async fn a_change_a_sink_falls_behind_on_is_written_after_the_bound_and_sent_aga
     let (mut d, start) = Durable::open(behind(&dir, &["a", "b"], 20)).await.unwrap();
     let next = d.event(event(0, "u4", "34", ChangeKind::Added), true);
     assert!(
-        next.seq > slow[0].seq,
+        next.seq > slow.seq,
         "numbers continue past every number on disk: {} after {}",
         next.seq,
-        slow[0].seq
+        slow.seq
     );
     let pending =
         |s: &str| -> Vec<String> { start.pending[s].iter().map(|e| e.rv.clone()).collect() };
@@ -183,12 +172,7 @@ async fn a_snapshot_first_writes_what_is_still_held() {
     let (mut d, start) = Durable::open(behind(&dir, &["a"], 60_000)).await.unwrap();
     let mut c = start.classifier;
     listed_and_snapshotted(&mut d, &mut c, &["a"]).await;
-    let held = log_watched(
-        &mut d,
-        &mut c,
-        vec![event(0, "u2", "32", ChangeKind::Added)],
-    )
-    .await;
+    let held = added(&mut d, &mut c, "u2", "32").await;
     // A second list completes: the snapshot it forces covers u2, not yet acknowledged.
     d.observed(&Observed::ListDone {
         scope: ns(),
@@ -207,7 +191,7 @@ async fn a_snapshot_first_writes_what_is_still_held() {
     assert_eq!(start.resume.get("ns"), Some(&Some("40".to_string())));
     assert_eq!(
         start.pending["a"].iter().map(|e| e.seq).collect::<Vec<_>>(),
-        [held[0].seq],
+        [held.seq],
         "the snapshot passed it, so it was written first and is sent again"
     );
     let _ = std::fs::remove_dir_all(dir);
