@@ -94,15 +94,13 @@ fn paginated_list_seconds(stack: &Stack, ns: &str, limit: usize) -> f64 {
             let mut secs = 0.0;
             let mut pages = 0;
             loop {
-                let mut path = format!("/api/v1/namespaces/{ns}/pods?limit={limit}");
+                // Encoded as the watch encodes its own list requests.
+                let mut query = form_urlencoded::Serializer::new(String::new());
+                query.append_pair("limit", &limit.to_string());
                 if let Some(t) = &token {
-                    path.push_str("&continue=");
-                    path.push_str(
-                        &t.replace('=', "%3D")
-                            .replace('+', "%2B")
-                            .replace('/', "%2F"),
-                    );
+                    query.append_pair("continue", t);
                 }
+                let path = format!("/api/v1/namespaces/{ns}/pods?{}", query.finish());
                 let target = page.display().to_string();
                 let out = curl(stack, &path, &["-sS", "-o", &target, "-w", "%{time_total}"])
                     .output()

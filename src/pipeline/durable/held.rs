@@ -131,7 +131,6 @@ impl Held {
         self.batches.front().map(|b| b.at + self.after)
     }
 
-    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.batches.is_empty()
     }

@@ -322,7 +322,8 @@ impl Durable {
         self.feed.acked(sink, seq);
         if let Some(store) = self.store.as_mut() {
             store.acked(sink, seq);
-            if let Some(held) = self.held.as_mut() {
+            // Per report: the slowest cursor is looked up only while something is held.
+            if let Some(held) = self.held.as_mut().filter(|h| !h.is_empty()) {
                 held.settled(store.min_cursor());
             }
         }
