@@ -413,7 +413,12 @@ impl Bridge {
         }
         drain(&mut self.reports, &mut self.stats, &mut self.durable);
         self.stats.log_summary(self.classifier.len());
-        if let Err(e) = self
+        if self.durable.is_broken() {
+            // A snapshot now would claim that what failed to be written is on disk.
+            tracing::error!(
+                "the state is not saved at shutdown: a write to the state directory failed; a restart resumes from what was written before it"
+            );
+        } else if let Err(e) = self
             .durable
             .close(&self.classifier, self.routes.router())
             .await

@@ -14,11 +14,15 @@ pub enum LogPolicy {
     /// Only those a sink falls behind on: a change every sink acknowledges within
     /// `behind_ms` is never written; one that is not (or that does not fit `behind_mib`) is
     /// logged then, and a snapshot first logs whatever is still held. The resume point on
-    /// disk never passes a change that is neither acknowledged nor logged, so a crash loses
-    /// nothing: the watch resumes before it.
+    /// disk never passes a change that is neither acknowledged nor logged: after a crash the
+    /// watch resumes before it and the apiserver sends it again. A change held at a crash
+    /// that the apiserver no longer has (its watch history compacted, 410) reaches only the
+    /// sinks that had acknowledged it; a sink that was behind sees the object's present state
+    /// after the re-list, not that change.
     #[default]
     WhenBehind,
-    /// Every change, before any sink sees it (synced as `fsync` says).
+    /// Every change, before any sink sees it (synced as `fsync` says): after a crash every
+    /// sink gets every change handed to any sink, whatever the apiserver still has.
     Always,
 }
 
@@ -48,8 +52,9 @@ pub struct StateConfig {
     /// acknowledgement before it is logged, in milliseconds. Default: 50.
     #[serde(default = "default_behind_ms")]
     pub behind_ms: u64,
-    /// With `log: when_behind`: MiB of event data held in memory only at most; beyond it the
-    /// oldest changes are logged at once. Default: 16.
+    /// With `log: when_behind`: MiB held in memory only at most (event data, and with routes
+    /// or alert rules the objects' routing states); beyond it the oldest changes are logged
+    /// at once. Default: 16.
     #[serde(default = "default_behind_mib")]
     pub behind_mib: u64,
     /// Interval of `fsync: interval`, in milliseconds. Default: 100.

@@ -35,6 +35,10 @@ pub struct Log {
     segment_bytes: u64,
     next_seq: u64,
     buf: BytesMut,
+    /// A fake fault, for tests only (a failed write part-way is not to be had on demand from
+    /// a unit test's disk): the next append writes this many bytes of its frames and fails.
+    #[cfg(test)]
+    pub(crate) fail_next_write_after: Option<usize>,
 }
 
 fn segment_path(dir: &Path, first_seq: u64) -> PathBuf {
@@ -106,6 +110,8 @@ impl Log {
             segment_bytes,
             next_seq,
             buf: BytesMut::new(),
+            #[cfg(test)]
+            fail_next_write_after: None,
         };
         Ok((log, records))
     }
@@ -153,12 +159,29 @@ impl Log {
             self.buf[start + 4..start + FRAME].copy_from_slice(&crc);
             self.next_seq = self.next_seq.max(r.seq() + 1);
         }
-        let path = &self.segments[self.segments.len() - 1].path;
-        self.active
-            .write_all(&self.buf)
-            .map_err(io("writing", path))?;
+        if let Err(e) = self.write_buf() {
+            let path = &self.segments[self.segments.len() - 1].path;
+            // A write that failed part-way leaves a torn frame: cut it off, so the segment
+            // ends at its last whole frame again. (The store refuses every write after an
+            // error anyway; this keeps a reopen from cutting at a frame that later records
+            // were written after.)
+            if let Err(cut) = self.active.set_len(self.active_len) {
+                tracing::error!(path = %path.display(), error = %cut, "cutting a torn write off the state log failed; a restart cuts it");
+            }
+            return Err(io("writing", path)(e));
+        }
         self.active_len += self.buf.len() as u64;
         Ok(())
+    }
+
+    /// Writes the encoded frames to the active segment.
+    fn write_buf(&mut self) -> std::io::Result<()> {
+        #[cfg(test)]
+        if let Some(n) = self.fail_next_write_after.take() {
+            self.active.write_all(&self.buf[..n.min(self.buf.len())])?;
+            return Err(std::io::Error::other("a write fault injected by a test"));
+        }
+        self.active.write_all(&self.buf)
     }
 
     /// Bytes of the log on disk.
@@ -330,6 +353,26 @@ mod tests {
         assert_eq!(
             got.iter().map(Record::seq).collect::<Vec<_>>(),
             vec![1, 2, 3]
+        );
+    }
+
+    #[test]
+    fn a_write_that_fails_part_way_is_cut_off_so_a_later_record_survives_a_reopen() {
+        let dir = tmp("failed-write");
+        let (mut log, _) = Log::open(&dir, 1 << 20).unwrap();
+        log.append(&[rec(1)]).unwrap();
+        // A fake fault: part of the second frame reaches the file, then the write fails.
+        log.fail_next_write_after = Some(12);
+        let e = log.append(&[rec(2)]).unwrap_err().to_string();
+        assert!(e.contains("writing") && e.contains(".seg"), "{e}");
+        log.append(&[rec(3)]).unwrap();
+        log.sync().unwrap();
+        drop(log);
+        let (_, got) = Log::open(&dir, 1 << 20).unwrap();
+        assert_eq!(
+            got.iter().map(Record::seq).collect::<Vec<_>>(),
+            vec![1, 3],
+            "the torn frame is gone and the record after it is read"
         );
     }
 

@@ -59,6 +59,12 @@ pub enum StoreError {
     /// The blocking-pool task doing the disk work panicked or was cancelled.
     #[error("state directory: the task writing it failed: {0}")]
     Worker(String),
+    /// A write or sync failed earlier: nothing more is written (a snapshot or a record after
+    /// the failed one would claim that what failed is on disk).
+    #[error(
+        "state directory: nothing more is written after an earlier failure ({0}); a restart resumes from what was written before it"
+    )]
+    Broken(String),
 }
 
 /// Maps an I/O error of `op` on `path` into a [`StoreError`] (for `map_err`).
@@ -130,6 +136,11 @@ pub struct Store {
     snapshot_seq: u64,
     /// Durations of the fsyncs since the last [`Store::take_fsync_times`], in seconds.
     fsync_times: Vec<f64>,
+    /// The first write or sync that failed. From then on every write is refused: what
+    /// failed may be partly on disk or not at all (and after a failed fsync, Linux may have
+    /// dropped the unsynced pages while saying nothing next time), so a later record,
+    /// cursor or snapshot could claim it is there. A restart resumes from what was written.
+    broken: Option<String>,
 }
 
 impl Store {
@@ -202,6 +213,7 @@ impl Store {
             last_sync: Instant::now(),
             last_snapshot: Instant::now(),
             fsync_times: Vec::new(),
+            broken: None,
         };
         Ok((
             store,
@@ -226,6 +238,10 @@ impl Store {
     /// Logs `records` whole, synced as the policy says: with `log: always` before their
     /// events go anywhere, else once a sink has fallen behind on them.
     pub fn append(&mut self, records: &[Record]) -> Result<(), StoreError> {
+        self.guard(|store| store.append_unguarded(records))
+    }
+
+    fn append_unguarded(&mut self, records: &[Record]) -> Result<(), StoreError> {
         self.log.append(records)?;
         let mut events = records.iter().filter_map(|r| match r {
             Record::Event { event, .. } => Some(event.seq),
@@ -250,7 +266,34 @@ impl Store {
     /// and positions, without the events): not synced, as a machine crash that loses them
     /// only makes a restart resume earlier and send those changes again, with their ids.
     pub fn append_delivered(&mut self, records: &[Record]) -> Result<(), StoreError> {
-        self.log.append(records)
+        self.guard(|store| store.log.append(records))
+    }
+
+    /// Runs a write unless an earlier one failed; a failure refuses every later write.
+    fn guard(
+        &mut self,
+        write: impl FnOnce(&mut Store) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        if let Some(first) = &self.broken {
+            return Err(StoreError::Broken(first.clone()));
+        }
+        let result = write(self);
+        if let Err(e) = &result {
+            self.broken = Some(e.to_string());
+        }
+        result
+    }
+
+    /// Whether a write or sync failed (every later one is refused).
+    pub fn is_broken(&self) -> bool {
+        self.broken.is_some()
+    }
+
+    /// Makes the next append write part of its frames and fail (a fake fault: see
+    /// [`Log`]'s `fail_next_write_after`).
+    #[cfg(test)]
+    pub(crate) fn fail_next_write_after(&mut self, bytes: usize) {
+        self.log.fail_next_write_after = Some(bytes);
     }
 
     fn sync(&mut self) -> Result<(), StoreError> {
@@ -320,6 +363,10 @@ impl Store {
     /// Periodic upkeep: the interval fsync, saving cursors, and writing `snapshot` (taken
     /// when [`Store::snapshot_due`] said so), after which segments nobody needs are deleted.
     pub fn maintain(&mut self, snapshot: Option<Snapshot>) -> Result<(), StoreError> {
+        self.guard(|store| store.maintain_unguarded(snapshot))
+    }
+
+    fn maintain_unguarded(&mut self, snapshot: Option<Snapshot>) -> Result<(), StoreError> {
         if self.settings.fsync == FsyncPolicy::Interval
             && self.last_sync.elapsed() >= self.settings.fsync_interval
         {

@@ -216,3 +216,68 @@ async fn beyond_the_memory_bound_a_commit_writes_the_oldest_at_once() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_bookmark_after_everything_was_settled_is_delivered_at_once_and_never_synced() {
+    let dir = temp_dir("behind-bookmark");
+    let (mut d, start) = Durable::open(behind(&dir, &["a"], 60_000)).await.unwrap();
+    let mut c = start.classifier;
+    listed_and_snapshotted(&mut d, &mut c, &["a"]).await;
+    d.observed(&Observed::Bookmark {
+        scope: ns(),
+        rv: "40".into(),
+    });
+    d.commit().await.unwrap();
+    assert!(
+        d.held.as_ref().is_some_and(Held::is_empty),
+        "no report will come to settle it: it is delivered at once"
+    );
+    assert_eq!(
+        d.held.as_ref().and_then(Held::next_due),
+        None,
+        "nothing waits for behind_ms (an idle cluster is not synced per bookmark)"
+    );
+    // Logged as a delivered resume point: appended, not synced.
+    d.log_delivered().await.unwrap();
+    let positions: Vec<Option<String>> = logged(&dir)
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Position { rv, .. } => Some(rv),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(positions.last(), Some(&Some("40".to_string())));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_routers_object_states_count_against_behind_mib() {
+    use crate::route::engine::ObjectState;
+    let state = ObjectState {
+        uid: "u".repeat(36),
+        resource: "pods".into(),
+        scope: "ns".into(),
+        namespace: "ns".into(),
+        name: "p".repeat(40),
+        rv: "123".into(),
+        gone: false,
+        marks: Vec::new(),
+        episodes: Vec::new(),
+    };
+    let mut held = Held::new(Duration::from_secs(60), 1000, false);
+    for seq in 1..=10 {
+        held.push(
+            vec![Record::State {
+                seq,
+                state: Arc::new(state.clone()),
+                from_watch: true,
+            }],
+            0,
+            std::time::Instant::now(),
+        );
+    }
+    assert!(
+        held.over(),
+        "ten object states are more than 1000 bytes of memory"
+    );
+}

@@ -6,11 +6,14 @@
 //!
 //! Entry point: [`Held`], owned by [`super::Durable`].
 //!
-//! Why a crash loses nothing: a restart resumes from the last snapshot and the log after it.
+//! What a crash costs: a restart resumes from the last snapshot and the log after it.
 //! Batches leave this queue oldest first, each either settled by every sink (its resume
 //! point logged) or logged whole, and a snapshot is only written once nothing is held; so the
 //! resume point on disk never passes a change that is neither acknowledged nor logged, and
-//! the watch, resuming there, is sent again whatever was only in memory.
+//! the watch, resuming there, is sent again whatever was only in memory, as long as the
+//! apiserver still has it. A change it no longer has (its watch history compacted: 410, a
+//! re-list) reached only the sinks that acknowledged it before the crash; `log: always` is
+//! the mode that hands every sink every change.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -58,20 +61,14 @@ impl Held {
         }
     }
 
-    /// Holds a committed batch whose events end at number `upto`.
-    pub fn push(&mut self, records: Vec<Record>, upto: u64) {
-        let bytes = records
-            .iter()
-            .map(|r| match r {
-                Record::Event { event, .. } => event.data.len(),
-                _ => 0,
-            })
-            .sum();
+    /// Holds a committed batch whose events end at number `upto`, committed at `now`.
+    pub fn push(&mut self, records: Vec<Record>, upto: u64, now: Instant) {
+        let bytes = records.iter().map(held_bytes).sum();
         self.bytes += bytes;
         self.batches.push_back(Batch {
             records,
             upto,
-            at: Instant::now(),
+            at: now,
             bytes,
         });
     }
@@ -100,10 +97,9 @@ impl Held {
         std::mem::take(&mut self.delivered)
     }
 
-    /// The records to write now, oldest first: every batch with `all`, else those held
+    /// The records to write at `now`, oldest first: every batch with `all`, else those held
     /// longer than the bound and the oldest beyond the memory bound.
-    pub fn take_due(&mut self, all: bool) -> Vec<Record> {
-        let now = Instant::now();
+    pub fn take_due(&mut self, all: bool, now: Instant) -> Vec<Record> {
         let mut out = Vec::new();
         while let Some(b) = self.batches.front()
             && (all || now >= b.at + self.after || self.bytes > self.max_bytes)
@@ -134,6 +130,45 @@ impl Held {
     pub fn is_empty(&self) -> bool {
         self.batches.is_empty()
     }
+}
+
+/// What a held record counts against `state.behind_mib`: an event's data (the bulk of it),
+/// and a router's object state, whose alert episodes and marks a busy router keeps per change.
+fn held_bytes(r: &Record) -> usize {
+    use std::mem::size_of;
+    match r {
+        Record::Event { event, .. } => event.data.len(),
+        Record::Position { scope, rv, .. } => {
+            size_of::<Record>()
+                + scope.as_ref().map_or(0, String::len)
+                + rv.as_ref().map_or(0, String::len)
+        }
+        Record::State { state: s, .. } => {
+            let strings = [&s.uid, &s.resource, &s.scope, &s.namespace, &s.name, &s.rv];
+            size_of::<ObjectState>()
+                + strings.iter().map(|t| t.len()).sum::<usize>()
+                + s.marks
+                    .iter()
+                    .map(|m| size_of::<crate::route::engine::Mark>() + m.last.len())
+                    .sum::<usize>()
+                + s.episodes.iter().map(episode_bytes).sum::<usize>()
+        }
+    }
+}
+
+/// An alert episode's size in memory, near enough: its strings and its evidence.
+fn episode_bytes(e: &crate::alert::episode::Episode) -> usize {
+    std::mem::size_of::<crate::alert::episode::Episode>()
+        + e.rule.len()
+        + e.uid.len()
+        + e.namespace.len()
+        + e.name.len()
+        + e.began_rv.len()
+        + e.rv.len()
+        + e.container.as_ref().map_or(0, String::len)
+        + e.message.len()
+        // The evidence is a few short fields: counted, not measured (no walk per change).
+        + e.facts.len() * 64
 }
 
 /// What a delivered record leaves in the log: the object state an event moves (without the
@@ -184,13 +219,16 @@ mod tests {
     #[test]
     fn a_batch_every_sink_settled_leaves_only_its_resume_point_to_log() {
         let mut held = Held::new(Duration::from_secs(60), 1 << 20, true);
-        held.push(batch(1), 1);
-        held.push(batch(2), 2);
+        held.push(batch(1), 1, Instant::now());
+        held.push(batch(2), 2, Instant::now());
         held.settled(1);
         assert_eq!(held.bytes, 100);
         held.settled(2);
         assert!(held.is_empty() && held.bytes == 0);
-        assert!(held.take_due(true).is_empty(), "no event is left to write");
+        assert!(
+            held.take_due(true, Instant::now()).is_empty(),
+            "no event is left to write"
+        );
         let delivered = held.take_delivered();
         let states: Vec<(u64, &str, bool)> = delivered
             .iter()
@@ -212,7 +250,7 @@ mod tests {
             scope: None,
             rv: Some("9".into()),
         });
-        held.push(records, 1);
+        held.push(records, 1, Instant::now());
         held.settled(1);
         let seqs: Vec<u64> = held.take_delivered().iter().map(Record::seq).collect();
         assert_eq!(seqs, [2], "the position stays, the event goes");
@@ -221,14 +259,15 @@ mod tests {
     #[test]
     fn a_batch_held_longer_than_the_bound_is_written_and_a_younger_one_waits() {
         let mut held = Held::new(Duration::from_millis(30), 1 << 20, true);
-        held.push(batch(1), 1);
-        std::thread::sleep(Duration::from_millis(40));
-        held.push(batch(2), 2);
-        let due = held.take_due(false);
+        // Times set by the test, not read from a busy machine's clock.
+        let t0 = Instant::now();
+        held.push(batch(1), 1, t0);
+        held.push(batch(2), 2, t0 + Duration::from_millis(20));
+        let due = held.take_due(false, t0 + Duration::from_millis(35));
         assert_eq!(due.iter().map(Record::seq).collect::<Vec<_>>(), [1]);
         assert_eq!(held.batches.len(), 1, "the younger batch waits");
         assert!(held.next_due().is_some());
-        let all = held.take_due(true);
+        let all = held.take_due(true, Instant::now());
         assert_eq!(all.iter().map(Record::seq).collect::<Vec<_>>(), [2]);
         assert_eq!(held.next_due(), None);
     }
@@ -237,10 +276,10 @@ mod tests {
     fn beyond_the_memory_bound_the_oldest_are_written_at_once() {
         let mut held = Held::new(Duration::from_secs(60), 250, true);
         for seq in 1..=3 {
-            held.push(batch(seq), seq);
+            held.push(batch(seq), seq, Instant::now());
         }
         assert!(held.over());
-        let due = held.take_due(false);
+        let due = held.take_due(false, Instant::now());
         assert_eq!(due.iter().map(Record::seq).collect::<Vec<_>>(), [1]);
         assert!(!held.over(), "200 bytes are held, within the bound");
     }
@@ -248,7 +287,7 @@ mod tests {
     #[test]
     fn a_batch_without_events_is_settled_with_everything_before_it() {
         let mut held = Held::new(Duration::from_secs(60), 1 << 20, true);
-        held.push(batch(1), 1);
+        held.push(batch(1), 1, Instant::now());
         // A bookmark's position: no event of its own, it waits for event 1.
         held.push(
             vec![Record::Position {
@@ -257,6 +296,7 @@ mod tests {
                 rv: Some("9".into()),
             }],
             1,
+            Instant::now(),
         );
         held.settled(0);
         assert_eq!(held.batches.len(), 2);

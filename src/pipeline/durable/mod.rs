@@ -104,6 +104,12 @@ impl Durable {
         self.feed.subscribe()
     }
 
+    /// Whether a write to the state directory failed: nothing more is written (a snapshot
+    /// would claim that what failed is on disk), so a shutdown must not try to save.
+    pub fn is_broken(&self) -> bool {
+        self.store.as_ref().is_some_and(Store::is_broken)
+    }
+
     /// Whether anyone needs the watch positions: the store (the resume point) or a keeper.
     /// Without either, the per-event path does not track them.
     fn keeps_positions(&self) -> bool {
@@ -270,13 +276,21 @@ impl Durable {
         let batch = std::mem::take(&mut self.batch);
         let batch = match self.held.as_mut() {
             Some(held) => {
-                held.push(batch, self.last_event);
+                let now = std::time::Instant::now();
+                held.push(batch, self.last_event, now);
+                // A batch whose events every sink already settled (one that only moves a
+                // position: a bookmark, a finished list) is delivered now; no report would
+                // come to settle it, and writing it after `behind_ms` would cost an idle
+                // cluster an fsync per watch and bookmark.
+                if let Some(store) = self.store.as_ref() {
+                    held.settled(store.min_cursor());
+                }
                 if !held.over() {
                     return Ok(());
                 }
                 // The log stays in order: delivered resume points before the spilled batches.
                 let mut records = held.take_delivered();
-                records.extend(held.take_due(false));
+                records.extend(held.take_due(false, now));
                 records
             }
             None => batch,
@@ -357,7 +371,10 @@ impl Durable {
         // A snapshot covers every change so far: what is still held is written first, so the
         // resume point never passes a change neither acknowledged nor logged.
         let (delivered, spill) = match self.held.as_mut() {
-            Some(held) => (held.take_delivered(), held.take_due(snapshot_due)),
+            Some(held) => (
+                held.take_delivered(),
+                held.take_due(snapshot_due, std::time::Instant::now()),
+            ),
             None => (Vec::new(), Vec::new()),
         };
         let snap =
@@ -410,5 +427,7 @@ fn snapshot(
 
 #[cfg(test)]
 mod behind_tests;
+#[cfg(test)]
+mod fault_tests;
 #[cfg(test)]
 mod tests;
