@@ -17,6 +17,7 @@ pub mod deploy;
 pub mod follow;
 pub mod http;
 pub mod kafka_cluster;
+pub mod kafka_relay;
 pub mod kubecast;
 pub mod nodes;
 pub mod objects;
