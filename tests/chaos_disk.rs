@@ -5,6 +5,8 @@
 //!
 //! A full disk cannot be had on demand from the machine's own disk; the test mounts a small
 //! tmpfs (this needs root, as CI and the development machines run) and grows it afterwards.
+//! A write cut short part-way is had from the kernel too: kubecast runs with a file size
+//! limit (`RLIMIT_FSIZE`), so a write past it stores what fits and fails with EFBIG.
 
 mod support;
 
@@ -130,6 +132,53 @@ async fn a_full_disk_stops_kubecast_without_losing_anything_and_a_restart_delive
     );
     println!(
         "chaos_disk: {ops} API operations, {} changes, lost 0, {dups} duplicates (same ids)",
+        truth.len()
+    );
+}
+
+#[tokio::test]
+async fn a_write_cut_short_leaves_no_snapshot_claiming_it_and_a_restart_delivers_every_change() {
+    let scene = Scene::new("chaos-fsize").await;
+    let stack = &scene.stack;
+    let topic = unique_name("kc-fsize");
+    let kafka = KafkaTopic::create(stack, &topic).await;
+    let observer = Observer::start(&scene.client, &scene.ns).await;
+    let state = scene.dir.join("state");
+    // Every batch written before its events go anywhere: the one that fails reached no sink.
+    let config = scene.config(
+        &format!("state:\n  dir: {}\n  log: always\n", state.display()),
+        &[scene.kafka_sink("kafka", &topic, &[])],
+    );
+    let mut kubecast = Kubecast::start_with_file_limit(stack, &scene.dir, &config, 96);
+    kubecast.wait_for_log("list complete", 1, LIMIT).await;
+
+    let churn = Churn::start(&scene.client, &scene.ns, 30, Duration::from_millis(10));
+    kubecast.wait_for_log("File too large", 1, LIMIT).await;
+    let ops = churn.stop().await;
+    let (code, log) = kubecast.stop(LIMIT).await;
+    assert_eq!(code, Some(1), "a failed write is fatal:\n{log}");
+    assert!(
+        log.contains("state directory") && log.contains(&state.display().to_string()),
+        "the error names the state directory:\n{log}"
+    );
+    assert!(
+        log.contains("the state is not saved at shutdown"),
+        "no snapshot after the failed write:\n{log}"
+    );
+
+    let kubecast = Kubecast::start(stack, &scene.dir, &config);
+    observer.catch_up(&scene.pods, LIMIT).await;
+    let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
+    let records = kubecast.check(kafka.wait_for_ids(&truth, LIMIT).await);
+    let (code, log) = kubecast.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log}");
+    let dups = check_received(
+        &truth,
+        &records.iter().map(|r| r.ce("id")).collect::<Vec<_>>(),
+        "Kafka",
+    );
+    println!(
+        "chaos_disk (file size limit): {ops} API operations, {} changes, lost 0, {dups} duplicates (same ids)",
         truth.len()
     );
 }

@@ -56,10 +56,34 @@ impl Kubecast {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Kubecast {
+        Kubecast::start_in(Command::new(binary()), stack, dir, config, args, env)
+    }
+
+    /// [`Kubecast::start`] with no file it writes larger than `kib` KiB (`RLIMIT_FSIZE`, with
+    /// SIGXFSZ ignored): a write past it fails part-way with EFBIG, as a real one does.
+    pub fn start_with_file_limit(stack: &Stack, dir: &Path, config: &str, kib: u64) -> Kubecast {
+        let mut limited = Command::new("bash");
+        limited
+            .arg("-c")
+            .arg(format!("trap '' XFSZ; ulimit -f {kib}; exec \"$0\" \"$@\""))
+            .arg(binary());
+        Kubecast::start_in(limited, stack, dir, config, &[], &[])
+    }
+
+    /// Starts `kubecast run` through `command` (the binary, or a wrapper that execs it with
+    /// the arguments given after it).
+    fn start_in(
+        mut command: Command,
+        stack: &Stack,
+        dir: &Path,
+        config: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Kubecast {
         let config_path = dir.join("kubecast.yaml");
         std::fs::write(&config_path, config)
             .unwrap_or_else(|e| panic!("writing {}: {e}", config_path.display()));
-        let mut child = Command::new(binary())
+        let mut child = command
             .arg("run")
             .arg("--config")
             .arg(&config_path)
