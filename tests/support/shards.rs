@@ -124,7 +124,8 @@ pub fn terms(log: &str) -> Vec<Term> {
     out
 }
 
-/// Waits until `replicas` hold their `n` shards balanced, then starts a churn of `slots` pods
+/// Waits until `replicas` hold their `n` shards balanced and each shard's bridge has listed,
+/// then starts a churn of `slots` pods
 /// every `pause` in the scene's namespace and waits until `events` more of its changes are
 /// in `committed`; fails with the replicas' logs.
 pub async fn balanced_then_churning(
@@ -140,6 +141,24 @@ pub async fn balanced_then_churning(
     if let Err(e) = wait_balanced(&scene.client, &scene.ns, &replicas.lease, n, &alive, limit).await
     {
         panic!("{e}\n{}", replicas.logs());
+    }
+    // A shard's Lease is held before its bridge has listed: a pod the churn made before that
+    // list would be published as listed, not as the changes the observer saw.
+    let deadline = tokio::time::Instant::now() + limit;
+    let listed = || -> usize {
+        replicas
+            .procs
+            .iter()
+            .map(|k| k.count_in_log("list complete"))
+            .sum()
+    };
+    while listed() < n as usize {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the {n} shards' bridges had not listed after {limit:?}:\n{}",
+            replicas.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let churn = super::churn::Churn::start(&scene.client, &scene.ns, slots, pause);
     if let Err(e) = committed
