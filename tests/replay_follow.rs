@@ -3,7 +3,9 @@
 //! holds records of some partitions while others' next are due when it finds them), and every
 //! record is printed exactly once. A follow started before any of its topics exist waits
 //! for them (a new Kafka, before kubecast wrote anything) and reads each from its beginning,
-//! or from `--since`; without `--follow` a pattern that matches nothing is an error.
+//! or from `--since`; without `--follow` a pattern that matches nothing is an error. A
+//! follow still reading a backlog that never runs out (it never reaches the end of its
+//! partitions) finds a topic that appears meanwhile within a bound.
 
 mod support;
 
@@ -80,6 +82,116 @@ async fn topics_that_appear_while_the_others_are_busy_lose_no_record_of_any() {
     assert_eq!(code, Some(0), "{said}");
     println!(
         "{} records followed over 4 topics (11 partitions), 3 of which appeared while it read",
+        want.len()
+    );
+}
+
+/// Records the follow has still to read, which the test tops up every 100 ms: a debug build
+/// here reads about 13,000 a second, so the follow never reaches the end of its partitions
+/// while the test waits (it would say `following`, which the test checks it never did).
+const AHEAD: usize = 100_000;
+
+/// How soon a topic that appears is read: the follow looks every 5 s, busy or not.
+const FOUND_WITHIN: Duration = Duration::from_secs(20);
+
+/// Writes `n` records `{prefix}-{from}`.. to `topic`, flushed: their ids.
+fn write_ids(w: &EventWriter, topic: &str, prefix: &str, from: usize, n: usize) -> Vec<String> {
+    let ids: Vec<String> = (from..from + n).map(|i| format!("{prefix}-{i}")).collect();
+    for (k, id) in ids.iter().enumerate() {
+        w.send(topic, id);
+        // The producer's queue holds 100,000 records: flushed well before it is full.
+        if k % 10_000 == 9_999 {
+            w.flush();
+        }
+    }
+    w.flush();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_that_appears_while_a_follow_reads_a_backlog_is_read_within_a_bound() {
+    let stack = Stack::load();
+    let base = unique_name("follow-backlog");
+    let busy = format!("{base}-busy");
+    create_topic(&stack, &busy, 4).await;
+    let w = EventWriter::new(&stack);
+    let mut backlog = write_ids(&w, &busy, "backlog", 0, AHEAD);
+    let since = (jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1)).to_string();
+    // From an hour ago: the follow starts with the whole backlog to read.
+    let follow = Follow::spawn(&stack, &format!("^{base}-"), &["--since", &since]);
+    let reading = support::consume::wait_for(LIMIT, "the first records", || {
+        (!follow.ids().is_empty()).then_some(())
+    })
+    .await;
+    assert!(
+        reading.is_some(),
+        "replay --follow printed nothing of the backlog; it said:\n{}",
+        follow.said()
+    );
+
+    let new = format!("{base}-new");
+    create_topic(&stack, &new, 1).await;
+    let want_new = write_ids(&w, &new, "new", 0, 20);
+    let appeared = std::time::Instant::now();
+    // Until the new topic's records are printed (or the bound passed), the backlog is kept
+    // ahead of the follow by [`AHEAD`] records.
+    let found = loop {
+        let printed = follow.ids();
+        let have: std::collections::HashSet<&String> = printed.iter().collect();
+        if want_new.iter().all(|id| have.contains(id)) {
+            break Some(appeared.elapsed());
+        }
+        if appeared.elapsed() > FOUND_WITHIN {
+            break None;
+        }
+        if backlog.len() - printed.len().min(backlog.len()) < AHEAD {
+            let more = write_ids(&w, &busy, "backlog", backlog.len(), AHEAD / 4);
+            backlog.extend(more);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let said = follow.said();
+    let found = found.unwrap_or_else(|| {
+        panic!(
+            "the topic that appeared was not read within {FOUND_WITHIN:?} while the follow read \
+             its backlog ({} of {} records printed); it said:\n{said}",
+            follow.ids().len(),
+            backlog.len()
+        )
+    });
+    assert!(
+        !said.contains("following "),
+        "the follow caught up with its backlog, so it was not busy as this test needs; it said:\n{said}"
+    );
+    assert!(
+        said.contains(&format!("topic `{new}` appeared")),
+        "it says which topic appeared; it said:\n{said}"
+    );
+
+    // Every record of both, once each, and nothing else.
+    let mut want = backlog;
+    want.extend(want_new);
+    if let Err(e) = follow.wait_for_ids(&want, LIMIT).await {
+        panic!("{e}");
+    }
+    let printed = follow.ids();
+    let mut seen = std::collections::HashSet::new();
+    let twice: Vec<&String> = printed.iter().filter(|id| !seen.insert(*id)).collect();
+    assert!(
+        twice.is_empty(),
+        "printed more than once: {:?}",
+        &twice[..twice.len().min(5)]
+    );
+    assert_eq!(
+        printed.len(),
+        want.len(),
+        "every record written, and nothing else"
+    );
+    let (code, said) = follow.interrupt().await;
+    assert_eq!(code, Some(0), "{said}");
+    println!(
+        "a topic that appeared while the follow read a backlog was read {} ms later ({} records followed)",
+        found.as_millis(),
         want.len()
     );
 }

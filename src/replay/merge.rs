@@ -9,10 +9,11 @@
 //! following, a partition at its end does not hold anything back: a record appended there
 //! later is given when it comes, even if another partition gave a later one meanwhile. A
 //! follow also looks for new topics its patterns match (and named topics that did not exist
-//! yet), as Kafka's pattern subscription does, and reads each from its beginning (or
-//! `--since`); the records the partitions already took from their queues are carried over
-//! to the next pass, so a topic that appears loses nothing. A follow that found no topic at
-//! all says once what it waits for and looks until one appears.
+//! yet) every [`LOOK_FOR_TOPICS`], idle or busy reading a backlog, as Kafka's pattern
+//! subscription does, and reads each from its beginning (or `--since`); the records the
+//! partitions already took from their queues are carried over to the next pass, so a topic
+//! that appears loses nothing. A follow that found no topic at all says once what it waits
+//! for and looks until one appears.
 //!
 //! Errors the brokers recover from by themselves are waited out ([`super::outage`]).
 
@@ -249,6 +250,20 @@ impl Topics {
             })
             .collect();
         while !stop.load(Ordering::Relaxed) {
+            // New topics are looked for on a timer, busy or idle: a follow reading a backlog
+            // that never runs out would otherwise never find them. They join between two
+            // passes, the records the partitions hold carried over.
+            if self.may_grow() && progress.looked.elapsed() >= LOOK_FOR_TOPICS {
+                progress.looked = Instant::now();
+                let known: Vec<&Span> = parts.iter().map(|p| p.span).collect();
+                let grown = self.new_spans(&known);
+                if !grown.is_empty() {
+                    for (c, part) in carried.iter_mut().zip(parts) {
+                        *c = (part.state, part.head);
+                    }
+                    return Ok(Outcome::Grew(grown));
+                }
+            }
             let mut arrived = false;
             for part in parts.iter_mut() {
                 if part.head.is_some() || part.state == State::Done {
@@ -341,20 +356,6 @@ impl Topics {
             }
             if arrived {
                 continue;
-            }
-            // Idle (nothing arrived; records may be held while another partition's next
-            // is due): new topics join between two passes, the held records carried over.
-            let looking = progress.announced || parts.is_empty();
-            if looking && progress.looked.elapsed() >= LOOK_FOR_TOPICS {
-                progress.looked = Instant::now();
-                let known: Vec<&Span> = parts.iter().map(|p| p.span).collect();
-                let grown = self.new_spans(&known);
-                if !grown.is_empty() {
-                    for (c, part) in carried.iter_mut().zip(parts) {
-                        *c = (part.state, part.head);
-                    }
-                    return Ok(Outcome::Grew(grown));
-                }
             }
             if let Some(wait) = progress.outage.probe_due() {
                 if self.consumer.fetch_metadata(None, wait).is_ok() {
