@@ -179,21 +179,13 @@ impl Config {
                     "sink names are letters, digits, '-' and '_'",
                 ));
             }
-            if let crate::sinks::SinkKind::Otlp(o) = &sink.kind
-                && o.shape == crate::sinks::otlp::Shape::K8sobjects
-                && self.encoding.data != crate::config::DataMode::Full
-            {
-                issues.push(Issue::new(
-                    format!("sinks.{name}.shape"),
-                    "`k8sobjects` carries the whole object: it needs `encoding.data: full`",
-                ));
-            }
             match sink.validate(&name, &self.cluster) {
                 Ok(v) => sinks.push((name.clone(), v)),
                 Err(more) => issues.extend(more),
             }
         }
         check_keeper(&sinks, &self.state, &mut issues);
+        check_k8sobjects(&self, &mut issues);
         let routing = routes_and_rules.map(|(routes, rules)| {
             super::routing::feeds(&self, routes, rules, &sinks, &mut issues)
         });
@@ -269,6 +261,56 @@ impl Config {
             routing,
             source,
         })
+    }
+}
+
+/// An OTLP sink of `shape: k8sobjects` puts the whole object in each record, so every change
+/// it gets must carry it: the data mode each route gives it (a route's own `data`, else
+/// `encoding.data`) is `full`; without routes, `encoding.data` is. A route of alerts only
+/// sends no object and is not checked.
+fn check_k8sobjects(config: &Config, issues: &mut Vec<Issue>) {
+    use super::DataMode;
+    let shown = |m: DataMode| match m {
+        DataMode::Full => "full",
+        DataMode::Summary => "summary",
+        DataMode::Reference => "reference",
+    };
+    let global = config.encoding.data;
+    for (name, sink) in &config.sinks {
+        let crate::sinks::SinkKind::Otlp(o) = &sink.kind else {
+            continue;
+        };
+        if o.shape != crate::sinks::otlp::Shape::K8sobjects {
+            continue;
+        }
+        if config.routes.is_empty() {
+            if global != DataMode::Full {
+                issues.push(Issue::new(
+                    format!("sinks.{name}.shape"),
+                    "`k8sobjects` carries the whole object: it needs `encoding.data: full`",
+                ));
+            }
+            continue;
+        }
+        for (route, r) in &config.routes {
+            let alerts_only = !r.types.is_empty() && r.types.iter().all(|t| t.starts_with("alert"));
+            if !r.sinks.contains(name) || alerts_only {
+                continue;
+            }
+            let message = match r.data {
+                Some(DataMode::Full) => continue,
+                None if global == DataMode::Full => continue,
+                Some(m) => format!(
+                    "`{}` goes to sinks.{name}, whose `shape: k8sobjects` carries the whole object: it needs `full`",
+                    shown(m)
+                ),
+                None => format!(
+                    "unset, so this route gives sinks.{name} `encoding.data` (`{}`), but its `shape: k8sobjects` carries the whole object: set `data: full` here",
+                    shown(global)
+                ),
+            };
+            issues.push(Issue::new(format!("routes.{route}.data"), message));
+        }
     }
 }
 
@@ -411,6 +453,68 @@ mod tests {
             "cluster: c\nsinks:\n  a:\n{EOS}  m:\n    type: stdout\n    queue: {{when_full: drop}}\n"
         );
         assert_eq!(issues_of(&text), vec!["sinks.m.queue.when_full"]);
+    }
+
+    const K8SOBJECTS: &str = "  o: {type: otlp, endpoint: 'http://127.0.0.1:4318', shape: k8sobjects}\n  s: {type: stdout}\n";
+
+    /// The issues of a config whose sinks are [`K8SOBJECTS`], as `field: message`.
+    fn k8sobjects_issues(settings: &str) -> Vec<String> {
+        let text = format!("cluster: c\n{settings}sinks:\n{K8SOBJECTS}");
+        match load_str("t.yaml", &text, Vec::new()).unwrap().validate() {
+            Ok(_) => Vec::new(),
+            Err(e) => e
+                .issues
+                .iter()
+                .map(|i| format!("{}: {}", i.field, i.message))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_k8sobjects_sink_needs_full_data_from_every_route_that_feeds_it() {
+        // Without routes, the global mode.
+        let global = k8sobjects_issues("encoding: {data: summary}\n");
+        assert_eq!(global.len(), 1, "{global:?}");
+        assert!(
+            global[0].starts_with("sinks.o.shape: ") && global[0].contains("encoding.data: full"),
+            "{global:?}"
+        );
+        assert!(k8sobjects_issues("").is_empty());
+        // A route's own summary into it: named by the route, the sink and the field.
+        let own = k8sobjects_issues(
+            "routes:\n  r: {sinks: [o, s], data: summary}\n  f: {sinks: [o], data: full}\n",
+        );
+        assert_eq!(own.len(), 1, "{own:?}");
+        assert!(
+            own[0].starts_with("routes.r.data: ")
+                && own[0].contains("`summary`")
+                && own[0].contains("sinks.o")
+                && own[0].contains("shape: k8sobjects"),
+            "{own:?}"
+        );
+        // A route that sets no mode gives the global one.
+        let inherited = k8sobjects_issues(
+            "encoding: {data: reference}\nroutes:\n  r: {sinks: [o]}\n  s: {sinks: [s]}\n",
+        );
+        assert_eq!(inherited.len(), 1, "{inherited:?}");
+        assert!(
+            inherited[0].starts_with("routes.r.data: ")
+                && inherited[0].contains("encoding.data")
+                && inherited[0].contains("`reference`")
+                && inherited[0].contains("sinks.o"),
+            "{inherited:?}"
+        );
+        // Global summary, but every route into the k8sobjects sink says full: valid.
+        let valid = k8sobjects_issues(
+            "encoding: {data: summary}\nroutes:\n  r: {sinks: [o], data: full}\n  s: {sinks: [s]}\n",
+        );
+        assert!(valid.is_empty(), "{valid:?}");
+        // A route of alerts only sends no object, whatever its mode.
+        let alerts = "encoding: {data: summary}\nalerts:\n  rules:\n    r: {expr: 'status.phase == \"Failed\"'}\n";
+        let valid = k8sobjects_issues(&format!(
+            "{alerts}routes:\n  r: {{sinks: [o], data: full}}\n  a: {{sinks: [o, s], types: [alerts]}}\n"
+        ));
+        assert!(valid.is_empty(), "{valid:?}");
     }
 
     #[test]

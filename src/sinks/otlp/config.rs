@@ -47,7 +47,8 @@ pub struct OtlpConfig {
     pub in_flight: usize,
     /// `kubecast` (the semantic conventions' attributes, the event's data as the body) or
     /// `k8sobjects` (what the Collector's `k8sobjects` receiver emits in watch mode, for a
-    /// pipeline built on it; needs `encoding.data: full`). Default: `kubecast`.
+    /// pipeline built on it; needs `data: full` from every route that feeds it, or
+    /// `encoding.data: full` without routes). Default: `kubecast`.
     #[serde(default)]
     pub shape: Shape,
     /// Largest request; a record larger than this on its own goes where `too_large` says.
