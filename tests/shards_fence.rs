@@ -111,6 +111,13 @@ async fn commits_held_while_the_count_changes(from: u32, to: u32) {
     );
     let (code, out, err) = scene.replay(&topic, &["--verify"]);
     assert_eq!(code, Some(0), "replay --verify:\n{out}{err}");
+    let fences =
+        replicas.procs[new].count_in_log("fenced the transactional ids of another shard count");
+    assert!(
+        fences >= to as usize,
+        "each of the {to} new shards fences the old count's ids before reading their checkpoints ({fences}):\n{}",
+        replicas.procs[new].log()
+    );
     // Kafka's error codes: 0 none (committed), 47 invalid producer epoch, 90 producer fenced.
     assert!(
         answers.iter().all(|(_, code)| *code != 0),

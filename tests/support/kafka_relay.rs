@@ -133,14 +133,16 @@ impl Drop for KafkaRelay {
     }
 }
 
+/// Per correlation id of a request passed on: its API key and version, and which held
+/// request it is.
+type Pending = HashMap<i32, (i16, i16, Option<usize>)>;
+
 /// One relayed connection, until the client is gone and every request passed on has its
 /// answer (or the broker closed the connection).
 async fn relay(inbound: TcpStream, outbound: TcpStream, ports: (u16, u16), held: Arc<Held>) {
     let (mut client_in, mut client_out) = inbound.into_split();
     let (mut broker_in, mut broker_out) = outbound.into_split();
-    // Per correlation id of a request passed on: its API key and version, and which held
-    // request it is.
-    let pending: Arc<Mutex<HashMap<i32, (i16, i16, Option<usize>)>>> = Arc::default();
+    let pending: Arc<Mutex<Pending>> = Arc::default();
     let answered = Arc::new(Notify::new());
     let up = {
         let (pending, held) = (pending.clone(), held.clone());

@@ -76,7 +76,15 @@ pub fn of_sink(sink: &str, settings: &KafkaSettings, principal: &str) -> Vec<Acl
         };
         add(Resource::Topic, &txn.checkpoint_topic, false, state, "exactly-once: its checkpoints, written in its transactions and read back on taking over");
         add(Resource::Topic, &txn.state_topic, false, state, "exactly-once: the objects' known state, written in its transactions and read back on taking over");
-        add(Resource::TransactionalId, &txn.id, false, &[Operation::Write], "exactly-once: its transactions");
+        if txn.shard.is_some() {
+            // Every shard count's ids and an earlier release's (`{id}-{i}`) start `{id}-`: a
+            // shard fences those of another count before continuing from their checkpoints.
+            let prefix = format!("{}-", txn.base_id);
+            add(Resource::TransactionalId, &prefix, true, &[Operation::Write], "exactly-once: its shards' transactions, and fencing those of another shard count before continuing from its checkpoints");
+            add(Resource::TransactionalId, &txn.base_id, false, &[Operation::Write], "exactly-once: fencing the unsharded sink's transactions before continuing from its checkpoint");
+        } else {
+            add(Resource::TransactionalId, &txn.id, false, &[Operation::Write], "exactly-once: its transactions");
+        }
         add(Resource::Group, &txn.reader_group(), false, &[Operation::Read], "exactly-once: the group its state reader names (no offsets are committed in it)");
     }
     out
@@ -191,7 +199,7 @@ mod tests {
     }
 
     #[test]
-    fn each_shard_needs_its_own_transactional_id_and_reader_group() {
+    fn shards_need_every_shard_counts_transactional_ids_and_their_own_reader_group() {
         let c: KafkaConfig = serde_saphyr::from_str("brokers: b:1\nexactly_once: true\n").unwrap();
         let common = Common {
             shard: crate::model::Shard::new(1, 3),
@@ -199,8 +207,9 @@ mod tests {
         };
         let s = c.settings("sinks.k", &common, "prod").unwrap();
         let lines = lines(&of_sink("k", &s, "User:kubecast"));
-        assert!(lines.contains(&"Write transactional-id literal kubecast.prod.k-1".to_string()), "{lines:?}");
-        assert!(lines.contains(&"Read group literal kubecast-reader-kubecast.prod.k-1".to_string()), "{lines:?}");
+        assert!(lines.contains(&"Write transactional-id prefixed kubecast.prod.k-".to_string()), "{lines:?}");
+        assert!(lines.contains(&"Write transactional-id literal kubecast.prod.k".to_string()), "{lines:?}");
+        assert!(lines.contains(&"Read group literal kubecast-reader-kubecast.prod.k-1-of-3".to_string()), "{lines:?}");
     }
 
     #[test]

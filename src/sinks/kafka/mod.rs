@@ -5,10 +5,10 @@
 //!
 //! The files depend on each other one way, from the sink down: `sink` (at least once) and
 //! `exactly_once` (its one loop, committing the pipeline's steps) over `commit` (one
-//! transaction) over `take_over` (fence, read the committed state; `state_reader`,
-//! `checkpoint`) over `txn` (the transactional producer) over `hold` (refusals and long
-//! waits, for readiness), `topics` (each topic looked up, or created, before its first
-//! record), `record` (an event as a record), `producer` and `context` (librdkafka's errors
+//! transaction) over `take_over` (fence, read the committed state; `fence` for other
+//! shard counts' ids, `state_reader`, `checkpoint`) over `txn` (the transactional producer)
+//! over `hold` (refusals and long waits, for readiness), `topics` (each topic looked up, or
+//! created, before its first record), `record` (an event as a record), `producer` and `context` (librdkafka's errors
 //! and log), all over `refusal` (what Kafka refused, named as an ACL).
 
 pub mod acls;
@@ -22,6 +22,7 @@ pub mod refusal;
 pub mod topics;
 pub mod checkpoint;
 mod exactly_once;
+mod fence;
 mod hold;
 mod sink;
 mod state_reader;

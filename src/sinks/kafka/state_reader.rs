@@ -115,12 +115,38 @@ impl StateReader {
         Ok(())
     }
 
+    /// The other shard counts whose transactions could still change what this reader reads:
+    /// each count (not this sink's) with a checkpoint committed after this sink's own last
+    /// one, or with any checkpoint when this sink has none. Their transactional ids are
+    /// fenced before the reader's last read: a commit of theirs still in flight (a task
+    /// aborted with its commit on the blocking pool, a request slow on the network) would
+    /// otherwise become visible after this shard read their checkpoints, and what it then
+    /// publishes again would be in Kafka twice. Counts that committed only before this
+    /// sink's own checkpoint were fenced by the take-over that preceded it.
+    pub fn counts_to_fence(&self) -> Vec<u32> {
+        let own = self.latest.get(&self.shard).map(|(offset, _)| *offset);
+        let mut counts: Vec<u32> = self
+            .latest
+            .iter()
+            .filter(|(s, (offset, c))| {
+                s.count != self.shard.count && c.is_some() && own.is_none_or(|own| *offset > own)
+            })
+            .map(|(s, _)| s.count)
+            .collect();
+        counts.sort_unstable();
+        counts.dedup();
+        counts
+    }
+
     /// The last checkpoint read and the known state with it; `None` when nothing was ever
     /// committed (or every checkpoint was removed). When another shard count's checkpoints
     /// were committed after this sink's own (or it has none), those are where it continues:
     /// `earlier` holds them and `positions` is empty.
     pub fn kept(&self) -> Option<Kept> {
-        let own = self.latest.get(&self.shard).and_then(|(offset, c)| Some((*offset, c.as_ref()?)));
+        let own = self
+            .latest
+            .get(&self.shard)
+            .and_then(|(offset, c)| Some((*offset, c.as_ref()?)));
         // The newest checkpoint of another count: where that count's shards stopped.
         let other = self
             .latest
@@ -190,8 +216,13 @@ mod tests {
     fn reader(shard: Option<Shard>, latest: &[(u32, u32, i64, Option<Checkpoint>)]) -> StateReader {
         let mut r = StateReader::new("c", "s", "test/kafka", shard);
         for (index, count, offset, c) in latest {
-            r.latest
-                .insert(Shard { index: *index, count: *count }, (*offset, c.clone()));
+            r.latest.insert(
+                Shard {
+                    index: *index,
+                    count: *count,
+                },
+                (*offset, c.clone()),
+            );
         }
         r.known.insert("u1".into(), b"{}".to_vec());
         r
@@ -201,7 +232,11 @@ mod tests {
     fn a_shard_continues_from_its_own_checkpoint_while_its_count_committed_last() {
         let r = reader(
             Shard::new(1, 2),
-            &[(0, 4, 1, checkpoint(9, "5")), (1, 2, 7, checkpoint(3, "20")), (0, 2, 8, checkpoint(4, "21"))],
+            &[
+                (0, 4, 1, checkpoint(9, "5")),
+                (1, 2, 7, checkpoint(3, "20")),
+                (0, 2, 8, checkpoint(4, "21")),
+            ],
         );
         let kept = r.kept().expect("committed");
         assert_eq!((kept.seq, kept.positions["*"].as_str()), (3, "20"));
@@ -213,7 +248,14 @@ mod tests {
     fn after_a_change_of_count_a_shard_gets_the_newest_counts_positions_and_the_known_state() {
         // Four shards committed after this shard's own (of two) last checkpoint.
         let four: Vec<_> = (0..4)
-            .map(|i| (i, 4, 10 + i64::from(i), checkpoint(50, &format!("{}", 100 + i))))
+            .map(|i| {
+                (
+                    i,
+                    4,
+                    10 + i64::from(i),
+                    checkpoint(50, &format!("{}", 100 + i)),
+                )
+            })
             .collect();
         let mut latest = vec![(1, 2, 3, checkpoint(7, "20"))];
         latest.extend(four.iter().cloned());
@@ -246,17 +288,57 @@ mod tests {
     }
 
     #[test]
+    fn the_counts_to_fence_are_those_that_committed_after_the_shards_own_checkpoint() {
+        let four: Vec<_> = (0..4)
+            .map(|i| (i, 4, 10 + i64::from(i), checkpoint(50, "100")))
+            .collect();
+        // A new shard of six with no checkpoint of its own: every other count is fenced.
+        let mut latest = four.clone();
+        latest.push((0, 2, 3, checkpoint(7, "20")));
+        assert_eq!(
+            reader(Shard::new(4, 6), &latest).counts_to_fence(),
+            vec![2, 4]
+        );
+        // Its own checkpoint after the four's: nothing (the four were fenced before it).
+        latest.push((4, 6, 20, checkpoint(51, "120")));
+        assert!(
+            reader(Shard::new(4, 6), &latest)
+                .counts_to_fence()
+                .is_empty()
+        );
+        // Its own checkpoint before the four's (six, then four, then six again): the four.
+        latest.pop();
+        latest.push((4, 6, 5, checkpoint(9, "30")));
+        assert_eq!(reader(Shard::new(4, 6), &latest).counts_to_fence(), vec![4]);
+        // Its own count's other shards, and removed checkpoints, are never fenced.
+        let latest = [(1, 6, 30, checkpoint(1, "1")), (0, 4, 31, None)];
+        assert!(
+            reader(Shard::new(4, 6), &latest)
+                .counts_to_fence()
+                .is_empty()
+        );
+        // Unsharded after sharded.
+        assert_eq!(reader(None, &four).counts_to_fence(), vec![4]);
+    }
+
+    #[test]
     fn a_count_with_a_shard_never_committed_gives_no_positions_but_the_known_state() {
         let latest = [(1, 2, 10, checkpoint(1, "100"))];
         let kept = reader(Shard::new(0, 2), &latest).kept().expect("committed");
         assert!(kept.positions.is_empty() && kept.earlier.is_none());
         assert_eq!(kept.states.len(), 1);
         // An earlier count with a shard that never committed: listed, the known state kept.
-        let latest = [(0, 4, 10, checkpoint(1, "100")), (2, 4, 11, checkpoint(1, "101"))];
+        let latest = [
+            (0, 4, 10, checkpoint(1, "100")),
+            (2, 4, 11, checkpoint(1, "101")),
+        ];
         let kept = reader(Shard::new(0, 2), &latest).kept().expect("committed");
         assert!(kept.positions.is_empty() && kept.earlier.is_none());
         assert_eq!(kept.states.len(), 1);
-        assert!(reader(Shard::new(0, 2), &[]).kept().is_none(), "nothing committed");
+        assert!(
+            reader(Shard::new(0, 2), &[]).kept().is_none(),
+            "nothing committed"
+        );
         // Removed checkpoints count as none.
         assert!(reader(None, &[(0, 1, 4, None)]).kept().is_none());
     }

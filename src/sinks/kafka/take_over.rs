@@ -1,9 +1,10 @@
 //! Taking the exactly-once sink over: look the compacted topics up (create them with
 //! `create_topics`, else a missing one stops kubecast naming it), fence every
 //! other producer of the `transactional.id` (`init_transactions`, which also aborts what a
-//! crashed predecessor left open), then read the committed checkpoint and known state. Only
-//! after the fence is the checkpoint final. Entry point: [`TxnKeeper`], the sink's
-//! [`Keeper`].
+//! crashed predecessor left open), then read the committed checkpoint and known state. When
+//! the checkpoints read say another shard count committed after this sink's own, the ids of
+//! that count are fenced too (`fence`) and the rest read after. Only after the fences is the
+//! checkpoint final. Entry point: [`TxnKeeper`], the sink's [`Keeper`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +15,11 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::KafkaSettings;
 use super::checkpoint::CheckpointError;
+use super::fence::fence;
 use super::hold::Hold;
 use super::refusal::{Operation, Refusal, Resource};
-use super::topics::{Kind, TopicError, TopicGuard};
 use super::state_reader::StateReader;
+use super::topics::{Kind, TopicError, TopicGuard};
 use super::txn::{Ready, Transactions, TxnError};
 use super::txn_config::TxnSettings;
 use crate::backoff::Backoff;
@@ -51,6 +53,18 @@ pub enum ExactlyOnceError {
     Refused(#[from] Refusal),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// A transactional id of another shard count (or of an earlier release) could not be
+    /// fenced in time: a commit under it might still land after this sink read its
+    /// checkpoints, so the sink does not take over.
+    #[error(
+        "transactional.id `{id}` was not fenced within {limit:?}: a commit under it might still land after this shard read its checkpoints"
+    )]
+    Unfenced {
+        id: String,
+        limit: Duration,
+        #[source]
+        source: TxnError,
+    },
 }
 
 impl ExactlyOnceError {
@@ -107,9 +121,7 @@ impl Keeper for TxnKeeper {
             let Some(txn) = settings.exactly_once.clone() else {
                 return Ok(None);
             };
-            let (ready, kept) = take_over(&settings, &txn, &sink)
-                .await
-                .map_err(failed)?;
+            let (ready, kept) = take_over(&settings, &txn, &sink).await.map_err(failed)?;
             *lock(&txn.ready) = Some(ready);
             Ok(kept)
         })
@@ -128,7 +140,14 @@ impl Keeper for TxnKeeper {
                 let mut reader = slot
                     .take()
                     .filter(|r| r.fresh(WARM_FOR))
-                    .unwrap_or_else(|| StateReader::new(&txn.checkpoint_topic, &txn.state_topic, &txn.checkpoint_base, txn.shard));
+                    .unwrap_or_else(|| {
+                        StateReader::new(
+                            &txn.checkpoint_topic,
+                            &txn.state_topic,
+                            &txn.checkpoint_base,
+                            txn.shard,
+                        )
+                    });
                 let config = config.clone();
                 // The reader goes back into the slot inside the blocking call, before the slot
                 // is unlocked: when the leadership comes during a read, this future is dropped
@@ -214,43 +233,66 @@ pub(super) async fn take_over(
     if producer.get("linger.ms").is_none() {
         producer.set("linger.ms", "0");
     }
-    let txns = Transactions::create(sink, producer, &txn.id, CALL_TIMEOUT)
+    let txns = Transactions::create(sink, producer.clone(), &txn.id, CALL_TIMEOUT)
         .map_err(|e| ExactlyOnceError::of(&txn.id, e))?;
-    backoff.reset();
-    loop {
-        match txns.init().await {
-            Ok(()) => break,
-            Err(TxnError::Retriable(e)) => {
-                tracing::warn!(sink, error = %e, "Kafka transaction coordinator not reachable yet, retrying");
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-            Err(TxnError::Fatal(e)) if is_code(&e, RDKafkaErrorCode::TransactionalIdAuthorizationFailed) => {
-                let r = Refusal::new(Operation::Write, Resource::TransactionalId, &txn.id, RDKafkaErrorCode::TransactionalIdAuthorizationFailed);
-                tracing::error!(sink, error = %r, "Kafka refused the exactly-once sink's transactional id");
-                return Err(r.into());
-            }
-            Err(e) => return Err(ExactlyOnceError::of(&txn.id, e)),
-        }
-    }
+    // An open transaction of another count ends within its transaction timeout (its
+    // coordinator aborts it); a fence may wait that long and one call more.
+    let fence_limit = txn.timeout + CALL_TIMEOUT;
+    // The id an earlier release gave this shard (`{id}-{i}`, without the count) is fenced
+    // with this one's: a holder of that release may still be committing.
+    let legacy: Vec<String> = txn
+        .shard
+        .filter(|s| s.count > 1)
+        .map(|s| format!("{}-{}", txn.base_id, s.index))
+        .into_iter()
+        .collect();
+    let (own, legacy) = tokio::join!(
+        init(&txns, txn, sink),
+        fence(sink, &producer, legacy, fence_limit)
+    );
+    own?;
+    legacy?;
     let fenced = started.elapsed();
     // Only now, with every other producer fenced, is the checkpoint final. A standby's
     // reader has only what was committed since its last read left to read.
     let warm = txn.warm.lock().await.take().filter(|r| r.fresh(WARM_FOR));
     let was_warm = warm.is_some();
-    let mut reader = warm.unwrap_or_else(|| {
-        StateReader::new(&txn.checkpoint_topic, &txn.state_topic, &txn.checkpoint_base, txn.shard)
+    let reader = warm.unwrap_or_else(|| {
+        StateReader::new(
+            &txn.checkpoint_topic,
+            &txn.state_topic,
+            &txn.checkpoint_base,
+            txn.shard,
+        )
     });
     let mut config = config;
     config.set("group.id", txn.reader_group());
-    let reader = tokio::task::spawn_blocking(move || -> Result<_, CheckpointError> {
-        reader.read(&config, CALL_TIMEOUT * 10)?;
-        Ok(reader)
-    })
-    .await
-    .map_err(|_| ExactlyOnceError::Client(KafkaError::Canceled))?
-    .inspect_err(|e| {
-        tracing::error!(sink, error = %crate::error_chain(e), "cannot read the exactly-once sink's committed state");
-    })?;
+    let mut reader = read(reader, &config, sink).await?;
+    // Another count committed after this sink's own checkpoint: its ids are fenced before the
+    // rest is read, and again for a count that only the rest shows.
+    let mut done: Vec<u32> = Vec::new();
+    loop {
+        let counts: Vec<u32> = reader
+            .counts_to_fence()
+            .into_iter()
+            .filter(|c| !done.contains(c))
+            .collect();
+        if counts.is_empty() {
+            break;
+        }
+        let at = std::time::Instant::now();
+        let ids: Vec<String> = counts.iter().flat_map(|c| txn.ids_of(*c)).collect();
+        let n = fence(sink, &producer, ids, fence_limit).await?;
+        tracing::info!(
+            sink,
+            counts = ?counts,
+            fenced = n,
+            fence_ms = at.elapsed().as_millis() as u64,
+            "fenced the transactional ids of another shard count before reading its checkpoints"
+        );
+        done.extend(counts);
+        reader = read(reader, &config, sink).await?;
+    }
     let kept = reader.kept();
     tracing::info!(
         sink,
@@ -267,14 +309,64 @@ pub(super) async fn take_over(
         txns,
         guard,
         hold: Hold::new(),
-        positions: kept.as_ref().map(|k| k.positions.clone()).unwrap_or_default(),
+        positions: kept
+            .as_ref()
+            .map(|k| k.positions.clone())
+            .unwrap_or_default(),
         committed: kept.as_ref().map_or(0, |k| k.seq),
     };
     Ok((ready, kept))
 }
 
+/// Reads `reader` on to the topics' ends, on the blocking pool.
+async fn read(
+    mut reader: StateReader,
+    config: &ClientConfig,
+    sink: &str,
+) -> Result<StateReader, ExactlyOnceError> {
+    let config = config.clone();
+    tokio::task::spawn_blocking(move || -> Result<_, CheckpointError> {
+        reader.read(&config, CALL_TIMEOUT * 10)?;
+        Ok(reader)
+    })
+    .await
+    .map_err(|_| ExactlyOnceError::Client(KafkaError::Canceled))?
+    .inspect_err(|e| {
+        tracing::error!(sink, error = %crate::error_chain(e), "cannot read the exactly-once sink's committed state");
+    })
+    .map_err(ExactlyOnceError::from)
+}
+
+/// Registers the sink's own producer with the transaction coordinator, fencing every other
+/// producer of its id; waits while the coordinator is unreachable.
+async fn init(txns: &Transactions, txn: &TxnSettings, sink: &str) -> Result<(), ExactlyOnceError> {
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+    loop {
+        match txns.init().await {
+            Ok(()) => return Ok(()),
+            Err(TxnError::Retriable(e)) => {
+                tracing::warn!(sink, error = %e, "Kafka transaction coordinator not reachable yet, retrying");
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            Err(TxnError::Fatal(e))
+                if is_code(&e, RDKafkaErrorCode::TransactionalIdAuthorizationFailed) =>
+            {
+                let r = Refusal::new(
+                    Operation::Write,
+                    Resource::TransactionalId,
+                    &txn.id,
+                    RDKafkaErrorCode::TransactionalIdAuthorizationFailed,
+                );
+                tracing::error!(sink, error = %r, "Kafka refused the exactly-once sink's transactional id");
+                return Err(r.into());
+            }
+            Err(e) => return Err(ExactlyOnceError::of(&txn.id, e)),
+        }
+    }
+}
+
 /// Whether `e` carries librdkafka's `code` (a transactional call's error included).
-fn is_code(e: &KafkaError, code: RDKafkaErrorCode) -> bool {
+pub(super) fn is_code(e: &KafkaError, code: RDKafkaErrorCode) -> bool {
     match e {
         KafkaError::Transaction(r) => r.code() == code,
         _ => e.rdkafka_error_code() == Some(code),

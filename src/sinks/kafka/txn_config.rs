@@ -16,7 +16,10 @@ use crate::vocab::Issue;
 pub struct TransactionsConfig {
     /// The `transactional.id` every replica of this sink shares: the replica that starts
     /// last fences the others, which can then commit nothing more. With `sharding`, each
-    /// shard's is this followed by `-{i}`. Default: `kubecast.{cluster}.{sink}`.
+    /// shard's is this followed by `-{i}-of-{shards}`: the ids of two shard counts differ, so
+    /// that a shard of a new count can fence every shard of the old one before it reads their
+    /// checkpoints without fencing a shard of its own count. Default:
+    /// `kubecast.{cluster}.{sink}`.
     #[serde(default)]
     pub id: Option<String>,
     /// Compacted topic of the sinks' checkpoints, one record per sink keyed
@@ -79,7 +82,11 @@ fn default_timeout_ms() -> u32 {
 pub struct TxnSettings {
     /// The sink's name.
     pub sink: String,
+    /// This sink's (with `sharding`, this shard's) `transactional.id`.
     pub id: String,
+    /// `transactions.id` as configured: the id of every shard count's shards, before the
+    /// shard ([`transactional_id`]).
+    pub base_id: String,
     pub checkpoint_topic: String,
     /// This sink's key in the checkpoint topic: `{cluster}/{sink}` (with `sharding`, per
     /// shard: `{cluster}/{sink}/shard-{i}-of-{n}`).
@@ -113,6 +120,15 @@ impl std::fmt::Debug for TxnSettings {
     }
 }
 
+/// The `transactional.id` of `shard` under `base` (`base` itself without sharding, or for
+/// the one shard of one).
+pub fn transactional_id(base: &str, shard: Option<crate::model::Shard>) -> String {
+    match shard {
+        Some(s) if s.count > 1 => format!("{base}-{}-of-{}", s.index, s.count),
+        _ => base.to_string(),
+    }
+}
+
 /// The checkpoint key of `shard` under `base` (`base` itself without sharding).
 pub fn checkpoint_key(base: &str, shard: Option<crate::model::Shard>) -> String {
     match shard {
@@ -133,19 +149,33 @@ pub fn shard_of_key(base: &str, key: &str) -> Option<crate::model::Shard> {
 }
 
 impl TxnSettings {
+    /// The transactional ids a shard of `count` shards may have committed under: each
+    /// shard's, and the earlier releases' `{id}-{i}` (which named no count).
+    pub fn ids_of(&self, count: u32) -> Vec<String> {
+        let shards = (0..count).filter_map(|i| crate::model::Shard::new(i, count));
+        let mut ids: Vec<String> = shards
+            .map(|s| transactional_id(&self.base_id, Some(s)))
+            .collect();
+        if count > 1 {
+            ids.extend((0..count).map(|i| format!("{}-{i}", self.base_id)));
+        }
+        ids
+    }
+
     /// The consumer group the state reader names (it commits nothing in it).
     pub fn reader_group(&self) -> String {
         format!("kubecast-reader-{}", self.id)
     }
 
     /// Makes these the settings of one shard's sink: its own transactional id (a shard that
-    /// moves fences its previous holder only) and checkpoint. The checkpoint's key names the
+    /// moves fences its previous holder only; the ids of other counts differ, [`Self::ids_of`])
+    /// and checkpoint. The checkpoint's key names the
     /// shard count too: positions saved for other ranges are not this shard's, so after a
     /// change of count each shard continues from those of the earlier count's shards that
     /// overlap its range ([`crate::model::continue_from`]). The state topic is shared (an
     /// object's record is keyed by its uid, which is in one shard only).
     pub fn shard(&mut self, shard: crate::model::Shard) {
-        self.id = format!("{}-{}", self.id, shard.index);
+        self.id = transactional_id(&self.base_id, Some(shard));
         self.checkpoint_key = checkpoint_key(&self.checkpoint_base, Some(shard));
         self.shard = Some(shard);
     }
@@ -191,8 +221,18 @@ impl TransactionsConfig {
                 "must differ from checkpoint_topic",
             ));
         }
-        Issue::at_least(issues, format!("{at}.max_events"), self.max_events as u64, 1);
-        Issue::at_least(issues, format!("{at}.timeout_ms"), u64::from(self.timeout_ms), 1000);
+        Issue::at_least(
+            issues,
+            format!("{at}.max_events"),
+            self.max_events as u64,
+            1,
+        );
+        Issue::at_least(
+            issues,
+            format!("{at}.timeout_ms"),
+            u64::from(self.timeout_ms),
+            1000,
+        );
         if self.max_ms >= u64::from(self.timeout_ms) {
             issues.push(Issue::new(
                 format!("{at}.max_ms"),
@@ -201,6 +241,7 @@ impl TransactionsConfig {
         }
         TxnSettings {
             sink: sink.to_string(),
+            base_id: id.clone(),
             id,
             checkpoint_topic: self.checkpoint_topic.clone(),
             checkpoint_key: format!("{cluster}/{sink}"),
@@ -222,6 +263,41 @@ mod key_tests {
     use crate::model::Shard;
 
     #[test]
+    fn each_shard_count_has_transactional_ids_of_its_own() {
+        let base = "kubecast.prod.k";
+        assert_eq!(transactional_id(base, None), base);
+        assert_eq!(
+            transactional_id(base, Shard::new(0, 1)),
+            base,
+            "one shard is unsharded"
+        );
+        assert_eq!(
+            transactional_id(base, Shard::new(2, 6)),
+            "kubecast.prod.k-2-of-6"
+        );
+        let ids = |count| -> Vec<String> {
+            (0..count)
+                .map(|i| transactional_id(base, Shard::new(i, count)))
+                .collect()
+        };
+        let (four, six) = (ids(4), ids(6));
+        assert!(four.iter().all(|id| !six.contains(id)), "{four:?} {six:?}");
+    }
+
+    #[test]
+    fn the_ids_to_fence_of_a_count_are_its_shards_and_an_earlier_releases() {
+        let mut issues = Vec::new();
+        let txn = TransactionsConfig {
+            id: Some("k".into()),
+            ..TransactionsConfig::default()
+        }
+        .settings("sinks.k", "k", "prod", |_| true, &mut issues);
+        assert!(issues.is_empty());
+        assert_eq!(txn.ids_of(1), ["k"]);
+        assert_eq!(txn.ids_of(2), ["k-0-of-2", "k-1-of-2", "k-0", "k-1"]);
+    }
+
+    #[test]
     fn checkpoint_keys_name_their_shard_and_other_sinks_keys_none() {
         let base = "prod/kafka";
         for shard in [None, Shard::new(0, 1), Shard::new(3, 6)] {
@@ -232,7 +308,12 @@ mod key_tests {
                 "{key}"
             );
         }
-        for other in ["prod/kafka2", "prod/kafka/shard-6-of-6", "prod/kafka/shard-x-of-2", "prod"] {
+        for other in [
+            "prod/kafka2",
+            "prod/kafka/shard-6-of-6",
+            "prod/kafka/shard-x-of-2",
+            "prod",
+        ] {
             assert_eq!(shard_of_key(base, other), None, "{other}");
         }
     }
