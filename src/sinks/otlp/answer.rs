@@ -35,17 +35,32 @@ pub enum Outcome {
 
 /// The outcome of `answer` to a request over `protocol`.
 pub fn outcome(protocol: Protocol, answer: &Answer) -> Outcome {
-    let Answer::Status { code, retry_after, raw, trailers, .. } = answer;
+    let Answer::Status {
+        code,
+        retry_after,
+        raw,
+        trailers,
+        ..
+    } = answer;
     let c = code.as_u16();
     if protocol == Protocol::Grpc && c == 200 {
         return grpc(trailers, raw);
     }
     let json = protocol == Protocol::HttpJson;
     match c {
-        200..=299 if protocol != Protocol::Grpc => Outcome::Delivered { rejected: partial(json, raw) },
-        429 | 502 | 503 | 504 => Outcome::Retry { wait: *retry_after, why: format!("HTTP {code}: {}", message(json, raw)) },
-        401 | 403 => Outcome::Unauthorized { why: format!("HTTP {code}: {}", message(json, raw)) },
-        _ => Outcome::Refused { reason: format!("HTTP {code}: {}", message(json, raw)) },
+        200..=299 if protocol != Protocol::Grpc => Outcome::Delivered {
+            rejected: partial(json, raw),
+        },
+        429 | 502 | 503 | 504 => Outcome::Retry {
+            wait: *retry_after,
+            why: format!("HTTP {code}: {}", message(json, raw)),
+        },
+        401 | 403 => Outcome::Unauthorized {
+            why: format!("HTTP {code}: {}", message(json, raw)),
+        },
+        _ => Outcome::Refused {
+            reason: format!("HTTP {code}: {}", message(json, raw)),
+        },
     }
 }
 
@@ -53,16 +68,33 @@ pub fn outcome(protocol: Protocol, answer: &Answer) -> Outcome {
 fn grpc(trailers: &HeaderMap, raw: &Bytes) -> Outcome {
     let text = |k: &str| trailers.get(k).and_then(|v| v.to_str().ok());
     let Some(code) = text("grpc-status").and_then(|s| s.parse::<u32>().ok()) else {
-        return Outcome::Retry { wait: None, why: "gRPC answer without grpc-status".into() };
+        return Outcome::Retry {
+            wait: None,
+            why: "gRPC answer without grpc-status".into(),
+        };
     };
-    let details = text("grpc-status-details-bin").and_then(base64).map(|b| proto::status(&b)).unwrap_or_default();
+    let details = text("grpc-status-details-bin")
+        .and_then(base64)
+        .map(|b| proto::status(&b))
+        .unwrap_or_default();
     // `grpc-message` is percent-encoded.
-    let message = text("grpc-message").map(crate::sinks::url::decode).filter(|m| !m.is_empty()).unwrap_or(details.message);
+    let message = text("grpc-message")
+        .map(crate::sinks::url::decode)
+        .filter(|m| !m.is_empty())
+        .unwrap_or(details.message);
     let why = format!("gRPC {} {}: {message}", code, name(code));
     match code {
-        0 => Outcome::Delivered { rejected: grpc_message(raw).and_then(|m| proto::partial_success(&m)) },
-        1 | 4 | 10 | 11 | 14 | 15 => Outcome::Retry { wait: details.retry_delay, why },
-        8 if details.retry_delay.is_some() => Outcome::Retry { wait: details.retry_delay, why },
+        0 => Outcome::Delivered {
+            rejected: grpc_message(raw).and_then(|m| proto::partial_success(&m)),
+        },
+        1 | 4 | 10 | 11 | 14 | 15 => Outcome::Retry {
+            wait: details.retry_delay,
+            why,
+        },
+        8 if details.retry_delay.is_some() => Outcome::Retry {
+            wait: details.retry_delay,
+            why,
+        },
         7 | 16 => Outcome::Unauthorized { why },
         _ => Outcome::Refused { reason: why },
     }
@@ -70,9 +102,23 @@ fn grpc(trailers: &HeaderMap, raw: &Bytes) -> Outcome {
 
 fn name(code: u32) -> &'static str {
     const NAMES: [&str; 17] = [
-        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
-        "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-        "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
     ];
     NAMES.get(code as usize).copied().unwrap_or("UNKNOWN")
 }
@@ -88,7 +134,10 @@ fn grpc_message(raw: &[u8]) -> Option<Vec<u8>> {
     }
     use std::io::Read;
     let mut out = Vec::new();
-    flate2::read::GzDecoder::new(message).take(16 << 20).read_to_end(&mut out).ok()?;
+    flate2::read::GzDecoder::new(message)
+        .take(16 << 20)
+        .read_to_end(&mut out)
+        .ok()?;
     Some(out)
 }
 
@@ -104,7 +153,11 @@ fn partial(json: bool, raw: &[u8]) -> Option<(i64, String)> {
         Some(n) => n.as_i64().unwrap_or(0),
         None => 0,
     };
-    let message = p.get("errorMessage").and_then(|m| m.as_str()).unwrap_or_default().to_string();
+    let message = p
+        .get("errorMessage")
+        .and_then(|m| m.as_str())
+        .unwrap_or_default()
+        .to_string();
     (rejected != 0 || !message.is_empty()).then_some((rejected, message))
 }
 
@@ -113,7 +166,11 @@ fn message(json: bool, raw: &[u8]) -> String {
     let from_status = if json {
         serde_json::from_slice::<serde_json::Value>(raw)
             .ok()
-            .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_string))
+            .and_then(|v| {
+                v.get("message")
+                    .and_then(|m| m.as_str())
+                    .map(str::to_string)
+            })
     } else {
         Some(proto::status(raw).message).filter(|m| !m.is_empty())
     };
@@ -148,7 +205,12 @@ fn base64(s: &str) -> Option<Vec<u8>> {
 /// Fuzzing's entry: every protocol's classification of a made-up answer (which must never
 /// panic), as the waits it asks for.
 #[doc(hidden)]
-pub fn classify_any(status: u16, body: &[u8], grpc_status: &str, details: &str) -> Vec<Option<Duration>> {
+pub fn classify_any(
+    status: u16,
+    body: &[u8],
+    grpc_status: &str,
+    details: &str,
+) -> Vec<Option<Duration>> {
     let mut trailers = HeaderMap::new();
     if let Ok(v) = http::HeaderValue::from_str(grpc_status) {
         trailers.insert("grpc-status", v.clone());
@@ -202,15 +264,33 @@ mod tests {
         let http = |code, raw: &[u8]| outcome(Protocol::HttpJson, &answer(code, raw, &[]));
         assert_eq!(http(200, b"{}"), Outcome::Delivered { rejected: None });
         assert_eq!(
-            http(200, br#"{"partialSuccess":{"rejectedLogRecords":"2","errorMessage":"too old"}}"#),
-            Outcome::Delivered { rejected: Some((2, "too old".into())) }
+            http(
+                200,
+                br#"{"partialSuccess":{"rejectedLogRecords":"2","errorMessage":"too old"}}"#
+            ),
+            Outcome::Delivered {
+                rejected: Some((2, "too old".into()))
+            }
         );
-        assert!(matches!(http(503, b""), Outcome::Retry { wait: Some(w), .. } if w == Duration::from_secs(3)));
+        assert!(
+            matches!(http(503, b""), Outcome::Retry { wait: Some(w), .. } if w == Duration::from_secs(3))
+        );
         for code in [429, 502, 504] {
-            assert!(matches!(http(code, b""), Outcome::Retry { wait: None, .. }), "{code}");
+            assert!(
+                matches!(http(code, b""), Outcome::Retry { wait: None, .. }),
+                "{code}"
+            );
         }
-        assert_eq!(http(400, br#"{"code":3,"message":"bad body"}"#), Outcome::Refused { reason: "HTTP 400 Bad Request: bad body".into() });
-        assert!(matches!(http(500, b"oops"), Outcome::Refused { .. }), "500 is not retried by OTLP's rules");
+        assert_eq!(
+            http(400, br#"{"code":3,"message":"bad body"}"#),
+            Outcome::Refused {
+                reason: "HTTP 400 Bad Request: bad body".into()
+            }
+        );
+        assert!(
+            matches!(http(500, b"oops"), Outcome::Refused { .. }),
+            "500 is not retried by OTLP's rules"
+        );
         assert!(matches!(http(401, b""), Outcome::Unauthorized { .. }));
     }
 
@@ -222,16 +302,29 @@ mod tests {
             outcome(Protocol::Grpc, &answer(200, &[], &t))
         };
         assert_eq!(grpc("0", &[]), Outcome::Delivered { rejected: None });
-        assert!(matches!(grpc("14", &[("grpc-message", "no%20backend")]), Outcome::Retry { why, .. } if why.ends_with("UNAVAILABLE: no backend")));
-        assert!(matches!(grpc("8", &[]), Outcome::Refused { .. }), "RESOURCE_EXHAUSTED without RetryInfo is final");
+        assert!(
+            matches!(grpc("14", &[("grpc-message", "no%20backend")]), Outcome::Retry { why, .. } if why.ends_with("UNAVAILABLE: no backend"))
+        );
+        assert!(
+            matches!(grpc("8", &[]), Outcome::Refused { .. }),
+            "RESOURCE_EXHAUSTED without RetryInfo is final"
+        );
         // google.rpc.Status{code 8, details [Any{RetryInfo{retry_delay{seconds 4}}}]}, base64 unpadded.
         let details = "CAgaMAoodHlwZS5nb29nbGVhcGlzLmNvbS9nb29nbGUucnBjLlJldHJ5SW5mbxIECgIIBA";
         assert!(matches!(grpc("8", &[("grpc-status-details-bin", details)]),
             Outcome::Retry { wait: Some(w), .. } if w == Duration::from_secs(4)));
-        assert!(matches!(grpc("3", &[]), Outcome::Refused { reason } if reason.contains("INVALID_ARGUMENT")));
+        assert!(
+            matches!(grpc("3", &[]), Outcome::Refused { reason } if reason.contains("INVALID_ARGUMENT"))
+        );
         assert!(matches!(grpc("16", &[]), Outcome::Unauthorized { .. }));
-        assert!(matches!(outcome(Protocol::Grpc, &answer(200, &[], &[])), Outcome::Retry { .. }));
-        assert!(matches!(outcome(Protocol::Grpc, &answer(503, &[], &[])), Outcome::Retry { .. }));
+        assert!(matches!(
+            outcome(Protocol::Grpc, &answer(200, &[], &[])),
+            Outcome::Retry { .. }
+        ));
+        assert!(matches!(
+            outcome(Protocol::Grpc, &answer(503, &[], &[])),
+            Outcome::Retry { .. }
+        ));
     }
 
     #[test]
@@ -245,12 +338,20 @@ mod tests {
         framed.extend_from_slice(&(m.buf.len() as u32).to_be_bytes());
         framed.extend_from_slice(&m.buf);
         let a = answer(200, &framed, &[("grpc-status", "0")]);
-        assert_eq!(outcome(Protocol::Grpc, &a), Outcome::Delivered { rejected: Some((5, "dropped".into())) });
+        assert_eq!(
+            outcome(Protocol::Grpc, &a),
+            Outcome::Delivered {
+                rejected: Some((5, "dropped".into()))
+            }
+        );
     }
 
     #[test]
     fn base64_reads_padded_and_unpadded_text() {
-        assert_eq!(base64("QWxhZGRpbjpvcGVuIHNlc2FtZQ==").as_deref(), Some(&b"Aladdin:open sesame"[..]));
+        assert_eq!(
+            base64("QWxhZGRpbjpvcGVuIHNlc2FtZQ==").as_deref(),
+            Some(&b"Aladdin:open sesame"[..])
+        );
         assert_eq!(base64("YWI").as_deref(), Some(&b"ab"[..]));
         assert_eq!(base64("a*b"), None);
     }

@@ -106,7 +106,11 @@ fn default_ms() -> u64 {
 
 impl Default for BatchConfig {
     fn default() -> Self {
-        BatchConfig { max_records: default_records(), max_bytes: default_bytes(), max_ms: default_ms() }
+        BatchConfig {
+            max_records: default_records(),
+            max_bytes: default_bytes(),
+            max_ms: default_ms(),
+        }
     }
 }
 
@@ -142,7 +146,12 @@ impl OtlpSettings {
 pub const GRPC_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
 
 impl SinkSpec for OtlpConfig {
-    fn validate(&self, at: &str, common: &Common, cluster: &str) -> Result<Box<dyn Sink>, Vec<Issue>> {
+    fn validate(
+        &self,
+        at: &str,
+        common: &Common,
+        cluster: &str,
+    ) -> Result<Box<dyn Sink>, Vec<Issue>> {
         Ok(Box::new(self.settings(at, common, cluster)?))
     }
 }
@@ -150,7 +159,12 @@ impl SinkSpec for OtlpConfig {
 impl OtlpConfig {
     /// Checks the values; `at` is this sink's field path (`sinks.NAME`), `cluster` the
     /// config's.
-    pub fn settings(&self, at: &str, common: &Common, cluster: &str) -> Result<OtlpSettings, Vec<Issue>> {
+    pub fn settings(
+        &self,
+        at: &str,
+        common: &Common,
+        cluster: &str,
+    ) -> Result<OtlpSettings, Vec<Issue>> {
         let mut issues = Vec::new();
         let url = match self.endpoint.parse::<http::Uri>() {
             Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {
@@ -159,7 +173,11 @@ impl OtlpConfig {
                     _ => format!("{}/v1/logs", u.path().trim_end_matches('/')),
                 };
                 let mut parts = u.into_parts();
-                let query = parts.path_and_query.as_ref().and_then(|p| p.query()).map(|q| format!("?{q}"));
+                let query = parts
+                    .path_and_query
+                    .as_ref()
+                    .and_then(|p| p.query())
+                    .map(|q| format!("?{q}"));
                 parts.path_and_query = format!("{path}{}", query.unwrap_or_default()).parse().ok();
                 http::Uri::from_parts(parts).ok()
             }
@@ -168,7 +186,10 @@ impl OtlpConfig {
         if url.is_none() {
             issues.push(Issue::new(
                 format!("{at}.endpoint"),
-                format!("`{}` is not an http:// or https:// URL", url::shown(&self.endpoint)),
+                format!(
+                    "`{}` is not an http:// or https:// URL",
+                    url::shown(&self.endpoint)
+                ),
             ));
         }
         crate::sinks::http::check_tls(&mut issues, at, self.tls.as_ref(), url.as_ref(), "endpoint");
@@ -185,7 +206,10 @@ impl OtlpConfig {
                     format!("{at}.headers.{k}"),
                     "is set by kubecast itself (Content-Type, Content-Encoding, TE, grpc-*)",
                 )),
-                _ => issues.push(Issue::new(format!("{at}.headers.{k}"), "is not a valid header name and value")),
+                _ => issues.push(Issue::new(
+                    format!("{at}.headers.{k}"),
+                    "is not a valid header name and value",
+                )),
             }
         }
         for (field, n, min) in [
@@ -227,7 +251,8 @@ impl OtlpConfig {
 /// Headers the sink writes itself.
 fn is_managed(n: &http::HeaderName) -> bool {
     use http::header::*;
-    [CONTENT_TYPE, CONTENT_ENCODING, CONTENT_LENGTH, HOST, TE].contains(n) || n.as_str().starts_with("grpc-")
+    [CONTENT_TYPE, CONTENT_ENCODING, CONTENT_LENGTH, HOST, TE].contains(n)
+        || n.as_str().starts_with("grpc-")
 }
 
 #[cfg(test)]
@@ -245,9 +270,15 @@ mod tests {
     fn the_signal_path_is_appended_over_http_and_the_service_path_used_over_grpc() {
         let s = settings("endpoint: http://127.0.0.1:4318\n").unwrap();
         assert_eq!(s.client.url.to_string(), "http://127.0.0.1:4318/v1/logs");
-        assert_eq!((s.protocol, s.encoding(), s.max_records), (Protocol::HttpProtobuf, Encoding::Protobuf, 512));
+        assert_eq!(
+            (s.protocol, s.encoding(), s.max_records),
+            (Protocol::HttpProtobuf, Encoding::Protobuf, 512)
+        );
         let s = settings("endpoint: https://otel.example/prefix/\nprotocol: http/json\n").unwrap();
-        assert_eq!(s.client.url.to_string(), "https://otel.example/prefix/v1/logs");
+        assert_eq!(
+            s.client.url.to_string(),
+            "https://otel.example/prefix/v1/logs"
+        );
         let s = settings("endpoint: http://127.0.0.1:4317\nprotocol: grpc\n").unwrap();
         assert_eq!(s.client.url.path(), GRPC_PATH);
         assert!(s.client.http2_only);
@@ -258,18 +289,34 @@ mod tests {
         let yaml = "endpoint: ftp://x\nheaders: {content-type: a, 'a b': c, grpc-timeout: 1}\nin_flight: 0\nbatch: {max_records: 0}\n";
         assert_eq!(
             settings(yaml).unwrap_err(),
-            ["sinks.o.endpoint", "sinks.o.headers.a b", "sinks.o.headers.content-type", "sinks.o.headers.grpc-timeout", "sinks.o.in_flight", "sinks.o.batch.max_records"]
+            [
+                "sinks.o.endpoint",
+                "sinks.o.headers.a b",
+                "sinks.o.headers.content-type",
+                "sinks.o.headers.grpc-timeout",
+                "sinks.o.in_flight",
+                "sinks.o.batch.max_records"
+            ]
         );
-        assert_eq!(settings("endpoint: http://x\ntls: {}\n").unwrap_err(), ["sinks.o.tls"]);
+        assert_eq!(
+            settings("endpoint: http://x\ntls: {}\n").unwrap_err(),
+            ["sinks.o.tls"]
+        );
         let s = settings("endpoint: http://x\nheaders: {x-api-key: s3cr3t}\n").unwrap();
-        assert!(!format!("{s:?}").contains("s3cr3t"), "header values are never printed");
-        assert!(serde_saphyr::from_str::<OtlpConfig>("endpoint: http://x\nprotocol: http\n").is_err());
+        assert!(
+            !format!("{s:?}").contains("s3cr3t"),
+            "header values are never printed"
+        );
+        assert!(
+            serde_saphyr::from_str::<OtlpConfig>("endpoint: http://x\nprotocol: http\n").is_err()
+        );
     }
 
     #[test]
     fn the_otel_example_is_valid() {
         let text = include_str!("../../../examples/otel.yaml");
-        let config = crate::config::load_str("examples/otel.yaml", text, Vec::new()).unwrap_or_else(|e| panic!("{e}"));
+        let config = crate::config::load_str("examples/otel.yaml", text, Vec::new())
+            .unwrap_or_else(|e| panic!("{e}"));
         if let Err(e) = config.validate() {
             panic!("examples/otel.yaml: {e}");
         }

@@ -68,25 +68,39 @@ pub async fn run(s: OtlpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
         if link.paused_until.is_none() {
             while flights.len() < s.client.in_flight {
                 let lingering = open && window.oldest_waiting().is_some_and(|t| now < t + s.linger);
-                let Some((positions, events)) = window.next_request(s.max_records, s.max_bytes, lingering) else {
+                let Some((positions, events)) =
+                    window.next_request(s.max_records, s.max_bytes, lingering)
+                else {
                     break;
                 };
                 let body = encode::request(s.encoding(), s.shape, &s.cluster, &events);
                 let (client, n) = (client.clone(), events.len());
                 let (headers, body, gzip) = request_parts(&s, body);
-                flights.push(Box::pin(async move { (positions, n, client.send(headers, body, gzip).await) }));
+                flights.push(Box::pin(async move {
+                    (positions, n, client.send(headers, body, gzip).await)
+                }));
             }
         }
-        if probe.is_none() && probe_at.is_some_and(|t| t <= now) && flights.is_empty() && !link.connected {
+        if probe.is_none()
+            && probe_at.is_some_and(|t| t <= now)
+            && flights.is_empty()
+            && !link.connected
+        {
             let client = client.clone();
-            let (headers, body, gzip) = request_parts(&s, encode::request(s.encoding(), s.shape, &s.cluster, &[]));
+            let (headers, body, gzip) =
+                request_parts(&s, encode::request(s.encoding(), s.shape, &s.cluster, &[]));
             probe = Some(Box::pin(async move {
                 client.handshake().await?;
                 client.send(headers, body, gzip).await
             }));
             probe_at = None;
         }
-        let linger_at = link.paused_until.is_none().then(|| window.oldest_waiting().map(|t| t + s.linger)).flatten().filter(|t| *t > now);
+        let linger_at = link
+            .paused_until
+            .is_none()
+            .then(|| window.oldest_waiting().map(|t| t + s.linger))
+            .flatten()
+            .filter(|t| *t > now);
         tokio::select! {
             Some((positions, n, result)) = flights.next(), if !flights.is_empty() => {
                 answered(&s, &acks, &mut link, &mut window, &positions, n, result)?;
@@ -104,7 +118,12 @@ pub async fn run(s: OtlpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
                 Some(event) => take(&s, &acks, &mut window, event),
             },
         }
-        if !link.connected && probe.is_none() && probe_at.is_none() && flights.is_empty() && window.waiting() == 0 {
+        if !link.connected
+            && probe.is_none()
+            && probe_at.is_none()
+            && flights.is_empty()
+            && window.waiting() == 0
+        {
             probe_at = Some(Instant::now() + Duration::from_secs(2));
         }
     }
@@ -153,13 +172,22 @@ fn take(s: &OtlpSettings, acks: &Acks, window: &mut Window, mut event: Arc<Event
     if fits(&record) {
         window.push(event, record);
     } else {
-        let reason = format!("OTLP record of {} bytes exceeds max_request_bytes {}", record.len(), s.max_request_bytes);
+        let reason = format!(
+            "OTLP record of {} bytes exceeds max_request_bytes {}",
+            record.len(),
+            s.max_request_bytes
+        );
         window.push_refused(event, reason);
     }
 }
 
 /// Acts on the answer to the readiness probe; the wait before the next one, if any.
-fn probed(s: &OtlpSettings, acks: &Acks, link: &mut Link, result: Result<Answer, SendError>) -> Result<Option<Duration>, SinkError> {
+fn probed(
+    s: &OtlpSettings,
+    acks: &Acks,
+    link: &mut Link,
+    result: Result<Answer, SendError>,
+) -> Result<Option<Duration>, SinkError> {
     match result {
         Ok(a) => {
             let shown = match answer::outcome(s.protocol, &a) {
@@ -245,4 +273,3 @@ fn answered(
     }
     Ok(())
 }
-
