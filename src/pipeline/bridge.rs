@@ -127,7 +127,7 @@ impl Bridge {
             parts.sinks.queues.iter().map(|(n, _)| &**n),
             parts.ops.clone(),
         );
-        let mut fanout = Fanout::new(parts.sinks.queues);
+        let mut fanout = Fanout::new(parts.sinks.queues, parts.sinks.takes);
         for (sink, events) in parts.pending {
             let sink: Arc<str> = sink.into();
             for event in events {

@@ -19,6 +19,9 @@ pub struct SinkStats {
     pub coalesced: u64,
     /// Dropped because the queue was full (`when_full: drop`).
     pub dropped: u64,
+    /// Pending from before a restart but of a kind this sink does not take (a change logged
+    /// for the Alertmanager sink, which takes only alerts): settled without sending.
+    pub passed_by: u64,
     /// Handed to the sink and not yet settled: (seq, data bytes, when the change was
     /// observed), oldest first.
     outstanding: VecDeque<(u64, usize, jiff::Timestamp)>,
@@ -26,7 +29,8 @@ pub struct SinkStats {
     /// The most events and data bytes the sink held at once.
     pub peak_events: usize,
     pub peak_bytes: usize,
-    /// The last event skipped (not for this sink's routes) while it held others.
+    /// The last event skipped (not for this sink's routes, or of a kind it does not take)
+    /// while it held others.
     skipped: u64,
     /// Where its counts are recorded.
     metrics: Option<SinkMetrics>,
@@ -89,6 +93,7 @@ impl Stats {
             mine.dead_lettered += s.dead_lettered;
             mine.coalesced += s.coalesced;
             mine.dropped += s.dropped;
+            mine.passed_by += s.passed_by;
             mine.peak_events = mine.peak_events.max(s.peak_events);
             mine.peak_bytes = mine.peak_bytes.max(s.peak_bytes);
         }
@@ -150,8 +155,9 @@ impl Stats {
         }
     }
 
-    /// `sink` does not take the event `seq` (its routes do not): returns the sequence number
-    /// its cursor can move to now, if it holds nothing; otherwise that waits for its reports.
+    /// `sink` does not get the event `seq` (its routes or its kind): returns the sequence
+    /// number its cursor can move to now, if it holds nothing; otherwise that waits for its
+    /// reports.
     pub fn skipped(&mut self, sink: &str, seq: u64) -> Option<u64> {
         let s = self.sink(sink);
         if s.outstanding.is_empty() {
@@ -166,6 +172,14 @@ impl Stats {
     pub fn settled_past(&mut self, sink: &str, seq: u64) -> Option<u64> {
         let s = self.sinks.get_mut(sink)?;
         (s.outstanding.is_empty() && s.skipped > seq).then_some(s.skipped)
+    }
+
+    /// An event pending for `sink` from before a restart is of a kind it does not take:
+    /// returns how many so far.
+    pub fn passed_by(&mut self, sink: &str) -> u64 {
+        let s = self.sink(sink);
+        s.passed_by += 1;
+        s.passed_by
     }
 
     pub fn coalesced(&mut self, sink: &str) {
@@ -231,6 +245,7 @@ impl Stats {
                 dead_lettered = s.dead_lettered,
                 coalesced = s.coalesced,
                 dropped = s.dropped,
+                passed_by = s.passed_by,
                 peak_events = s.peak_events,
                 peak_bytes = s.peak_bytes,
                 "sink totals"

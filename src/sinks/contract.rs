@@ -25,6 +25,7 @@ use super::config::Common;
 use super::dead_letter::DeadLetter;
 use super::queue::{CompatShape, QueueConfig, QueueRx};
 use crate::event::Event;
+use crate::model::ChangeKind;
 use crate::ops::Ops;
 use crate::vocab::Issue;
 
@@ -65,10 +66,38 @@ pub trait Sink: Debug + Send + 'static {
     /// them at once.
     fn restore_alerts(&mut self, _standing: &dyn Fn() -> Vec<Arc<Event>>) {}
 
+    /// Which events this sink takes of those its routes send it (of every event without
+    /// routes). The pipeline never hands it the others, and moves its cursor past them as it
+    /// does past events its routes skip: a sink that takes only alerts (Alertmanager's)
+    /// holds back nothing but alerts.
+    fn takes(&self) -> Takes {
+        Takes::Every
+    }
+
     /// A sink that keeps the pipeline's resume point at its destination (the exactly-once
     /// Kafka sink) returns its [`Keeper`]; the pipeline then starts from what it kept.
     fn keeper(&self) -> Option<Arc<dyn Keeper>> {
         None
+    }
+}
+
+/// Which events a sink kind takes ([`Sink::takes`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Takes {
+    /// Every event it is sent.
+    #[default]
+    Every,
+    /// Only alert events (`io.kubecast.alert.firing` and `.resolved`).
+    Alerts,
+}
+
+impl Takes {
+    /// Whether a sink that takes `self` takes an event of `kind`.
+    pub fn admits(self, kind: ChangeKind) -> bool {
+        match self {
+            Takes::Every => true,
+            Takes::Alerts => kind.is_alert(),
+        }
     }
 }
 

@@ -22,7 +22,8 @@ pub use config::{
     Topics, Vars,
 };
 pub use contract::{
-    Acks, Keeper, KeeperFeed, Kept, Report, Settled, Sink, SinkError, SinkSpec, Step, ValidSink,
+    Acks, Keeper, KeeperFeed, Kept, Report, Settled, Sink, SinkError, SinkSpec, Step, Takes,
+    ValidSink,
 };
 pub use dead_letter::DeadLetter;
 pub use queue::{CompatShape, NotPushed, Pushed, QueueConfig, WhenFull};

@@ -11,7 +11,7 @@ use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::contract::{Acks, KeeperFeed, Report, SinkError, ValidSink};
+use super::contract::{Acks, KeeperFeed, Report, SinkError, Takes, ValidSink};
 use super::queue::{QueueTx, queue};
 use crate::ops::Ops;
 
@@ -36,6 +36,8 @@ pub enum Ended {
 pub struct Sinks {
     /// Each sink's name and the sender side of its queue, in config order.
     pub queues: Vec<(Arc<str>, QueueTx)>,
+    /// What each sink takes ([`super::Sink::takes`]), in config order.
+    pub takes: Vec<Takes>,
     pub tasks: JoinSet<SinkExit>,
 }
 
@@ -48,6 +50,7 @@ pub fn start(
 ) -> Sinks {
     let mut out = Sinks {
         queues: Vec::with_capacity(sinks.len()),
+        takes: Vec::with_capacity(sinks.len()),
         tasks: JoinSet::new(),
     };
     for (name, valid) in sinks {
@@ -63,6 +66,7 @@ pub fn start(
             ops.clone(),
             feed.clone(),
         );
+        out.takes.push(valid.sink.takes());
         let run = valid.sink.run(rx, acks);
         let sink = name.clone();
         out.tasks.spawn(async move {

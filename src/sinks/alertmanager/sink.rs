@@ -1,6 +1,8 @@
-//! The Alertmanager sink's task: it takes events from the queue, puts each alert in the table
-//! (other events pass), wakes every instance's sender, and acknowledges events in order once
-//! one instance has confirmed the table version their alerts made. Entry point: [`run`].
+//! The Alertmanager sink's task: it takes alert events from the queue (the only events it
+//! takes: [`Takes::Alerts`], so the pipeline never hands it others, and its outage holds
+//! back nothing else), puts each in the table, wakes every instance's sender, and
+//! acknowledges events in order once one instance has confirmed the table version their
+//! alerts made. Entry point: [`run`].
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -15,10 +17,11 @@ use super::table::Table;
 use crate::event::Event;
 use crate::sinks::http::Client;
 use crate::sinks::queue::QueueRx;
-use crate::sinks::{Acks, Sink, SinkError};
+use crate::sinks::{Acks, Sink, SinkError, Takes};
 
-/// Events taken but not yet acknowledged, at most: beyond it (every instance away), the
-/// sink stops taking events, its queue fills, and the queue's `when_full` decides.
+/// Alert events taken but not yet acknowledged, at most: beyond it (every instance away),
+/// the sink stops taking events, its queue fills, and the queue's `when_full` decides. Only
+/// alerts count: other sinks never wait for it on other events.
 const WINDOW: usize = 10_000;
 
 /// An event taken, waiting for its acknowledgement.
@@ -36,6 +39,10 @@ impl Sink for AmSettings {
 
     fn restore_alerts(&mut self, standing: &dyn Fn() -> Vec<Arc<Event>>) {
         self.restored = standing();
+    }
+
+    fn takes(&self) -> Takes {
+        Takes::Alerts
     }
 }
 
@@ -98,6 +105,8 @@ pub async fn run(s: AmSettings, mut rx: QueueRx, acks: Acks) -> Result<(), SinkE
             e = rx.recv(), if open && waiting.len() < WINDOW => match e {
                 None => open = false,
                 Some(event) => match AmAlert::of(&event, &s.cluster, s.generator_url.as_ref()) {
+                    // The pipeline never hands it one; `kubecast replay` re-publishing a
+                    // topic through this sink does, and it passes in its turn.
                     None => waiting.push_back(Waiting::Version(event.seq, 0)),
                     Some(Ok(alert)) => {
                         let v = table.lock().unwrap_or_else(|p| p.into_inner()).put(alert);
