@@ -1,13 +1,14 @@
 //! Validation of `routes:` and `alerts:` (part of [`super::Config::validate`]): each route and
 //! rule checked on its own, then against the sinks (a route's sinks exist, a route's topic
-//! suits each of its sinks, every sink is fed by a route, no exactly-once sink among them).
+//! suits each of its sinks, every sink is fed by a route, a sink that takes only alerts by a
+//! route of alerts, no exactly-once sink among them).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Config, Issue};
 use crate::alert::rule::Rule;
 use crate::route::config::Route;
-use crate::sinks::{SinkKind, ValidSink};
+use crate::sinks::{SinkKind, Takes, ValidSink};
 
 /// The validated routes and rules, and which sinks each route feeds.
 #[derive(Debug, Clone)]
@@ -121,6 +122,28 @@ pub(super) fn feeds(
                 ));
             }
         }
+        // A sink that takes only alerts, fed only by routes of changes, would get nothing.
+        let alerted: BTreeSet<&str> = config
+            .routes
+            .values()
+            .filter(|r| {
+                r.types
+                    .iter()
+                    .any(|t| t == "alerts" || t.starts_with("alert."))
+            })
+            .flat_map(|r| r.sinks.iter().map(String::as_str))
+            .collect();
+        for (name, v) in sinks {
+            if v.sink.takes() == Takes::Alerts
+                && fed.contains(name.as_str())
+                && !alerted.contains(name.as_str())
+            {
+                issues.push(Issue::new(
+                    format!("sinks.{name}"),
+                    "no route sends it alerts, the only events it takes: name `alerts` (or `alert.firing`, `alert.resolved`) in the `types` of a route that feeds it",
+                ));
+            }
+        }
     }
     for r in &routes {
         let Some(topic) = &r.topic else { continue };
@@ -217,6 +240,24 @@ mod tests {
                 "sinks.o: no route feeds it: with `routes`, a sink gets only what a route sends it"
             ]
         );
+    }
+
+    #[test]
+    fn an_alertmanager_sink_fed_only_by_routes_of_changes_is_named() {
+        let am = "  am: {type: alertmanager, urls: ['http://127.0.0.1:9093']}\n";
+        let text = format!("cluster: c\n{SINKS}{am}routes:\n  a: {{sinks: [k, m, o, am]}}\n");
+        assert_eq!(
+            issues_of(&text),
+            vec![
+                "sinks.am: no route sends it alerts, the only events it takes: name `alerts` (or `alert.firing`, `alert.resolved`) in the `types` of a route that feeds it"
+            ]
+        );
+        for types in ["[alerts]", "[added, alert.resolved]"] {
+            let text = format!(
+                "cluster: c\n{SINKS}{am}routes:\n  a: {{sinks: [k, m, o, am]}}\n  b: {{sinks: [am], types: {types}}}\n"
+            );
+            assert_eq!(issues_of(&text), Vec::<String>::new(), "{types}");
+        }
     }
 
     #[test]
