@@ -4,6 +4,10 @@
 //! ([`FakeReceiver`]: no real Collector answers 503, 400 or a partial success on demand)
 //! for a 503 with `Retry-After`, a 400 and a partial success, and for requests in flight at
 //! a kill -9 (sent again after the restart with their original `cloudevents.event_id`).
+//! An endpoint where no OTLP logs service answers (a wrong path on the stack's Collector, a
+//! Collector of the test's own that takes only traces: 404, gRPC `UNIMPLEMENTED`) stops
+//! kubecast naming the URL without `/readyz` ever answering 200; a probe the fake refuses
+//! (400) leaves the sink not ready.
 
 mod support;
 
@@ -15,7 +19,7 @@ use serde_json::Value;
 use support::churn::Churn;
 use support::kubecast::Kubecast;
 use support::observer::{Observer, check_received, has_all};
-use support::otlp::{Collector, CollectorFile, OtlpRecord, otlp_sink, records_of};
+use support::otlp::{Collector, CollectorFile, OtlpRecord, endpoints, otlp_sink, records_of};
 use support::receiver::{FakeReceiver, Script, Seen};
 use support::scene::Scene;
 
@@ -366,6 +370,126 @@ async fn kill_9_with_requests_in_flight_then_a_restart_sends_them_again_with_the
         got.len(),
         again.len()
     );
+    let (code, log) = kubecast.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log}");
+}
+
+/// kubecast with `sink` (named `otel`) must exit 1 within [`MISDIRECTED_LIMIT`] with a fatal
+/// line naming the sink and `url`, and `/readyz` must never answer 200 meanwhile.
+async fn stops_naming_the_url_never_ready(scene: &Scene, sink: String, url: &str) {
+    let port = support::http::free_port();
+    let address = format!("127.0.0.1:{port}");
+    let config = scene.config("", &[sink]);
+    let mut kubecast = Kubecast::start_with(
+        &scene.stack,
+        &scene.dir,
+        &config,
+        &["--metrics-address", &address],
+    );
+    let deadline = tokio::time::Instant::now() + MISDIRECTED_LIMIT;
+    let mut answers: BTreeMap<u16, usize> = BTreeMap::new();
+    while kubecast.running() {
+        if let Ok((code, body)) = support::http::get(port, "/readyz").await {
+            assert_ne!(
+                code,
+                200,
+                "/readyz answered 200 while the sink sends to {url}: {body}\nkubecast's log:\n{}",
+                kubecast.log()
+            );
+            *answers.entry(code).or_default() += 1;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "kubecast still runs {MISDIRECTED_LIMIT:?} after it started sending to {url}; its log:\n{}",
+            kubecast.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, log) = kubecast.exited(LIMIT).await;
+    assert_eq!(code, Some(1), "{log}");
+    let fatal = log
+        .lines()
+        .find(|l| l.contains("sink `otel` failed"))
+        .unwrap_or_else(|| panic!("no fatal line naming the sink: {log}"));
+    assert!(fatal.contains(url), "the fatal line names {url}: {fatal}");
+    println!("{url}: exit 1; /readyz answered {answers:?} meanwhile; {fatal}");
+}
+
+const MISDIRECTED_LIMIT: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn an_http_endpoint_with_a_wrong_path_stops_kubecast_naming_the_url_and_is_never_ready() {
+    let scene = Scene::new("otlp-wrong-path").await;
+    let (http, _) = endpoints(&scene.stack);
+    // The traces URL pasted for the logs one, and a path nothing serves: the stack's
+    // Collector answers 404 to both.
+    for path in ["/v1/traces", "/nope"] {
+        let endpoint = format!("{}{path}", http.trim_end_matches('/'));
+        let sink = otlp_sink("otel", &endpoint, "http/protobuf", "");
+        stops_naming_the_url_never_ready(&scene, sink, &format!("{endpoint}/v1/logs")).await;
+    }
+}
+
+#[tokio::test]
+async fn a_collector_that_takes_no_logs_stops_kubecast_over_http_and_grpc_naming_the_url() {
+    let scene = Scene::new("otlp-no-logs").await;
+    let collector = Collector::start_without_logs(&scene.stack, &scene.dir).await;
+    let sink = otlp_sink("otel", &collector.http, "http/json", "");
+    stops_naming_the_url_never_ready(&scene, sink, &format!("{}/v1/logs", collector.http)).await;
+    let sink = otlp_sink("otel", &collector.grpc, "grpc", "");
+    let method = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+    stops_naming_the_url_never_ready(&scene, sink, &format!("{}{method}", collector.grpc)).await;
+}
+
+#[tokio::test]
+async fn a_probe_the_receiver_refuses_leaves_the_sink_not_ready() {
+    let scene = Scene::new("otlp-probe-refused").await;
+    let script: Arc<Script> = Arc::new(|_, _| {
+        (
+            400,
+            vec![],
+            r#"{"code":3,"message":"empty requests are not taken here"}"#.into(),
+        )
+    });
+    let fake = FakeReceiver::start(Duration::ZERO, script).await;
+    let sink = otlp_sink("otel", fake.url.trim_end_matches('/'), "http/json", "");
+    let port = support::http::free_port();
+    let address = format!("127.0.0.1:{port}");
+    let kubecast = Kubecast::start_with(
+        &scene.stack,
+        &scene.dir,
+        &scene.config("", &[sink]),
+        &["--metrics-address", &address],
+    );
+    // No change is made: only probes reach the fake. Each refused, it probes again, and
+    // readiness names the sink and the answer.
+    let (_, body) = support::http::wait_for(
+        port,
+        "/readyz",
+        LIMIT,
+        "/readyz naming the refused probe",
+        |code, body| {
+            assert_ne!(
+                code, 200,
+                "/readyz answered 200 after a refused probe: {body}"
+            );
+            body.contains("sink `otel` is not connected") && body.contains("400")
+        },
+    )
+    .await;
+    let probes = fake
+        .wait_until("a second probe", LIMIT, |p| p.len() >= 2)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        probes.iter().all(|p| records(p).is_empty()),
+        "only empty export requests"
+    );
+    let (code, _) = support::http::get(port, "/readyz")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(code, 503, "still not ready after {} probes", probes.len());
+    println!("{body}");
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
 }

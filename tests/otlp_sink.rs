@@ -3,7 +3,7 @@
 //! http/protobuf, http/json (gzip'd) and gRPC as log records with the CloudEvent type as
 //! `EventName`, the semantic conventions' attributes, the event's data as the body, one
 //! `ResourceLogs` per cluster and namespace, each equal to what the file sink wrote for the
-//! same change.
+//! same change; an endpoint given as the signal's full URL (`…/v1/logs`) is used as it is.
 
 mod support;
 
@@ -158,6 +158,35 @@ async fn a_pods_life_and_its_alert_reach_the_collector_over_every_protocol_with_
             "{id} reached the Collector once from each sink"
         );
     }
+    kubecast.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn an_endpoint_that_already_ends_in_v1_logs_delivers_there() {
+    let scene = Scene::new("otlp-logs-path").await;
+    let (http, _) = endpoints(&scene.stack);
+    // What `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT` holds: the signal's full URL.
+    let endpoint = format!("{}/v1/logs", http.trim_end_matches('/'));
+    let sinks = [otlp_sink("logs", &endpoint, "http/protobuf", "")];
+    let kubecast = InProcess::start(&scene, &scene.config("", &sinks));
+    let pod = scene.pods.create("p").await;
+    let uid = pod["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let ns = scene.ns.clone();
+    let ours = move |r: &OtlpRecord| {
+        r.resource.get("k8s.namespace.name").and_then(Value::as_str) == Some(&*ns)
+    };
+    CollectorFile::stack(&scene.stack)
+        .wait_until(
+            &format!("the pod's add sent to {endpoint}"),
+            LIMIT,
+            ours,
+            |r| r.iter().any(|x| x.attr("k8s.pod.uid") == uid),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     kubecast.stop(LIMIT).await;
 }
 

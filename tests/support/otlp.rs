@@ -182,6 +182,8 @@ pub struct Collector {
     pub file: CollectorFile,
     /// With mutual TLS: the CA, client certificate and key the readiness check uses.
     client: Option<[String; 3]>,
+    /// The signal its pipeline takes, whose path the readiness check posts to.
+    signal: &'static str,
 }
 
 impl Drop for Collector {
@@ -199,16 +201,29 @@ fn free_port() -> u16 {
 
 impl Collector {
     pub async fn start(stack: &Stack, dir: &std::path::Path) -> Collector {
-        Collector::start_with(stack, dir, false).await
+        Collector::start_with(stack, dir, false, "logs").await
+    }
+
+    /// One whose only pipeline takes traces: its OTLP receiver serves no logs (HTTP 404 on
+    /// `/v1/logs`, gRPC `UNIMPLEMENTED` for the logs service), as a Collector set up for
+    /// another signal answers.
+    pub async fn start_without_logs(stack: &Stack, dir: &std::path::Path) -> Collector {
+        Collector::start_with(stack, dir, false, "traces").await
     }
 
     /// Over TLS with the stack's server certificate, requiring a client certificate of the
     /// stack's CA (mutual TLS) on both protocols: its endpoints are `https://`.
     pub async fn start_mtls(stack: &Stack, dir: &std::path::Path) -> Collector {
-        Collector::start_with(stack, dir, true).await
+        Collector::start_with(stack, dir, true, "logs").await
     }
 
-    async fn start_with(stack: &Stack, dir: &std::path::Path, mtls: bool) -> Collector {
+    /// `signal`: what its one pipeline takes (`logs`, `traces`).
+    async fn start_with(
+        stack: &Stack,
+        dir: &std::path::Path,
+        mtls: bool,
+        signal: &'static str,
+    ) -> Collector {
         let bin = PathBuf::from(stack.script(&["tool", "otelcol"]).trim());
         let (http, grpc) = (free_port(), free_port());
         let path = dir.join(format!("otelcol-{http}.jsonl"));
@@ -227,7 +242,7 @@ impl Collector {
         let text = format!(
             "receivers:\n  otlp:\n    protocols:\n      grpc: {{endpoint: '127.0.0.1:{grpc}'{tls}}}\n      http: {{endpoint: '127.0.0.1:{http}'{tls}}}\n\
              exporters:\n  file:\n    path: {}\n    flush_interval: 100ms\n    append: true\n\
-             service:\n  telemetry:\n    logs: {{level: warn}}\n    metrics: {{level: none}}\n  pipelines:\n    logs: {{receivers: [otlp], exporters: [file]}}\n",
+             service:\n  telemetry:\n    logs: {{level: warn}}\n    metrics: {{level: none}}\n  pipelines:\n    {signal}: {{receivers: [otlp], exporters: [file]}}\n",
             path.display()
         );
         std::fs::write(&config, text).expect("writing the Collector's config");
@@ -241,6 +256,7 @@ impl Collector {
             grpc: format!("{scheme}://127.0.0.1:{grpc}"),
             file: CollectorFile { path },
             client: mtls.then(|| [pki("ca.crt"), pki("client.crt"), pki("client.key")]),
+            signal,
         };
         c.resume().await;
         c
@@ -260,7 +276,7 @@ impl Collector {
             .spawn()
             .expect("starting the Collector");
         self.child = Some(child);
-        let url = format!("{}/v1/logs", self.http);
+        let url = format!("{}/v1/{}", self.http, self.signal);
         let up = super::consume::wait_for(Duration::from_secs(30), "the Collector", || {
             let mut curl = std::process::Command::new("curl");
             let json = "Content-Type: application/json";

@@ -5,10 +5,12 @@
 //! final and its `Status` message the reason. OTLP/gRPC: `OK` delivers; `CANCELLED`,
 //! `DEADLINE_EXCEEDED`, `ABORTED`, `OUT_OF_RANGE`, `UNAVAILABLE`, `DATA_LOSS` are retried,
 //! `RESOURCE_EXHAUSTED` only with a `RetryInfo` (whose delay is honoured); the rest are final.
-//! One exception to both: a refusal of kubecast's credentials (401, 403, `UNAUTHENTICATED`,
+//! Two exceptions to both: a refusal of kubecast's credentials (401, 403, `UNAUTHENTICATED`,
 //! `PERMISSION_DENIED`) is [`Outcome::Unauthorized`], which the sink treats as the HTTP sink
 //! does (fatal before the first delivery, retried after: a rotated key) rather than dropping
-//! every event while a credential is being fixed.
+//! every event while a credential is being fixed; and an answer that no OTLP logs service is
+//! at the URL (404, 405, 415, `UNIMPLEMENTED`: a wrong path, port or protocol, a Collector
+//! with no logs pipeline) is [`Outcome::Misdirected`], fatal before the first delivery.
 
 use std::time::Duration;
 
@@ -31,6 +33,8 @@ pub enum Outcome {
     Refused { reason: String },
     /// The receiver refused kubecast's credentials.
     Unauthorized { why: String },
+    /// Nothing at the URL takes OTLP logs (the request's records are not the cause).
+    Misdirected { why: String },
 }
 
 /// The outcome of `answer` to a request over `protocol`.
@@ -56,6 +60,9 @@ pub fn outcome(protocol: Protocol, answer: &Answer) -> Outcome {
             why: format!("HTTP {code}: {}", message(json, raw)),
         },
         401 | 403 => Outcome::Unauthorized {
+            why: format!("HTTP {code}: {}", message(json, raw)),
+        },
+        404 | 405 | 415 => Outcome::Misdirected {
             why: format!("HTTP {code}: {}", message(json, raw)),
         },
         _ => Outcome::Refused {
@@ -96,6 +103,7 @@ fn grpc(trailers: &HeaderMap, raw: &Bytes) -> Outcome {
             why,
         },
         7 | 16 => Outcome::Unauthorized { why },
+        12 => Outcome::Misdirected { why },
         _ => Outcome::Refused { reason: why },
     }
 }
@@ -175,7 +183,12 @@ fn message(json: bool, raw: &[u8]) -> String {
         Some(proto::status(raw).message).filter(|m| !m.is_empty())
     };
     let text = from_status.unwrap_or_else(|| String::from_utf8_lossy(raw).into_owned());
-    text.chars().take(200).collect()
+    // One line for logs and reasons (a Go server's "404 page not found\n").
+    text.trim()
+        .chars()
+        .take(200)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// Standard base64, padded or not (gRPC's `-bin` metadata is sent unpadded).
@@ -325,6 +338,52 @@ mod tests {
             outcome(Protocol::Grpc, &answer(503, &[], &[])),
             Outcome::Retry { .. }
         ));
+    }
+
+    #[test]
+    fn no_logs_service_at_the_url_is_misdirected_over_both_protocols() {
+        for code in [404, 405, 415] {
+            for p in [Protocol::HttpProtobuf, Protocol::HttpJson, Protocol::Grpc] {
+                assert!(
+                    matches!(outcome(p, &answer(code, b"404 page not found\n", &[])),
+                    Outcome::Misdirected { why } if why.starts_with(&format!("HTTP {code}"))),
+                    "{code} over {p:?}"
+                );
+            }
+        }
+        assert_eq!(
+            outcome(
+                Protocol::HttpProtobuf,
+                &answer(404, b"404 page not found\n", &[])
+            ),
+            Outcome::Misdirected {
+                why: "HTTP 404 Not Found: 404 page not found".into()
+            },
+            "one line"
+        );
+        let t = [
+            ("grpc-status", "12"),
+            (
+                "grpc-message",
+                "unknown service opentelemetry.proto.collector.logs.v1.LogsService",
+            ),
+        ];
+        assert!(matches!(outcome(Protocol::Grpc, &answer(200, &[], &t)),
+            Outcome::Misdirected { why } if why == "gRPC 12 UNIMPLEMENTED: unknown service opentelemetry.proto.collector.logs.v1.LogsService"));
+        assert!(
+            matches!(
+                outcome(Protocol::HttpProtobuf, &answer(400, &[], &[])),
+                Outcome::Refused { .. }
+            ),
+            "400 is a refusal of the records"
+        );
+        assert!(
+            matches!(
+                outcome(Protocol::Grpc, &answer(200, &[], &[("grpc-status", "5")])),
+                Outcome::Refused { .. }
+            ),
+            "NOT_FOUND is the records'"
+        );
     }
 
     #[test]

@@ -16,8 +16,9 @@ use crate::vocab::Issue;
 #[serde(deny_unknown_fields)]
 pub struct OtlpConfig {
     /// The receiver: `http://` or `https://`, host and port (`http://127.0.0.1:4318`). Over
-    /// HTTP `/v1/logs` is appended to its path, as `OTEL_EXPORTER_OTLP_ENDPOINT` is; over
-    /// gRPC the path is the service's. Required.
+    /// HTTP `/v1/logs` is appended to its path, as to `OTEL_EXPORTER_OTLP_ENDPOINT`, unless
+    /// the path already ends in it (`OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`'s form, used as it is);
+    /// over gRPC the path is the service's. Required.
     pub endpoint: String,
     /// `http/protobuf`, `http/json` or `grpc`. Default: `http/protobuf`.
     #[serde(default)]
@@ -142,6 +143,9 @@ impl OtlpSettings {
     }
 }
 
+/// OTLP/HTTP's path for logs.
+const LOGS_PATH: &str = "/v1/logs";
+
 /// The gRPC method of `LogsService.Export`.
 pub const GRPC_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
 
@@ -168,9 +172,12 @@ impl OtlpConfig {
         let mut issues = Vec::new();
         let url = match self.endpoint.parse::<http::Uri>() {
             Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {
+                let base = u.path().trim_end_matches('/');
                 let path = match self.protocol {
                     Protocol::Grpc => GRPC_PATH.to_string(),
-                    _ => format!("{}/v1/logs", u.path().trim_end_matches('/')),
+                    // The signal's full URL, as `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT` holds it.
+                    _ if base.ends_with(LOGS_PATH) => base.to_string(),
+                    _ => format!("{base}{LOGS_PATH}"),
                 };
                 let mut parts = u.into_parts();
                 let query = parts
@@ -282,6 +289,37 @@ mod tests {
         let s = settings("endpoint: http://127.0.0.1:4317\nprotocol: grpc\n").unwrap();
         assert_eq!(s.client.url.path(), GRPC_PATH);
         assert!(s.client.http2_only);
+    }
+
+    #[test]
+    fn an_endpoint_that_already_ends_in_v1_logs_is_used_as_it_is() {
+        for (endpoint, url) in [
+            (
+                "http://127.0.0.1:4318/v1/logs",
+                "http://127.0.0.1:4318/v1/logs",
+            ),
+            (
+                "https://otel.example/prefix/v1/logs/",
+                "https://otel.example/prefix/v1/logs",
+            ),
+            (
+                "http://127.0.0.1:4318/v1/logs?tenant=a",
+                "http://127.0.0.1:4318/v1/logs?tenant=a",
+            ),
+            (
+                "http://127.0.0.1:4318/v1/traces",
+                "http://127.0.0.1:4318/v1/traces/v1/logs",
+            ),
+            (
+                "http://127.0.0.1:4318/v1/logsx",
+                "http://127.0.0.1:4318/v1/logsx/v1/logs",
+            ),
+        ] {
+            let s = settings(&format!("endpoint: '{endpoint}'\n")).unwrap();
+            assert_eq!(s.client.url.to_string(), url, "{endpoint}");
+        }
+        let s = settings("endpoint: http://127.0.0.1:4317/v1/logs\nprotocol: grpc\n").unwrap();
+        assert_eq!(s.client.url.path(), GRPC_PATH);
     }
 
     #[test]

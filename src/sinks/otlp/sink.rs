@@ -8,7 +8,11 @@
 //! pauses for a backoff with jitter, or for what the receiver asked when that is longer.
 //! Until the first request, and while the receiver is away with nothing to send, an empty
 //! export request every few seconds (over TLS after a handshake of its own, which sees a
-//! refused client certificate) tells readiness whether it is there.
+//! refused client certificate) tells readiness whether it is there: accepted (or "come back
+//! later") it is ready; refused it is not, and is asked again. Before the receiver accepted
+//! a request with records, refused credentials or an answer that no OTLP logs service is at
+//! the URL (404, 405, 415, `UNIMPLEMENTED`), to the probe or a request, stop the sink naming
+//! the URL: every record would be refused.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,8 +39,47 @@ pub enum OtlpSinkError {
     #[error("{0}")]
     TlsRefused(String),
     /// The receiver refused kubecast's credentials before it ever accepted a record.
-    #[error("the OTLP receiver refused kubecast's credentials: {0}")]
-    Unauthorized(String),
+    #[error("the OTLP receiver at {url} refused kubecast's credentials: {why}")]
+    Unauthorized { url: String, why: String },
+    /// The receiver answered, before it ever accepted a record, that it takes no OTLP logs
+    /// at the URL: a wrong path, port or protocol, or no logs pipeline.
+    #[error(
+        "no OTLP logs receiver at {url}: it answered {why}; check the sink's `endpoint` (over HTTP `/v1/logs` is appended unless its path ends in it) and `protocol`"
+    )]
+    Misdirected { url: String, why: String },
+}
+
+/// Why `outcome` stops the sink before the receiver ever accepted a record, if it does.
+fn fatal(
+    s: &OtlpSettings,
+    link: &Link,
+    outcome: &Outcome,
+    answer: &Answer,
+) -> Option<OtlpSinkError> {
+    if link.accepted {
+        return None;
+    }
+    let Answer::Status { moved_to, .. } = answer;
+    // Named where it was answered when a redirect took the request elsewhere.
+    let url = match moved_to {
+        Some(to) => format!(
+            "{} (redirected to {})",
+            s.shown_url,
+            crate::sinks::url::shown(&to.to_string())
+        ),
+        None => s.shown_url.clone(),
+    };
+    match outcome {
+        Outcome::Unauthorized { why } => Some(OtlpSinkError::Unauthorized {
+            url,
+            why: why.clone(),
+        }),
+        Outcome::Misdirected { why } => Some(OtlpSinkError::Misdirected {
+            url,
+            why: why.clone(),
+        }),
+        _ => None,
+    }
 }
 
 impl Sink for OtlpSettings {
@@ -101,6 +144,9 @@ pub async fn run(s: OtlpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
             .then(|| window.oldest_waiting().map(|t| t + s.linger))
             .flatten()
             .filter(|t| *t > now);
+        // The next probe, when one is due and may go: woken for it with nothing else to do.
+        let probe_due =
+            probe_at.filter(|_| probe.is_none() && flights.is_empty() && !link.connected);
         tokio::select! {
             Some((positions, n, result)) = flights.next(), if !flights.is_empty() => {
                 answered(&s, &acks, &mut link, &mut window, &positions, n, result)?;
@@ -113,6 +159,7 @@ pub async fn run(s: OtlpSettings, mut rx: QueueRx, acks: Acks) -> Result<(), Sin
             }
             _ = crate::backoff::sleep_until(link.paused_until), if link.paused_until.is_some() => {}
             _ = crate::backoff::sleep_until(linger_at), if linger_at.is_some() => {}
+            _ = crate::backoff::sleep_until(probe_due), if probe_due.is_some() => {}
             next = rx.recv(), if open && window.len() < capacity => match next {
                 None => open = false,
                 Some(event) => take(&s, &acks, &mut window, event),
@@ -190,16 +237,37 @@ fn probed(
 ) -> Result<Option<Duration>, SinkError> {
     match result {
         Ok(a) => {
-            let shown = match answer::outcome(s.protocol, &a) {
-                Outcome::Delivered { .. } => "accepted an empty request",
-                Outcome::Unauthorized { why } if !link.accepted => {
-                    return Err(acks.failed(OtlpSinkError::Unauthorized(why)));
+            let outcome = answer::outcome(s.protocol, &a);
+            if let Some(e) = fatal(s, link, &outcome, &a) {
+                return Err(acks.failed(e));
+            }
+            let why = match outcome {
+                Outcome::Delivered { .. } => {
+                    tracing::info!(sink = %acks.sink(), url = %s.shown_url, "OTLP receiver accepted an empty request");
+                    link.up(acks, true);
+                    return Ok(None);
                 }
-                _ => "answered",
+                Outcome::Retry { why, .. } => {
+                    // It is there and will take records later; they wait in the window.
+                    tracing::info!(sink = %acks.sink(), url = %s.shown_url, answer = %why, "OTLP receiver answered");
+                    link.up(acks, true);
+                    return Ok(None);
+                }
+                Outcome::Refused { reason } => reason,
+                Outcome::Unauthorized { why } | Outcome::Misdirected { why } => why,
             };
-            tracing::info!(sink = %acks.sink(), url = %s.shown_url, "OTLP receiver {shown}");
-            link.up(acks, true);
-            Ok(None)
+            // It answered (a refused handshake is no longer fatal), but a refusal says nothing
+            // of whether it takes records: not ready, and asked again.
+            link.answered = true;
+            link.up(acks, false);
+            acks.down_because(format!(
+                "{} refused an empty export request: {why}",
+                s.shown_url
+            ));
+            let wait = link.backoff.next_delay().max(Duration::from_secs(1));
+            tracing::warn!(sink = %acks.sink(), url = %s.shown_url, answer = %why, retry_in_ms = wait.as_millis() as u64,
+                "OTLP receiver refused an empty export request; not ready");
+            Ok(Some(wait))
         }
         Err(e) => {
             link.refused_tls(acks, &e, OtlpSinkError::TlsRefused)?;
@@ -243,8 +311,13 @@ fn answered(
     if s.protocol != Protocol::Grpc {
         link.count(acks, code.as_u16());
     }
+    let outcome = answer::outcome(s.protocol, &answer);
+    // Before readiness: a sink about to stop is never reported ready.
+    if let Some(e) = fatal(s, link, &outcome, &answer) {
+        return Err(acks.failed(e));
+    }
     link.up(acks, true);
-    match answer::outcome(s.protocol, &answer) {
+    match outcome {
         Outcome::Delivered { rejected } => {
             link.accepted = true;
             link.backoff.reset();
@@ -261,15 +334,16 @@ fn answered(
                 retry_in_ms = wait.as_millis() as u64, "OTLP receiver not ready; will send again");
         }
         Outcome::Unauthorized { why } => {
-            if !link.accepted {
-                return Err(acks.failed(OtlpSinkError::Unauthorized(why)));
-            }
             // It accepted kubecast before: a key being rotated. Nothing is given up.
             let wait = retry(link, None);
             tracing::error!(sink = %sink, url = %s.shown_url, answer = %why, records = n,
                 retry_in_ms = wait.as_millis() as u64, "OTLP receiver refused kubecast's credentials; will send again");
         }
-        Outcome::Refused { reason } => window.finish(positions, Some(&reason)),
+        // After it accepted records here, as any other final answer: the records' fault or
+        // the receiver's, never fixed by sending them again.
+        Outcome::Refused { reason } | Outcome::Misdirected { why: reason } => {
+            window.finish(positions, Some(&reason))
+        }
     }
     Ok(())
 }
