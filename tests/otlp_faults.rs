@@ -7,7 +7,8 @@
 //! An endpoint where no OTLP logs service answers (a wrong path on the stack's Collector, a
 //! Collector of the test's own that takes only traces: 404, gRPC `UNIMPLEMENTED`) stops
 //! kubecast naming the URL without `/readyz` ever answering 200; a probe the fake refuses
-//! (400) leaves the sink not ready.
+//! (400) leaves the sink not ready; a Collector that comes up after kubecast makes the sink
+//! ready with no change to send.
 
 mod support;
 
@@ -490,6 +491,35 @@ async fn a_probe_the_receiver_refuses_leaves_the_sink_not_ready() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(code, 503, "still not ready after {} probes", probes.len());
     println!("{body}");
+    let (code, log) = kubecast.stop(LIMIT).await;
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[tokio::test]
+async fn a_collector_that_comes_up_after_kubecast_makes_the_sink_ready_without_a_change() {
+    let scene = Scene::new("otlp-late").await;
+    let mut collector = Collector::start(&scene.stack, &scene.dir).await;
+    collector.stop();
+    let port = support::http::free_port();
+    let address = format!("127.0.0.1:{port}");
+    let sink = otlp_sink("otel", &collector.grpc, "grpc", "");
+    let kubecast = Kubecast::start_with(
+        &scene.stack,
+        &scene.dir,
+        &scene.config("", &[sink]),
+        &["--metrics-address", &address],
+    );
+    support::http::wait_for(
+        port,
+        "/readyz",
+        LIMIT,
+        "/readyz naming the unreachable sink",
+        |code, body| code == 503 && body.contains("sink `otel` is not connected"),
+    )
+    .await;
+    // No change is made: only the probe, repeated on its own, can see the Collector come up.
+    collector.resume().await;
+    support::http::wait_for(port, "/readyz", LIMIT, "/readyz 200", |code, _| code == 200).await;
     let (code, log) = kubecast.stop(LIMIT).await;
     assert_eq!(code, Some(0), "{log}");
 }
