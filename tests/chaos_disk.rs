@@ -1,7 +1,7 @@
 //! The state directory fails: it is not writable at all (a clear error at start), or the
 //! disk fills up while kubecast runs. A full disk stops kubecast with an error naming the
-//! file; nothing it had not stored was handed to a sink, so after space is freed a restart
-//! delivers every change.
+//! file, and nothing is written after the failed write (no snapshot claims it), so after
+//! space is freed a restart resumes before it and delivers every change.
 //!
 //! A full disk cannot be had on demand from the machine's own disk; the test mounts a small
 //! tmpfs (this needs root, as CI and the development machines run) and grows it afterwards.
