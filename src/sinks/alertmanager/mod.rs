@@ -10,10 +10,12 @@
 //! `resend_interval` with `endsAt` four intervals ahead (so a missed send never resolves it),
 //! a resolved one with `endsAt` its resolve time for 15 minutes (so an instance that lost its
 //! state or was away learns it). Every instance listed in `urls` has its own sender and its
-//! own backlog (the alerts it has not confirmed), so one down never holds another. An event is
-//! acknowledged when one instance confirmed the alert it changed; the table itself comes back
-//! after a restart or a take-over from the durable episodes ([`crate::sinks::Sink::restore_alerts`]),
-//! so a new sender re-sends every standing alert at once.
+//! own backlog (the alerts it has not confirmed), so one down never holds another. It takes
+//! only alert events ([`crate::sinks::Takes::Alerts`]): the pipeline hands it no other, so
+//! every instance down holds back nothing but alerts. An event is acknowledged when one
+//! instance confirmed the alert it changed; the table itself comes back after a restart or a
+//! take-over from the durable episodes ([`crate::sinks::Sink::restore_alerts`]), so a new
+//! sender re-sends every standing alert at once.
 
 mod alert;
 mod config;
