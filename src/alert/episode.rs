@@ -111,7 +111,7 @@ impl Episode {
 
     /// Whether it is firing: fired, and neither closed nor resolved.
     pub fn is_active(&self) -> bool {
-        self.fired && !self.closed
+        self.fired && !self.closed && self.resolved_at.is_none()
     }
 }
 
@@ -431,11 +431,16 @@ impl Episodes {
         out
     }
 
-    /// The firing episodes, and the memories of those resolved at or after `since`: what a
-    /// sink that re-sends alerts must know after a restart.
-    pub fn standing(&self, since: i64) -> impl Iterator<Item = &Episode> {
-        self.open.values().filter(move |e| {
-            e.is_active() || e.closed && e.resolved_at.is_some_and(|at| at >= since)
+    /// What stands at `now` for a sink that re-sends alerts after a restart: the firing
+    /// episodes, and those resolved at or after `since`. It is read as a [`Episodes::tick`]
+    /// at `now` would leave it, without moving anything: an episode whose `keep_firing_for`
+    /// or quiet ran out before `now` (while kubecast was down) stands resolved at its time,
+    /// as the tick that follows says, never as firing (which would fire it again).
+    pub fn standing(&self, since: i64, now: i64) -> impl Iterator<Item = Episode> + '_ {
+        self.open.values().filter_map(move |e| match e.resolve_at {
+            Some(at) if e.is_active() && at <= now => (at >= since).then(|| e.clone().resolve(at)),
+            _ if e.is_active() => Some(e.clone()),
+            _ => (e.closed && e.resolved_at.is_some_and(|at| at >= since)).then(|| e.clone()),
         })
     }
 

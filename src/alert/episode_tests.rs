@@ -384,8 +384,8 @@ fn a_condition_that_comes_back_within_keep_firing_for_continues_the_same_episode
     assert_eq!(ep.facts["keptFiringFor"], "10m");
     assert!(eps.is_empty());
     // The memory it leaves is what a re-sending sink needs for a while, then not.
-    assert_eq!(eps.standing(800_000).count(), 1);
-    assert_eq!(eps.standing(800_001).count(), 0);
+    assert_eq!(eps.standing(800_000, 900_000).count(), 1);
+    assert_eq!(eps.standing(800_001, 900_000).count(), 0);
 }
 
 #[test]
@@ -400,7 +400,14 @@ fn a_kept_episode_survives_a_restart_and_a_deleted_object_resolves_at_once() {
     let saved = serde_json::to_string(&eps).expect("episodes serialize");
     let mut restored: Episodes = serde_json::from_str(&saved).expect("and read back");
     assert_eq!(restored.next_deadline(), Some(122_000));
-    assert_eq!(restored.standing(0).count(), 1, "still firing while kept");
+    assert_eq!(
+        restored
+            .standing(0, 121_999)
+            .filter(Episode::is_active)
+            .count(),
+        1,
+        "still firing while kept"
+    );
     assert_eq!(
         kinds(&restored.tick(500_000)),
         vec!["resolved n:5:alert:node_not_ready"],
@@ -413,4 +420,51 @@ fn a_kept_episode_survives_a_restart_and_a_deleted_object_resolves_at_once() {
     };
     assert_eq!(ep.resolved_at, Some(3_000));
     assert_eq!(eps.next_deadline(), None);
+}
+
+#[test]
+fn an_episode_whose_keep_ran_out_while_kubecast_was_down_does_not_stand_as_firing() {
+    let mut eps = Episodes::default();
+    let keep = Timing {
+        for_ms: 0,
+        keep_ms: 60_000,
+    };
+    eps.observe("kept", keep, &seen("u", "5", 1_000), evidence(0));
+    eps.observe("kept", keep, &seen("u", "6", 2_000), None);
+    let saved = serde_json::to_string(&eps).expect("episodes serialize");
+    // Back 20 minutes after the keep ran out (at 62 s), before any tick.
+    let mut restored: Episodes = serde_json::from_str(&saved).expect("and read back");
+    let now = 62_000 + 20 * 60_000;
+    let window = 15 * 60_000;
+    let standing: Vec<Episode> = restored.standing(now - window, now).collect();
+    assert!(
+        standing.is_empty(),
+        "resolved longer ago than the window: not standing, least of all firing: {standing:?}"
+    );
+    // Within the window, it stands resolved at its time, as the tick then says.
+    let standing: Vec<Episode> = restored.standing(0, now).collect();
+    assert_eq!(standing.len(), 1, "{standing:?}");
+    assert!(!standing[0].is_active(), "not firing: {standing:?}");
+    assert_eq!(standing[0].resolved_at, Some(62_000));
+    let ticked = restored.tick(now);
+    assert_eq!(ticked, vec![Transition::Resolved(standing[0].clone())]);
+    // Still within its keep: firing.
+    let early: Episodes = serde_json::from_str(&saved).expect("read back");
+    let firing: Vec<Episode> = early.standing(0, 61_999).collect();
+    assert!(firing.len() == 1 && firing[0].is_active(), "{firing:?}");
+    // The same for a `warning_event` episode whose quiet ran out while kubecast was down.
+    let mut warned = Episodes::default();
+    warned.observe_quiet(
+        "warning_event",
+        5_000,
+        &seen("e", "7", 1_000),
+        evidence(1),
+        "u/Failed",
+    );
+    let standing: Vec<Episode> = warned.standing(0, 10_000).collect();
+    assert!(
+        standing.len() == 1 && !standing[0].is_active(),
+        "{standing:?}"
+    );
+    assert_eq!(standing[0].resolved_at, Some(6_000));
 }

@@ -227,10 +227,12 @@ async fn bridge(
     .await?;
     ops.health.restored();
     let mut valid_sinks = config.sinks;
-    // A sink that re-sends standing alerts (Alertmanager's) starts from the restored episodes.
+    // A sink that re-sends standing alerts (Alertmanager's) starts from the restored episodes,
+    // as they stand now: a resolve that fell due while kubecast was down is not sent as firing.
     if let Some(router) = start.router.as_ref() {
+        let now = routed::now_ms();
         for (name, v) in &mut valid_sinks {
-            let standing = || routed::standing_alerts(router, &config.cluster, name);
+            let standing = || routed::standing_alerts(router, &config.cluster, name, now);
             v.sink.restore_alerts(&standing);
         }
     }

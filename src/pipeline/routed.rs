@@ -218,10 +218,11 @@ fn encode_at(
     event
 }
 
-/// The alerts standing for sink `sink` in `router`'s restored episodes, as alert events: what
-/// a re-sending sink ([`crate::sinks::Sink::restore_alerts`]) sends again after a restart or a
-/// take-over.
-pub fn standing_alerts(router: &Router, cluster: &str, sink: &str) -> Vec<Arc<Event>> {
+/// The alerts standing for sink `sink` in `router`'s restored episodes at `now` (ms since the
+/// epoch), as alert events: what a re-sending sink ([`crate::sinks::Sink::restore_alerts`])
+/// sends again after a restart or a take-over. An episode whose resolve fell due while
+/// kubecast was down stands resolved, as the first tick says, not firing.
+pub fn standing_alerts(router: &Router, cluster: &str, sink: &str, now: i64) -> Vec<Arc<Event>> {
     let window =
         i64::try_from(crate::sinks::alertmanager::RESOLVED_RESEND.as_millis()).unwrap_or(i64::MAX);
     let names: Vec<Arc<str>> = router
@@ -230,7 +231,7 @@ pub fn standing_alerts(router: &Router, cluster: &str, sink: &str) -> Vec<Arc<Ev
         .map(|r| Arc::from(r.name.as_str()))
         .collect();
     router
-        .standing(sink, now_ms().saturating_sub(window))
+        .standing(sink, now.saturating_sub(window), now)
         .into_iter()
         .filter_map(|o| match o {
             Out::Alert {

@@ -386,12 +386,13 @@ impl Router {
         });
     }
 
-    /// The alerts standing for `sink`: each firing episode, and each resolved at or after
-    /// `since` (ms since the epoch), on the routes that feed `sink` and selected its object
-    /// (every one without routes), as a re-sending sink must know them after a restart.
-    pub fn standing(&self, sink: &str, since: i64) -> Vec<Out> {
+    /// The alerts standing for `sink` at `now`: each firing episode, and each resolved at or
+    /// after `since` (ms since the epoch; see [`Episodes::standing`]), on the routes that feed
+    /// `sink` and selected its object (every one without routes), as a re-sending sink must
+    /// know them after a restart.
+    pub fn standing(&self, sink: &str, since: i64, now: i64) -> Vec<Out> {
         let mut out = Vec::new();
-        for ep in self.episodes.standing(since) {
+        for ep in self.episodes.standing(since, now) {
             let Some(rule) = self.rules.iter().position(|r| r.name == ep.rule) else {
                 continue;
             };
