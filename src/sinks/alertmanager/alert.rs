@@ -47,7 +47,11 @@ pub enum AlertError {
 
 impl AmAlert {
     /// The alert of `event`, or `None` when the event is not an alert.
-    pub fn of(event: &Event, cluster: &str, generator: Option<&Template>) -> Option<Result<AmAlert, AlertError>> {
+    pub fn of(
+        event: &Event,
+        cluster: &str,
+        generator: Option<&Template>,
+    ) -> Option<Result<AmAlert, AlertError>> {
         let resolved = match event.kind {
             ChangeKind::AlertFiring => false,
             ChangeKind::AlertResolved => true,
@@ -56,7 +60,12 @@ impl AmAlert {
         Some(Self::parse(event, resolved, cluster, generator))
     }
 
-    fn parse(event: &Event, resolved: bool, cluster: &str, generator: Option<&Template>) -> Result<AmAlert, AlertError> {
+    fn parse(
+        event: &Event,
+        resolved: bool,
+        cluster: &str,
+        generator: Option<&Template>,
+    ) -> Result<AmAlert, AlertError> {
         let data: Value = serde_json::from_slice(&event.data)?;
         let text = |v: &Value| match v {
             Value::String(s) => s.clone(),
@@ -65,7 +74,10 @@ impl AmAlert {
         };
         let rule = data["rule"].as_str().ok_or(AlertError::Missing("rule"))?;
         let object = &data["object"];
-        let kind = object["kind"].as_str().unwrap_or_default().to_ascii_lowercase();
+        let kind = object["kind"]
+            .as_str()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
         let mut labels: BTreeMap<String, String> = data["labels"]
             .as_object()
             .map(|m| m.iter().map(|(k, v)| (k.clone(), text(v))).collect())
@@ -106,7 +118,23 @@ impl AmAlert {
 
     /// Its key: the label set, which Alertmanager fingerprints.
     pub fn key(&self) -> String {
-        self.labels.iter().map(|(k, v)| format!("{k}\u{0}{v}\u{0}")).collect()
+        self.labels
+            .iter()
+            .map(|(k, v)| format!("{k}\u{0}{v}\u{0}"))
+            .collect()
+    }
+
+    /// What a refusal of it is remembered by: its episode (label set, `alert_id`, start) and
+    /// state. Not the label set alone, which every episode of an object and rule shares: a
+    /// refused episode must not hold back the next one, nor a refused firing its resolve.
+    pub fn refusal_key(&self) -> String {
+        let episode = self.annotations.get("alert_id").map_or("", String::as_str);
+        let state = if self.resolved_at.is_some() {
+            "resolved"
+        } else {
+            "firing"
+        };
+        format!("{}{episode}\u{0}{}\u{0}{state}", self.key(), self.starts_at)
     }
 
     /// The alert as Alertmanager takes it at `now`: an active one ends `horizon` from now
@@ -115,7 +143,10 @@ impl AmAlert {
         let ends = match self.resolved_at {
             Some(at) => at,
             None => now
-                .checked_add(jiff::SignedDuration::try_from(horizon).unwrap_or(jiff::SignedDuration::from_secs(240)))
+                .checked_add(
+                    jiff::SignedDuration::try_from(horizon)
+                        .unwrap_or(jiff::SignedDuration::from_secs(240)),
+                )
                 .unwrap_or(now),
         };
         let mut v = json!({
@@ -139,8 +170,13 @@ mod tests {
 
     /// The `firing` and `resolved` events of a crash-looping pod's episode.
     fn events() -> (Event, Event) {
-        let rules = AlertsConfig::default().validate().expect("the built-in rules");
-        let rule = rules.iter().find(|r| r.name == "crash_loop_backoff").expect("the rule");
+        let rules = AlertsConfig::default()
+            .validate()
+            .expect("the built-in rules");
+        let rule = rules
+            .iter()
+            .find(|r| r.name == "crash_loop_backoff")
+            .expect("the rule");
         let mut rule = rule.clone();
         rule.labels.insert("team".into(), "payments".into());
         rule.labels.insert("severity".into(), "page".into());
@@ -148,14 +184,27 @@ mod tests {
             "status": {"containerStatuses": [{"name": "app", "restartCount": 3,
                 "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}}]}});
         let holds = rule.evaluate(&pod).map(|e| rule.published(e, &pod));
-        let seen = |rv, now| Seen { uid: "u1", namespace: "shop", name: "web-1", rv, now };
+        let seen = |rv, now| Seen {
+            uid: "u1",
+            namespace: "shop",
+            name: "web-1",
+            rv,
+            now,
+        };
         let mut eps = Episodes::default();
-        let timing = crate::alert::episode::Timing { for_ms: 0, keep_ms: 0 };
+        let timing = crate::alert::episode::Timing {
+            for_ms: 0,
+            keep_ms: 0,
+        };
         let fired = eps.observe(&rule.name, timing, &seen("5", 1_000), holds);
         let resolved = eps.observe(&rule.name, timing, &seen("9", 61_000), None);
         let event = |t: &Transition| match t {
-            Transition::Firing(ep) => crate::event::alert_event("prod", ChangeKind::AlertFiring, ep, &rule),
-            Transition::Resolved(ep) => crate::event::alert_event("prod", ChangeKind::AlertResolved, ep, &rule),
+            Transition::Firing(ep) => {
+                crate::event::alert_event("prod", ChangeKind::AlertFiring, ep, &rule)
+            }
+            Transition::Resolved(ep) => {
+                crate::event::alert_event("prod", ChangeKind::AlertResolved, ep, &rule)
+            }
         };
         (event(&fired[0]), event(&resolved[0]))
     }
@@ -163,15 +212,29 @@ mod tests {
     #[test]
     fn an_episode_is_one_label_set_with_its_begin_as_start() {
         let (firing, resolved) = events();
-        let ui = Template::parse("https://ui/{cluster}/{namespace}/{name}", &GENERATOR_PLACEHOLDERS, "prod").expect("valid");
+        let ui = Template::parse(
+            "https://ui/{cluster}/{namespace}/{name}",
+            &GENERATOR_PLACEHOLDERS,
+            "prod",
+        )
+        .expect("valid");
         let f = AmAlert::of(&firing, "prod", Some(&ui))
             .expect("an alert")
             .expect("valid");
-        let r = AmAlert::of(&resolved, "prod", None).expect("an alert").expect("valid");
+        let r = AmAlert::of(&resolved, "prod", None)
+            .expect("an alert")
+            .expect("valid");
         let labels: Vec<String> = f.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         assert_eq!(
             labels,
-            ["alertname=crash_loop_backoff", "cluster=prod", "namespace=shop", "pod=web-1", "severity=warning", "team=payments"],
+            [
+                "alertname=crash_loop_backoff",
+                "cluster=prod",
+                "namespace=shop",
+                "pod=web-1",
+                "severity=warning",
+                "team=payments"
+            ],
             "the rule's labels do not replace kubecast's"
         );
         assert_eq!(f.key(), r.key(), "the same fingerprint for both");
@@ -179,13 +242,22 @@ mod tests {
         assert_eq!(f.starts_at.as_millisecond(), 1_000, "the episode's begin");
         assert_eq!(f.resolved_at, None);
         assert_eq!(r.resolved_at.map(|t| t.as_millisecond()), Some(61_000));
-        assert_eq!(f.generator_url.as_deref(), Some("https://ui/prod/shop/web-1"));
+        assert_eq!(
+            f.generator_url.as_deref(),
+            Some("https://ui/prod/shop/web-1")
+        );
         assert_eq!(f.annotations["alert_id"], "u1:5:alert:crash_loop_backoff");
         assert!(f.annotations["evidence"].contains("CrashLoopBackOff"));
         let now = jiff::Timestamp::from_millisecond(100_000).expect("a time");
         let posted = f.posted(now, std::time::Duration::from_secs(240));
-        assert_eq!(posted["endsAt"], "1970-01-01T00:05:40Z", "four intervals ahead");
-        assert_eq!(r.posted(now, std::time::Duration::from_secs(240))["endsAt"], "1970-01-01T00:01:01Z");
+        assert_eq!(
+            posted["endsAt"], "1970-01-01T00:05:40Z",
+            "four intervals ahead"
+        );
+        assert_eq!(
+            r.posted(now, std::time::Duration::from_secs(240))["endsAt"],
+            "1970-01-01T00:01:01Z"
+        );
     }
 
     #[test]

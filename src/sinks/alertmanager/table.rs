@@ -27,8 +27,14 @@ pub struct Table {
 
 /// What a sender sends: the alerts as posted, and the version they bring it up to.
 pub struct Batch {
-    pub alerts: Vec<Value>,
+    pub alerts: Vec<Posted>,
     pub upto: u64,
+}
+
+/// One alert as posted, with what a refusal of it is remembered by.
+pub struct Posted {
+    pub key: String,
+    pub body: Value,
 }
 
 impl Table {
@@ -75,7 +81,10 @@ impl Table {
             .alerts
             .values()
             .filter(|e| all || e.version > after)
-            .map(|e| e.alert.posted(now, horizon))
+            .map(|e| Posted {
+                key: e.alert.refusal_key(),
+                body: e.alert.posted(now, horizon),
+            })
             .collect();
         Batch {
             alerts,
@@ -117,7 +126,7 @@ mod tests {
         assert_eq!(t.active(), 1);
         let changed = t.batch(false, 2, now, h);
         assert_eq!((changed.alerts.len(), changed.upto), (1, 3));
-        assert_eq!(changed.alerts[0]["endsAt"], "1970-01-01T00:16:39Z");
+        assert_eq!(changed.alerts[0].body["endsAt"], "1970-01-01T00:16:39Z");
         assert_eq!(t.batch(true, 3, now, h).alerts.len(), 2);
         // 15 minutes after its put, a resolved alert is no longer sent.
         assert_eq!(t.batch(true, 0, at(999_000 + 900_000), h).alerts.len(), 2);
@@ -139,7 +148,7 @@ mod tests {
             "the resolve is sent"
         );
         assert_eq!(
-            batch.alerts[0]["endsAt"], "1970-01-01T00:01:40Z",
+            batch.alerts[0].body["endsAt"], "1970-01-01T00:01:40Z",
             "at its time"
         );
         assert_eq!(t.batch(true, 0, at(put + 900_000), h).alerts.len(), 1);
