@@ -183,7 +183,7 @@ pub fn is_connection_property(key: &str) -> bool {
 /// The settings of `config` that say how to connect, without the producer's own. The values
 /// come from `get`: `config_map` hands back `sasl.password` and the other secrets as a
 /// placeholder, with which no login succeeds.
-fn connection_only(config: &ClientConfig) -> ClientConfig {
+pub(super) fn connection_only(config: &ClientConfig) -> ClientConfig {
     let mut out = ClientConfig::new();
     for k in config.config_map().keys() {
         if is_connection_property(k)

@@ -10,16 +10,46 @@
 //! `{base}/shard-{i}-of-{n}`), not only its own: when the count changed, the count whose
 //! checkpoints were committed last (the checkpoint topic has one partition, so offsets order
 //! them) is where this one continues from ([`Kept::earlier`]).
+//!
+//! A take-over reads with [`StateReader::read_settled`]: the reader is `read_committed`, so
+//! a checkpoint in a transaction still open (a commit on its way to the coordinator) is
+//! invisible until it is decided, and a shard count that only such a checkpoint shows would
+//! go unfenced. It first waits until every transaction open in the checkpoint topic when it
+//! began is committed or aborted.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message};
 
 use super::checkpoint::{self, Checkpoint, CheckpointError};
 use super::txn_config::shard_of_key;
 use crate::model::Shard;
 use crate::sinks::Kept;
+
+/// Reading the committed state for a take-over failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// A transaction open in the checkpoint topic when the reader began was neither committed
+    /// nor aborted in time: a checkpoint in it (of another shard count) could still become
+    /// visible after the take-over read past it.
+    #[error(
+        "a transaction open in the checkpoint topic `{topic}` partition {partition} (its records before offset {end}; stable up to {stable}) was not committed or aborted within {limit:?}: the broker aborts one after the producer's transaction.timeout.ms (transactions.timeout_ms, at most the broker's transaction.max.timeout.ms), so a shard of another count with a longer timeout may still commit"
+    )]
+    Undecided {
+        topic: String,
+        partition: i32,
+        end: i64,
+        stable: i64,
+        limit: Duration,
+    },
+}
+
+/// How often [`StateReader::read_settled`] asks whether the open transactions were decided.
+const SETTLE_EVERY: Duration = Duration::from_millis(250);
 
 /// Where a reader stands in one sink's checkpoint and state topics, and what it has read.
 #[derive(Debug)]
@@ -115,6 +145,49 @@ impl StateReader {
         Ok(())
     }
 
+    /// Reads both topics to their ends (each read up to `limit`) once every transaction that
+    /// was open in the checkpoint topic when it began has been decided, waiting for that up
+    /// to `settle`. What was written to the checkpoint topic by then is the high watermark
+    /// (read `read_uncommitted`); a `read_committed` reader reaches only the last stable
+    /// offset, the first record of the oldest open transaction. Once the stable offset is
+    /// past that high watermark, nothing written before the take-over can become visible
+    /// later. Only what was open at the start is waited for: the live shards' transactions
+    /// that begin after it write after the high watermark, so they cannot keep it waiting,
+    /// and one open at the start ends within the producer's transaction timeout (committed,
+    /// or aborted by the broker). A commit on its way whose records were not yet written is
+    /// no concern: a producer sends its commit only once every record of it was written.
+    pub fn read_settled(
+        &mut self,
+        config: &ClientConfig,
+        limit: Duration,
+        settle: Duration,
+    ) -> Result<(), ReadError> {
+        let started = Instant::now();
+        let topic = self.checkpoint_topic.clone();
+        let written = ends(config, &topic, false, limit)?;
+        loop {
+            let stable = ends(config, &topic, true, limit)?;
+            match undecided(&written, &stable) {
+                // The read below reaches at least this stable offset: a `read_committed`
+                // reader's partition end is the stable offset when it gets there, which only
+                // grows.
+                None => break,
+                Some((partition, end, stable)) if started.elapsed() >= settle => {
+                    return Err(ReadError::Undecided {
+                        topic,
+                        partition,
+                        end,
+                        stable,
+                        limit: settle,
+                    });
+                }
+                Some(_) => std::thread::sleep(SETTLE_EVERY),
+            }
+        }
+        self.read(config, limit)?;
+        Ok(())
+    }
+
     /// The other shard counts whose transactions could still change what this reader reads:
     /// each count (not this sink's) with a checkpoint committed after this sink's own last
     /// one, or with any checkpoint when this sink has none. Their transactional ids are
@@ -198,6 +271,75 @@ impl StateReader {
             _ => None,
         }
     }
+}
+
+/// Each partition's end of `topic`: with `committed`, its last stable offset (what a
+/// `read_committed` reader reaches), else its high watermark (everything written). Empty
+/// when the topic does not exist.
+fn ends(
+    config: &ClientConfig,
+    topic: &str,
+    committed: bool,
+    limit: Duration,
+) -> Result<HashMap<i32, i64>, CheckpointError> {
+    let kafka = |source| CheckpointError::Kafka {
+        topic: topic.to_string(),
+        source,
+    };
+    // No group: listing offsets needs none (and no ACL on one). librdkafka lists them at the
+    // client's isolation level.
+    let consumer: BaseConsumer = checkpoint::connection_only(config)
+        .set(
+            "isolation.level",
+            if committed {
+                "read_committed"
+            } else {
+                "read_uncommitted"
+            },
+        )
+        .create()
+        .map_err(kafka)?;
+    let metadata = consumer.fetch_metadata(Some(topic), limit).map_err(kafka)?;
+    let mut out = HashMap::new();
+    let Some(t) = metadata.topics().first() else {
+        return Ok(out);
+    };
+    if let Some(code) = t
+        .error()
+        .map(rdkafka::error::RDKafkaErrorCode::from)
+        .filter(|c| super::refusal::refused(*c))
+    {
+        let r = super::refusal::Refusal::new(
+            super::refusal::Operation::Read,
+            super::refusal::Resource::Topic,
+            topic,
+            code,
+        );
+        return Err(r.into());
+    }
+    if t.error().is_some() {
+        return Ok(out);
+    }
+    for p in t.partitions() {
+        let (_, high) = consumer
+            .fetch_watermarks(topic, p.id(), limit)
+            .map_err(kafka)?;
+        out.insert(p.id(), high);
+    }
+    Ok(out)
+}
+
+/// The first partition (with its high watermark at the start and its stable offset now)
+/// where a transaction open at the start is not decided yet: its stable offset is short of
+/// what had been written then. `None`: every one is decided.
+fn undecided(written: &HashMap<i32, i64>, stable: &HashMap<i32, i64>) -> Option<(i32, i64, i64)> {
+    let mut open: Vec<(i32, i64, i64)> = written
+        .iter()
+        .map(|(p, end)| (*p, *end, stable.get(p).copied().unwrap_or(-1)))
+        .filter(|(_, end, stable)| stable < end)
+        .collect();
+    open.sort_unstable();
+    open.into_iter().next()
 }
 
 #[cfg(test)]
@@ -319,6 +461,29 @@ mod tests {
         );
         // Unsharded after sharded.
         assert_eq!(reader(None, &four).counts_to_fence(), vec![4]);
+    }
+
+    #[test]
+    fn a_transaction_open_at_the_start_is_waited_for_and_those_begun_after_it_are_not() {
+        let written = HashMap::from([(0, 120)]);
+        // The stable offset stops at the first record of the oldest open transaction (a
+        // commit of another count on its way): not decided.
+        assert_eq!(
+            undecided(&written, &HashMap::from([(0, 100)])),
+            Some((0, 120, 100))
+        );
+        // Decided (committed or aborted), with the live shards' later transactions open
+        // after the start: done.
+        assert_eq!(undecided(&written, &HashMap::from([(0, 120)])), None);
+        assert_eq!(undecided(&written, &HashMap::from([(0, 180)])), None);
+        // A partition the stable offsets do not show is not known to be decided.
+        assert_eq!(undecided(&written, &HashMap::new()), Some((0, 120, -1)));
+        // An empty or missing topic: nothing to wait for.
+        assert_eq!(undecided(&HashMap::new(), &HashMap::new()), None);
+        assert_eq!(
+            undecided(&HashMap::from([(0, 0)]), &HashMap::from([(0, 0)])),
+            None
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Taking the exactly-once sink over: look the compacted topics up (create them with
 //! `create_topics`, else a missing one stops kubecast naming it), fence every
 //! other producer of the `transactional.id` (`init_transactions`, which also aborts what a
-//! crashed predecessor left open), then read the committed checkpoint and known state. When
+//! crashed predecessor left open), then read the committed checkpoint and known state, once
+//! every transaction open in the checkpoint topic is decided (a checkpoint in a commit on
+//! its way is invisible until then). When
 //! the checkpoints read say another shard count committed after this sink's own, the ids of
 //! that count are fenced too (`fence`) and the rest read after. Only after the fences is the
 //! checkpoint final. Entry point: [`TxnKeeper`], the sink's [`Keeper`].
@@ -18,7 +20,7 @@ use super::checkpoint::CheckpointError;
 use super::fence::fence;
 use super::hold::Hold;
 use super::refusal::{Operation, Refusal, Resource};
-use super::state_reader::StateReader;
+use super::state_reader::{ReadError, StateReader};
 use super::topics::{Kind, TopicError, TopicGuard};
 use super::txn::{Ready, Transactions, TxnError};
 use super::txn_config::TxnSettings;
@@ -53,6 +55,8 @@ pub enum ExactlyOnceError {
     Refused(#[from] Refusal),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Read(#[from] ReadError),
     /// A transactional id of another shard count (or of an earlier release) could not be
     /// fenced in time: a commit under it might still land after this sink read its
     /// checkpoints, so the sink does not take over.
@@ -267,9 +271,14 @@ pub(super) async fn take_over(
     });
     let mut config = config;
     config.set("group.id", txn.reader_group());
-    let mut reader = read(reader, &config, sink).await?;
+    // The first read waits until every transaction open in the checkpoint topic now is
+    // decided (committed, or aborted by the broker after its timeout): a checkpoint of
+    // another count in a commit still on its way is invisible to a read_committed reader,
+    // and that count would go unfenced; the commit would land after this shard read.
+    let mut reader = read(reader, &config, sink, Some(fence_limit)).await?;
     // Another count committed after this sink's own checkpoint: its ids are fenced before the
-    // rest is read, and again for a count that only the rest shows.
+    // rest is read, and again for a count that only the rest shows. After a fence nothing of
+    // the fenced count is open, so the rest is read without waiting.
     let mut done: Vec<u32> = Vec::new();
     loop {
         let counts: Vec<u32> = reader
@@ -291,7 +300,7 @@ pub(super) async fn take_over(
             "fenced the transactional ids of another shard count before reading its checkpoints"
         );
         done.extend(counts);
-        reader = read(reader, &config, sink).await?;
+        reader = read(reader, &config, sink, None).await?;
     }
     let kept = reader.kept();
     tracing::info!(
@@ -318,15 +327,21 @@ pub(super) async fn take_over(
     Ok((ready, kept))
 }
 
-/// Reads `reader` on to the topics' ends, on the blocking pool.
+/// Reads `reader` on to the topics' ends, on the blocking pool; with `settle`, once every
+/// transaction open in the checkpoint topic is decided, waiting up to that long for it
+/// ([`StateReader::read_settled`]).
 async fn read(
     mut reader: StateReader,
     config: &ClientConfig,
     sink: &str,
+    settle: Option<Duration>,
 ) -> Result<StateReader, ExactlyOnceError> {
     let config = config.clone();
-    tokio::task::spawn_blocking(move || -> Result<_, CheckpointError> {
-        reader.read(&config, CALL_TIMEOUT * 10)?;
+    tokio::task::spawn_blocking(move || -> Result<_, ReadError> {
+        match settle {
+            Some(settle) => reader.read_settled(&config, CALL_TIMEOUT * 10, settle)?,
+            None => reader.read(&config, CALL_TIMEOUT * 10)?,
+        }
         Ok(reader)
     })
     .await
