@@ -5,7 +5,8 @@
 //! Kafka's own implications keep the list short: Write and Read each grant Describe, and
 //! Write on any topic grants the idempotent producer's IdempotentWrite on the cluster.
 //! The state reader of an exactly-once sink assigns partitions itself and commits nothing,
-//! but librdkafka's consumer still names a group: `kubecast-reader-{transactional id}`.
+//! but librdkafka's consumer still names a group: `kubecast-reader-{transactions.id}`, with
+//! sharding `kubecast-reader-{transactions.id}-{i}` (the shard count not in it).
 
 use serde::Serialize;
 
@@ -209,7 +210,7 @@ mod tests {
         let lines = lines(&of_sink("k", &s, "User:kubecast"));
         assert!(lines.contains(&"Write transactional-id prefixed kubecast.prod.k-".to_string()), "{lines:?}");
         assert!(lines.contains(&"Write transactional-id literal kubecast.prod.k".to_string()), "{lines:?}");
-        assert!(lines.contains(&"Read group literal kubecast-reader-kubecast.prod.k-1-of-3".to_string()), "{lines:?}");
+        assert!(lines.contains(&"Read group literal kubecast-reader-kubecast.prod.k-1".to_string()), "{lines:?}");
     }
 
     #[test]

@@ -162,9 +162,17 @@ impl TxnSettings {
         ids
     }
 
-    /// The consumer group the state reader names (it commits nothing in it).
+    /// The consumer group the state reader names: `kubecast-reader-{id}`, with sharding
+    /// `kubecast-reader-{id}-{i}` (the name earlier releases gave it, so that an ACL granted
+    /// for it by hand still holds). The reader assigns its partitions and reads from offsets
+    /// of its own, never joining the group or committing or fetching offsets in it: the
+    /// group is only a name, and shards of two counts reading under one name at once do not
+    /// meet.
     pub fn reader_group(&self) -> String {
-        format!("kubecast-reader-{}", self.id)
+        match self.shard {
+            Some(s) => format!("kubecast-reader-{}-{}", self.base_id, s.index),
+            None => format!("kubecast-reader-{}", self.base_id),
+        }
     }
 
     /// Makes these the settings of one shard's sink: its own transactional id (a shard that
@@ -295,6 +303,25 @@ mod key_tests {
         assert!(issues.is_empty());
         assert_eq!(txn.ids_of(1), ["k"]);
         assert_eq!(txn.ids_of(2), ["k-0-of-2", "k-1-of-2", "k-0", "k-1"]);
+    }
+
+    #[test]
+    fn the_readers_group_is_the_one_the_earlier_release_named() {
+        let mut issues = Vec::new();
+        let mut txn = TransactionsConfig {
+            id: Some("k".into()),
+            ..TransactionsConfig::default()
+        }
+        .settings("sinks.k", "k", "prod", |_| true, &mut issues);
+        assert_eq!(txn.reader_group(), "kubecast-reader-k");
+        // The earlier release: `kubecast-reader-{id}-{i}` for every shard, whatever the count.
+        for (index, count) in [(2, 6), (2, 4), (0, 1)] {
+            let mut t = txn.clone();
+            t.shard(Shard::new(index, count).expect("a shard"));
+            assert_eq!(t.reader_group(), format!("kubecast-reader-k-{index}"));
+        }
+        txn.shard(Shard::new(1, 3).expect("a shard"));
+        assert_eq!(txn.id, "k-1-of-3", "the transactional id names the count");
     }
 
     #[test]
