@@ -10,7 +10,10 @@
 //! does (fatal before the first delivery, retried after: a rotated key) rather than dropping
 //! every event while a credential is being fixed; and an answer that no OTLP logs service is
 //! at the URL (404, 405, 415, `UNIMPLEMENTED`: a wrong path, port or protocol, a Collector
-//! with no logs pipeline) is [`Outcome::Misdirected`], fatal before the first delivery.
+//! with no logs pipeline) is [`Outcome::Misdirected`], fatal before the first delivery; its
+//! text is the status without the body. What an outcome quotes from an answer (a message, a
+//! body's text) has every URL in it shown as kubecast shows URLs: an error page may echo the
+//! request URL with its userinfo and query.
 
 use std::time::Duration;
 
@@ -53,7 +56,7 @@ pub fn outcome(protocol: Protocol, answer: &Answer) -> Outcome {
     let json = protocol == Protocol::HttpJson;
     match c {
         200..=299 if protocol != Protocol::Grpc => Outcome::Delivered {
-            rejected: partial(json, raw),
+            rejected: partial(json, raw).map(|(n, m)| (n, one_line(&m))),
         },
         429 | 502 | 503 | 504 => Outcome::Retry {
             wait: *retry_after,
@@ -62,8 +65,10 @@ pub fn outcome(protocol: Protocol, answer: &Answer) -> Outcome {
         401 | 403 => Outcome::Unauthorized {
             why: format!("HTTP {code}: {}", message(json, raw)),
         },
+        // Without the body: the status and the URL (shown without its secrets) say that
+        // nothing takes logs there, and a proxy's error page may echo the URL as written.
         404 | 405 | 415 => Outcome::Misdirected {
-            why: format!("HTTP {code}: {}", message(json, raw)),
+            why: format!("HTTP {code}"),
         },
         _ => Outcome::Refused {
             reason: format!("HTTP {code}: {}", message(json, raw)),
@@ -89,10 +94,13 @@ fn grpc(trailers: &HeaderMap, raw: &Bytes) -> Outcome {
         .map(crate::sinks::url::decode)
         .filter(|m| !m.is_empty())
         .unwrap_or(details.message);
+    let message = one_line(&message);
     let why = format!("gRPC {} {}: {message}", code, name(code));
     match code {
         0 => Outcome::Delivered {
-            rejected: grpc_message(raw).and_then(|m| proto::partial_success(&m)),
+            rejected: grpc_message(raw)
+                .and_then(|m| proto::partial_success(&m))
+                .map(|(n, m)| (n, one_line(&m))),
         },
         1 | 4 | 10 | 11 | 14 | 15 => Outcome::Retry {
             wait: details.retry_delay,
@@ -183,12 +191,40 @@ fn message(json: bool, raw: &[u8]) -> String {
         Some(proto::status(raw).message).filter(|m| !m.is_empty())
     };
     let text = from_status.unwrap_or_else(|| String::from_utf8_lossy(raw).into_owned());
-    // One line for logs and reasons (a Go server's "404 page not found\n").
-    text.trim()
+    one_line(&text)
+}
+
+/// A receiver's `text` as one line for logs, reasons and dead letters (a Go server's "404
+/// page not found\n"), at most 200 characters, with every URL in it shown as kubecast shows
+/// URLs ([`crate::sinks::url::shown`]): an error page may echo the request URL with its
+/// userinfo and query. Shortened after that, so no URL is cut before it is shown.
+fn one_line(text: &str) -> String {
+    let text: String = text
+        .trim()
         .chars()
-        .take(200)
         .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+        .collect();
+    // Words end where no URL goes on: whitespace, quotes, angle brackets.
+    let ends = |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | '`');
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while !rest.is_empty() {
+        let end = rest.find(ends).unwrap_or(rest.len());
+        let (word, after) = rest.split_at(end);
+        // `?` ends a sentence as well as starting a query.
+        let query = word.trim_end_matches('?').contains('?');
+        if word.contains("://") || word.contains('@') || query {
+            out.push_str(&crate::sinks::url::shown(word));
+        } else {
+            out.push_str(word);
+        }
+        let mut chars = after.chars();
+        if let Some(c) = chars.next() {
+            out.push(c);
+        }
+        rest = chars.as_str();
+    }
+    out.chars().take(200).collect()
 }
 
 /// Standard base64, padded or not (gRPC's `-bin` metadata is sent unpadded).
@@ -357,7 +393,14 @@ mod tests {
                 &answer(404, b"404 page not found\n", &[])
             ),
             Outcome::Misdirected {
-                why: "HTTP 404 Not Found: 404 page not found".into()
+                why: "HTTP 404 Not Found".into()
+            },
+            "the status without the body (which may echo the URL as written)"
+        );
+        assert_eq!(
+            outcome(Protocol::HttpProtobuf, &answer(400, b"bad\nrequest\n", &[])),
+            Outcome::Refused {
+                reason: "HTTP 400 Bad Request: bad request".into()
             },
             "one line"
         );
@@ -383,6 +426,64 @@ mod tests {
                 Outcome::Refused { .. }
             ),
             "NOT_FOUND is the records'"
+        );
+    }
+
+    /// The text an outcome puts in a log line, a readiness reason or a dead letter.
+    fn text(o: &Outcome) -> String {
+        match o {
+            Outcome::Delivered { rejected } => format!("{rejected:?}"),
+            Outcome::Retry { why, .. }
+            | Outcome::Unauthorized { why }
+            | Outcome::Misdirected { why } => why.clone(),
+            Outcome::Refused { reason } => reason.clone(),
+        }
+    }
+
+    #[test]
+    fn a_url_with_credentials_in_an_answer_never_reaches_the_outcomes_text() {
+        // A proxy's error page echoing the request URL as it was written.
+        let url = "http://user:secret@host/x?token=abc";
+        let bodies = [
+            format!("404 page not found: {url}\n"),
+            format!("<a href=\"{url}\">{url}</a>"),
+            format!(r#"{{"code":3,"message":"no route to {url}"}}"#),
+            "Cannot POST /v1/logs?token=abc (user:secret@host)".to_string(),
+        ];
+        let leaks = |t: &str| {
+            ["secret", "token=abc", "user:"]
+                .iter()
+                .any(|s| t.contains(s))
+        };
+        for body in &bodies {
+            for code in [400, 401, 404, 405, 415, 429, 500, 503] {
+                for p in [Protocol::HttpProtobuf, Protocol::HttpJson, Protocol::Grpc] {
+                    let got = text(&outcome(p, &answer(code, body.as_bytes(), &[])));
+                    assert!(!leaks(&got), "{code} over {p:?} with {body:?}: {got}");
+                }
+            }
+            let encoded = body.replace(' ', "%20").replace('\n', "%0A");
+            for status in ["3", "12", "14", "16"] {
+                let t = [("grpc-status", status), ("grpc-message", encoded.as_str())];
+                let got = text(&outcome(Protocol::Grpc, &answer(200, &[], &t)));
+                assert!(!leaks(&got), "gRPC {status} with {body:?}: {got}");
+            }
+        }
+        let partial = format!(
+            r#"{{"partialSuccess":{{"rejectedLogRecords":"1","errorMessage":"dropped at {url}"}}}}"#
+        );
+        let got = text(&outcome(
+            Protocol::HttpJson,
+            &answer(200, partial.as_bytes(), &[]),
+        ));
+        assert!(!leaks(&got), "a partial success's message: {got}");
+        assert_eq!(
+            text(&outcome(
+                Protocol::HttpJson,
+                &answer(400, format!("bad request to {url}").as_bytes(), &[])
+            )),
+            "HTTP 400 Bad Request: bad request to http://host/x?…",
+            "the URL is shown as kubecast shows URLs"
         );
     }
 
