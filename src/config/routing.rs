@@ -1,7 +1,7 @@
 //! Validation of `routes:` and `alerts:` (part of [`super::Config::validate`]): each route and
 //! rule checked on its own, then against the sinks (a route's sinks exist, a route's topic
-//! suits each of its sinks, every sink is fed by a route, a sink that takes only alerts by a
-//! route of alerts, no exactly-once sink among them).
+//! suits each of its sinks, every sink is fed by a route, a sink that takes only alerts by
+//! routes that carry both firing and resolved alerts, no exactly-once sink among them).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -122,26 +122,9 @@ pub(super) fn feeds(
                 ));
             }
         }
-        // A sink that takes only alerts, fed only by routes of changes, would get nothing.
-        let alerted: BTreeSet<&str> = config
-            .routes
-            .values()
-            .filter(|r| {
-                r.types
-                    .iter()
-                    .any(|t| t == "alerts" || t.starts_with("alert."))
-            })
-            .flat_map(|r| r.sinks.iter().map(String::as_str))
-            .collect();
         for (name, v) in sinks {
-            if v.sink.takes() == Takes::Alerts
-                && fed.contains(name.as_str())
-                && !alerted.contains(name.as_str())
-            {
-                issues.push(Issue::new(
-                    format!("sinks.{name}"),
-                    "no route sends it alerts, the only events it takes: name `alerts` (or `alert.firing`, `alert.resolved`) in the `types` of a route that feeds it",
-                ));
+            if v.sink.takes() == Takes::Alerts && fed.contains(name.as_str()) {
+                alert_types(config, name, issues);
             }
         }
     }
@@ -163,6 +146,46 @@ pub(super) fn feeds(
         rules,
         feeds,
     }
+}
+
+/// Checks that the routes feeding `sink` (one that takes only alerts) carry both alert types
+/// between them: with no alert it would get nothing, and with only `alert.firing` an alert
+/// would never resolve there (Alertmanager has it firing, sent again every resend for ever).
+fn alert_types(config: &Config, sink: &str, issues: &mut Vec<Issue>) {
+    const FIRING: &str = "alert.firing";
+    const RESOLVED: &str = "alert.resolved";
+    let mut carried: BTreeSet<&str> = BTreeSet::new();
+    let mut routes: Vec<&str> = Vec::new();
+    for (name, r) in &config.routes {
+        if !r.sinks.iter().any(|s| s == sink) {
+            continue;
+        }
+        for t in &r.types {
+            match t.as_str() {
+                "alerts" => carried.extend([FIRING, RESOLVED]),
+                FIRING | RESOLVED => {
+                    carried.insert(t.as_str());
+                }
+                _ => continue,
+            }
+            if !routes.contains(&name.as_str()) {
+                routes.push(name);
+            }
+        }
+    }
+    let message = match (carried.contains(FIRING), carried.contains(RESOLVED)) {
+        (true, true) => return,
+        (false, false) => "no route sends it alerts, the only events it takes: name `alerts` (or `alert.firing`, `alert.resolved`) in the `types` of a route that feeds it".to_string(),
+        (true, false) => format!(
+            "the routes that send it alerts ({}) carry only `{FIRING}`: name `{RESOLVED}` too (or `alerts`) in the `types` of a route that feeds it, or an alert never resolves there and is sent as firing for ever",
+            routes.join(", ")
+        ),
+        (false, true) => format!(
+            "the routes that send it alerts ({}) carry only `{RESOLVED}`: name `{FIRING}` too (or `alerts`) in the `types` of a route that feeds it, or an alert never fires there",
+            routes.join(", ")
+        ),
+    };
+    issues.push(Issue::new(format!("sinks.{sink}"), message));
 }
 
 /// The label selector the apiserver can apply for every route: the requirements all routes'
@@ -252,12 +275,36 @@ mod tests {
                 "sinks.am: no route sends it alerts, the only events it takes: name `alerts` (or `alert.firing`, `alert.resolved`) in the `types` of a route that feeds it"
             ]
         );
-        for types in ["[alerts]", "[added, alert.resolved]"] {
+        for types in ["[alerts]", "[added, alert.firing, alert.resolved]"] {
             let text = format!(
                 "cluster: c\n{SINKS}{am}routes:\n  a: {{sinks: [k, m, o, am]}}\n  b: {{sinks: [am], types: {types}}}\n"
             );
             assert_eq!(issues_of(&text), Vec::<String>::new(), "{types}");
         }
+    }
+
+    #[test]
+    fn an_alertmanager_sink_whose_routes_carry_only_firing_or_only_resolved_alerts_is_named() {
+        let am = "  am: {type: alertmanager, urls: ['http://127.0.0.1:9093']}\n";
+        let cases = [
+            (
+                "  a: {sinks: [am], types: [alert.firing]}\n  b: {sinks: [k, m, o]}\n",
+                "sinks.am: the routes that send it alerts (a) carry only `alert.firing`: name `alert.resolved` too (or `alerts`) in the `types` of a route that feeds it, or an alert never resolves there and is sent as firing for ever",
+            ),
+            (
+                "  a: {sinks: [am, k], types: [added, alert.resolved]}\n  b: {sinks: [m, o, am]}\n  c: {sinks: [am], types: [alert.resolved]}\n",
+                "sinks.am: the routes that send it alerts (a, c) carry only `alert.resolved`: name `alert.firing` too (or `alerts`) in the `types` of a route that feeds it, or an alert never fires there",
+            ),
+        ];
+        for (routes, want) in cases {
+            let text = format!("cluster: c\n{SINKS}{am}routes:\n{routes}");
+            assert_eq!(issues_of(&text), vec![want], "{routes}");
+        }
+        // Together, two routes carry both.
+        let text = format!(
+            "cluster: c\n{SINKS}{am}routes:\n  a: {{sinks: [am], types: [alert.firing]}}\n  b: {{sinks: [k, m, o, am], types: [added, alert.resolved]}}\n"
+        );
+        assert_eq!(issues_of(&text), Vec::<String>::new());
     }
 
     #[test]
