@@ -8,6 +8,11 @@
 //! visible what the new shard publishes again. An independent observer records the truth:
 //! every change is in `read_committed` exactly once (none twice, none lost) and `replay
 //! --verify` finds every chain gapless.
+//!
+//! A fresh sink whose very first commits are held shows the other half: the new count sees
+//! no checkpoint of the old one (each is in a transaction still open, invisible to a
+//! `read_committed` reader), so it must wait until those transactions are decided before it
+//! reads, or it fences nothing, publishes everything again, and the held commits land too.
 
 mod support;
 
@@ -139,4 +144,75 @@ async fn four_shards_become_six_while_the_fours_commits_are_held_and_every_chang
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn six_shards_become_four_while_the_sixs_commits_are_held_and_every_change_is_once() {
     commits_held_while_the_count_changes(6, 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_sink_of_four_whose_first_commits_are_held_becomes_six_and_every_change_is_once() {
+    let scene = Scene::new("shards-fence-first").await;
+    let stack = &scene.stack;
+    let topic = unique_name("kc-fence");
+    let committed = KafkaTopic::create(stack, &topic).await;
+    let prefix = unique_name("kc-fence");
+    let _mqtt = MqttSubscriber::subscribe(stack, &format!("{prefix}/#")).await;
+    let relay = KafkaRelay::start(&stack.kafka_bootstrap).await;
+    let (direct, relayed) = (
+        format!("brokers: {}", stack.kafka_bootstrap),
+        format!("brokers: {}", relay.bootstrap()),
+    );
+    // Enough pods that every shard of four has a first commit to make.
+    scene.pods.create_each("stable", 24).await;
+    let observer = Observer::start(&scene.client, &scene.ns).await;
+    relay.hold_end_txn(HOLD);
+    let mut replicas = Replicas::start_edited(
+        &scene,
+        1,
+        &topic,
+        &prefix,
+        "sharding:\n  shards: 4\n",
+        &[],
+        |c| c.replace(&direct, &relayed),
+    );
+    // Every shard's first commit is held; the replica dies with them all in flight.
+    if let Err(e) = relay.wait_held(4, LIMIT).await {
+        panic!("{e}\n{}", replicas.logs());
+    }
+    replicas.kill(0).await;
+    let new = replicas.add_edited(&scene, &[], |c| {
+        c.replace("shards: 4", "shards: 6")
+            .replace(&relayed, &direct)
+    });
+    if let Err(e) = wait_balanced(
+        &scene.client,
+        &scene.ns,
+        &replicas.lease,
+        6,
+        &replicas.alive(),
+        HOLD + LIMIT,
+    )
+    .await
+    {
+        panic!("the new count: {e}\n{}", replicas.logs());
+    }
+    let answers = match relay.wait_answered(HOLD + LIMIT).await {
+        Ok(a) => a,
+        Err(e) => panic!("{e}\n{}", replicas.logs()),
+    };
+    scene.pods.create_each("after", 6).await;
+    observer.catch_up(&scene.pods, LIMIT).await;
+    let want: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
+    assert_eq!(
+        replicas.committed_once(&committed, &want, LIMIT).await,
+        0,
+        "read_committed must see each change once although the four shards' first commits were still open when the six took over (held commits answered {answers:?})\n{}",
+        replicas.logs()
+    );
+    let (code, out, err) = scene.replay(&topic, &["--verify"]);
+    assert_eq!(code, Some(0), "replay --verify:\n{out}{err}");
+    println!(
+        "{} changes through a fresh 4 -> 6 shards with the four's first {} commits held {HOLD:?}, each change once; the held commits were answered {answers:?}; new replica: {} fences",
+        want.len(),
+        answers.len(),
+        replicas.procs[new].count_in_log("fenced the transactional ids of another shard count"),
+    );
+    replicas.stop(LIMIT).await;
 }
