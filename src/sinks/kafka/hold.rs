@@ -61,7 +61,9 @@ impl Hold {
         let why = format!(
             "Kafka has acknowledged no record for {}s (the oldest waiting is for topic `{topic}`): its partition leader is unreachable, or fewer replicas are in sync than min.insync.replicas{}",
             STALL.as_secs(),
-            last_error.map(|e| format!("; the last error: {e}")).unwrap_or_default()
+            last_error
+                .map(|e| format!("; the last error: {e}"))
+                .unwrap_or_default()
         );
         tracing::warn!(sink = %acks.sink(), reason = %why, "the sink is not ready");
         acks.down_because(why);

@@ -61,7 +61,12 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    pub fn new(operation: Operation, resource: Resource, name: &str, code: RDKafkaErrorCode) -> Refusal {
+    pub fn new(
+        operation: Operation,
+        resource: Resource,
+        name: &str,
+        code: RDKafkaErrorCode,
+    ) -> Refusal {
         Refusal {
             operation,
             resource,
@@ -110,14 +115,19 @@ mod tests {
             RDKafkaErrorCode::TopicAuthorizationFailed,
         );
         let text = r.to_string();
-        assert!(text.starts_with("Kafka refused Write on Topic `kubecast.pods` ("), "{text}");
+        assert!(
+            text.starts_with("Kafka refused Write on Topic `kubecast.pods` ("),
+            "{text}"
+        );
         assert!(text.contains("kubecast kafka-acls"), "{text}");
     }
 
     #[test]
     fn authorization_failures_are_refusals_and_outages_are_not() {
         assert!(refused(RDKafkaErrorCode::TopicAuthorizationFailed));
-        assert!(refused(RDKafkaErrorCode::TransactionalIdAuthorizationFailed));
+        assert!(refused(
+            RDKafkaErrorCode::TransactionalIdAuthorizationFailed
+        ));
         assert!(!refused(RDKafkaErrorCode::NotEnoughReplicas));
         assert!(!refused(RDKafkaErrorCode::BrokerTransportFailure));
         assert!(missing(RDKafkaErrorCode::UnknownTopicOrPartition));

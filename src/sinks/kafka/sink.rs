@@ -70,8 +70,8 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
     for (k, v) in &settings.properties {
         config.set(k, &v.0);
     }
-    let producer = Producer::create(&config, context)
-        .map_err(|e| acks.failed(KafkaSinkError::Create(e)))?;
+    let producer =
+        Producer::create(&config, context).map_err(|e| acks.failed(KafkaSinkError::Create(e)))?;
     let guard = TopicGuard::new(&settings.at, settings.create_topics.clone(), &config);
     let mut run = Run {
         producer: &producer,
@@ -128,12 +128,16 @@ async fn probe(producer: Producer, acks: Acks, fatal: Arc<Fatal>) {
     loop {
         let p = producer.clone();
         let answered = tokio::task::spawn_blocking(move || {
-            p.client().fetch_metadata(None, Duration::from_secs(3)).is_ok()
+            p.client()
+                .fetch_metadata(None, Duration::from_secs(3))
+                .is_ok()
         })
         .await
         .unwrap_or(false);
         if answered {
-            fatal.connected.store(true, std::sync::atomic::Ordering::Relaxed);
+            fatal
+                .connected
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         if up != Some(answered) {
             acks.connected(answered);
@@ -149,13 +153,19 @@ async fn probe(producer: Producer, acks: Acks, fatal: Arc<Fatal>) {
 async fn ensure_topic(run: &mut Run<'_>, topic: &str) -> Result<(), SinkError> {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
     loop {
-        let wait = match run.guard.ensure(topic, Kind::Events, Some(run.producer)).await {
+        let wait = match run
+            .guard
+            .ensure(topic, Kind::Events, Some(run.producer))
+            .await
+        {
             Ok(()) => return Ok(()),
             Err(TopicError::Unanswered { source, .. }) => {
                 tracing::warn!(sink = %run.acks.sink(), topic, error = %source, "Kafka did not answer the topic's lookup; asking again");
                 backoff.next_delay()
             }
-            Err(TopicError::Refused(r)) if run.hold.delivered_once => run.hold.refused(run.acks, r.to_string()),
+            Err(TopicError::Refused(r)) if run.hold.delivered_once => {
+                run.hold.refused(run.acks, r.to_string())
+            }
             Err(e) => {
                 tracing::error!(sink = %run.acks.sink(), error = %e, "cannot write to the topic");
                 return Err(run.acks.failed(KafkaSinkError::Topic(e)));
@@ -167,12 +177,23 @@ async fn ensure_topic(run: &mut Run<'_>, topic: &str) -> Result<(), SinkError> {
 
 /// Sends `event` (or its dead letter, when `dead` holds the reason), dead-lettering it if
 /// Kafka refuses it outright.
-async fn submit(run: &mut Run<'_>, event: Arc<Event>, inflight: &mut Outstanding) -> Result<(), SinkError> {
+async fn submit(
+    run: &mut Run<'_>,
+    event: Arc<Event>,
+    inflight: &mut Outstanding,
+) -> Result<(), SinkError> {
     let topic = topic_of(run.settings, &event, false);
     ensure_topic(run, &topic).await?;
     match send(run, &event, &topic, None).await? {
         Ok(delivery) => {
-            inflight.push(Pending { event, dead: None, sent: Instant::now() }, delivery);
+            inflight.push(
+                Pending {
+                    event,
+                    dead: None,
+                    sent: Instant::now(),
+                },
+                delivery,
+            );
             Ok(())
         }
         Err(why) => dead_letter(run, event, why.to_string(), inflight).await,
@@ -194,12 +215,22 @@ async fn dead_letter(
     match send(run, &event, &topic, Some(&reason)).await? {
         Ok(delivery) => {
             let sent = Instant::now();
-            inflight.push(Pending { event, dead: Some(reason), sent }, delivery);
+            inflight.push(
+                Pending {
+                    event,
+                    dead: Some(reason),
+                    sent,
+                },
+                delivery,
+            );
             Ok(())
         }
         Err(e) => {
             run.acks
-                .dead_letter(&event, format!("{reason}; the dead-letter topic refused it too: {e}"))
+                .dead_letter(
+                    &event,
+                    format!("{reason}; the dead-letter topic refused it too: {e}"),
+                )
                 .await
         }
     }
@@ -208,9 +239,22 @@ async fn dead_letter(
 /// Hands the record to librdkafka. One librdkafka refuses at once because Kafka refuses
 /// its topic (a permission taken away, the topic gone: it then knows no partitions) is held
 /// and handed over again, never dead-lettered; other refusals are the caller's to settle.
-async fn send(run: &mut Run<'_>, event: &Event, topic: &str, dead: Option<&str>) -> Result<Result<Delivery, Unsendable>, SinkError> {
+async fn send(
+    run: &mut Run<'_>,
+    event: &Event,
+    topic: &str,
+    dead: Option<&str>,
+) -> Result<Result<Delivery, Unsendable>, SinkError> {
     loop {
-        match enqueue(run.producer, run.settings, run.acks.sink(), (event, topic), dead).await {
+        match enqueue(
+            run.producer,
+            run.settings,
+            run.acks.sink(),
+            (event, topic),
+            dead,
+        )
+        .await
+        {
             Err(Unsendable::Refused(e)) if is_held(&e) => hold_on(run, &e, topic).await?,
             other => return Ok(other),
         }
@@ -219,13 +263,18 @@ async fn send(run: &mut Run<'_>, event: &Event, topic: &str, dead: Option<&str>)
 
 /// Whether Kafka refusing a record with `e` is a refusal of its topic, to hold.
 fn is_held(e: &rdkafka::error::KafkaError) -> bool {
-    e.rdkafka_error_code().is_some_and(|c| refused(c) || missing(c))
+    e.rdkafka_error_code()
+        .is_some_and(|c| refused(c) || missing(c))
 }
 
 /// Kafka refused `topic` with `e`: before the sink's first delivery that stops it, naming the
 /// ACL or the topic; after it, readiness says so and this waits out the backoff, then looks
 /// the topic up again.
-async fn hold_on(run: &mut Run<'_>, e: &rdkafka::error::KafkaError, topic: &str) -> Result<(), SinkError> {
+async fn hold_on(
+    run: &mut Run<'_>,
+    e: &rdkafka::error::KafkaError,
+    topic: &str,
+) -> Result<(), SinkError> {
     let refusal = held(e, topic, &run.settings.at);
     if !run.hold.delivered_once {
         tracing::error!(sink = %run.acks.sink(), error = %refusal, "Kafka refuses the sink's first records");
@@ -239,7 +288,12 @@ async fn hold_on(run: &mut Run<'_>, e: &rdkafka::error::KafkaError, topic: &str)
 
 /// Turns one delivery report into an ack, a dead letter, or (Kafka refusing the topic) the
 /// same record sent again in front of the others.
-async fn settle(run: &mut Run<'_>, pending: Pending, done: Delivered, inflight: &mut Outstanding) -> Result<(), SinkError> {
+async fn settle(
+    run: &mut Run<'_>,
+    pending: Pending,
+    done: Delivered,
+    inflight: &mut Outstanding,
+) -> Result<(), SinkError> {
     let Pending { event, dead, .. } = pending;
     match (done, dead) {
         (Ok(Ok(_)), None) => {
@@ -260,7 +314,14 @@ async fn settle(run: &mut Run<'_>, pending: Pending, done: Delivered, inflight: 
                 Ok(d) => d,
                 Err(why) => return dead_letter(run, event, why.to_string(), inflight).await,
             };
-            inflight.push_front(Pending { event, dead, sent: Instant::now() }, delivery);
+            inflight.push_front(
+                Pending {
+                    event,
+                    dead,
+                    sent: Instant::now(),
+                },
+                delivery,
+            );
             Ok(())
         }
         (Ok(Err(e)), None) => {
@@ -269,7 +330,10 @@ async fn settle(run: &mut Run<'_>, pending: Pending, done: Delivered, inflight: 
         }
         (Ok(Err(e)), Some(reason)) => {
             run.acks
-                .dead_letter(&event, format!("{reason}; the dead-letter topic refused it too: {e}"))
+                .dead_letter(
+                    &event,
+                    format!("{reason}; the dead-letter topic refused it too: {e}"),
+                )
                 .await
         }
         (Err(_canceled), _) => Err(run.acks.failed(KafkaSinkError::ProducerGone)),
@@ -278,10 +342,14 @@ async fn settle(run: &mut Run<'_>, pending: Pending, done: Delivered, inflight: 
 
 /// A refused or missing topic's delivery error, as the permission or topic it names.
 fn held(e: &rdkafka::error::KafkaError, topic: &str, at: &str) -> Refusal {
-    let code = e.rdkafka_error_code().unwrap_or(rdkafka::error::RDKafkaErrorCode::Unknown);
+    let code = e
+        .rdkafka_error_code()
+        .unwrap_or(rdkafka::error::RDKafkaErrorCode::Unknown);
     let mut r = Refusal::new(Operation::Write, Resource::Topic, topic, code);
     if missing(code) {
-        r.hint = format!("; the topic does not exist (any more): create it, or set `{at}.create_topics`");
+        r.hint = format!(
+            "; the topic does not exist (any more): create it, or set `{at}.create_topics`"
+        );
     }
     r
 }

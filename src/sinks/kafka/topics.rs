@@ -54,7 +54,10 @@ impl CreateTopicsConfig {
             issues.push(Issue::new(format!("{at}.partitions"), "must be at least 1"));
         }
         if self.replication_factor == Some(0) {
-            issues.push(Issue::new(format!("{at}.replication_factor"), "must be at least 1"));
+            issues.push(Issue::new(
+                format!("{at}.replication_factor"),
+                "must be at least 1",
+            ));
         }
         for key in self.configs.keys() {
             if key == "cleanup.policy" {
@@ -65,7 +68,9 @@ impl CreateTopicsConfig {
             }
         }
         CreateTopics {
-            partitions: self.partitions.map_or(-1, |p| p.min(i32::MAX as u32) as i32),
+            partitions: self
+                .partitions
+                .map_or(-1, |p| p.min(i32::MAX as u32) as i32),
             replication: self.replication_factor.map_or(-1, i32::from),
             configs: self.configs.clone().into_iter().collect(),
         }
@@ -84,7 +89,9 @@ pub enum Kind {
 /// Why a topic cannot be written.
 #[derive(Debug, thiserror::Error)]
 pub enum TopicError {
-    #[error("topic `{topic}` does not exist and Kafka does not create it: create it, or set `{at}.create_topics` for kubecast to create it")]
+    #[error(
+        "topic `{topic}` does not exist and Kafka does not create it: create it, or set `{at}.create_topics` for kubecast to create it"
+    )]
     Missing { topic: String, at: String },
     #[error(transparent)]
     Refused(#[from] Refusal),
@@ -96,7 +103,10 @@ pub enum TopicError {
         source: KafkaError,
     },
     #[error("Kafka did not create topic `{topic}`: {code}")]
-    Create { topic: String, code: RDKafkaErrorCode },
+    Create {
+        topic: String,
+        code: RDKafkaErrorCode,
+    },
 }
 
 /// How long one lookup or creation may take.
@@ -152,7 +162,12 @@ impl TopicGuard {
     /// Makes sure `topic` exists before a record goes to it. `via`: the sink's producer,
     /// whose lookup lets a broker that auto-creates topics create an event topic as it
     /// always did; `None` looks up without that.
-    pub async fn ensure(&mut self, topic: &str, kind: Kind, via: Option<&Producer>) -> Result<(), TopicError> {
+    pub async fn ensure(
+        &mut self,
+        topic: &str,
+        kind: Kind,
+        via: Option<&Producer>,
+    ) -> Result<(), TopicError> {
         if self.known.contains(topic) {
             return Ok(());
         }
@@ -208,7 +223,11 @@ impl TopicGuard {
         .map_err(|_| KafkaError::Canceled)
         .and_then(|r| r)
         .map_err(unanswered)?
-        .ok_or_else(|| unanswered(KafkaError::MetadataFetch(RDKafkaErrorCode::BrokerNotAvailable)))?;
+        .ok_or_else(|| {
+            unanswered(KafkaError::MetadataFetch(
+                RDKafkaErrorCode::BrokerNotAvailable,
+            ))
+        })?;
         let options = AdminOptions::new().request_timeout(Some(CALL));
         let answer = admin
             .describe_configs([&ResourceSpecifier::Broker(broker)], &options)
@@ -228,7 +247,11 @@ impl TopicGuard {
     }
 
     /// The topic's error in a metadata answer (`None`: it exists).
-    async fn look_up(&self, topic: &str, via: Option<&Producer>) -> Result<Option<RDKafkaErrorCode>, TopicError> {
+    async fn look_up(
+        &self,
+        topic: &str,
+        via: Option<&Producer>,
+    ) -> Result<Option<RDKafkaErrorCode>, TopicError> {
         let admin = match via {
             Some(_) => None,
             None => Some(self.admin().map_err(|source| TopicError::Unanswered {
@@ -247,7 +270,9 @@ impl TopicGuard {
                 match t.error() {
                     Some(e) => Some(RDKafkaErrorCode::from(e)),
                     // A topic whose partitions are not known yet is not usable yet.
-                    None if t.partitions().is_empty() => Some(RDKafkaErrorCode::UnknownTopicOrPartition),
+                    None if t.partitions().is_empty() => {
+                        Some(RDKafkaErrorCode::UnknownTopicOrPartition)
+                    }
                     None => None,
                 }
             }))
@@ -266,11 +291,18 @@ impl TopicGuard {
     }
 
     /// Creates `topic` and waits until the metadata shows it.
-    async fn create(&self, topic: &str, kind: Kind, create: &CreateTopics) -> Result<(), TopicError> {
+    async fn create(
+        &self,
+        topic: &str,
+        kind: Kind,
+        create: &CreateTopics,
+    ) -> Result<(), TopicError> {
         let replication = TopicReplication::Fixed(create.replication);
         let mut new = match kind {
             Kind::Events => NewTopic::new(topic, create.partitions, replication),
-            Kind::Compacted => NewTopic::new(topic, 1, replication).set("cleanup.policy", "compact"),
+            Kind::Compacted => {
+                NewTopic::new(topic, 1, replication).set("cleanup.policy", "compact")
+            }
         };
         if kind == Kind::Events {
             for (k, v) in &create.configs {
@@ -295,7 +327,9 @@ impl TopicGuard {
             match r {
                 Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((_, code)) if refused(code) => {
-                    return Err(Refusal::new(Operation::Create, Resource::Topic, topic, code).into());
+                    return Err(
+                        Refusal::new(Operation::Create, Resource::Topic, topic, code).into(),
+                    );
                 }
                 Err((_, code)) => {
                     return Err(TopicError::Create {
@@ -329,7 +363,9 @@ impl std::ops::Deref for Admin {
 
     fn deref(&self) -> &Self::Target {
         // Only `drop` takes the client out.
-        self.0.as_ref().expect("the admin client lives until dropped")
+        self.0
+            .as_ref()
+            .expect("the admin client lives until dropped")
     }
 }
 
@@ -351,8 +387,10 @@ mod tests {
 
     #[test]
     fn create_topics_refuses_zero_and_a_compacted_event_topic_naming_the_field() {
-        let c: CreateTopicsConfig =
-            serde_saphyr::from_str("partitions: 0\nreplication_factor: 0\nconfigs: {cleanup.policy: compact}\n").unwrap();
+        let c: CreateTopicsConfig = serde_saphyr::from_str(
+            "partitions: 0\nreplication_factor: 0\nconfigs: {cleanup.policy: compact}\n",
+        )
+        .unwrap();
         let mut issues = Vec::new();
         c.settings("sinks.k", &mut issues);
         let fields: Vec<&str> = issues.iter().map(|i| i.field.as_str()).collect();
