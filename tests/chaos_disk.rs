@@ -90,95 +90,103 @@ fn a_state_directory_that_cannot_be_created_is_a_clear_error_at_start() {
     );
 }
 
+/// A scene whose kubecast keeps a state directory and publishes to a Kafka topic of its own,
+/// with an observer of the truth.
+struct Case {
+    scene: Scene,
+    kafka: KafkaTopic,
+    observer: Observer,
+    state: PathBuf,
+}
+
+impl Case {
+    async fn new(label: &str) -> Case {
+        let scene = Scene::new(label).await;
+        let kafka = KafkaTopic::create(&scene.stack, &unique_name(label)).await;
+        let observer = Observer::start(&scene.client, &scene.ns).await;
+        let state = scene.dir.join("state");
+        Case {
+            scene,
+            kafka,
+            observer,
+            state,
+        }
+    }
+
+    /// The config with `state` (YAML lines under `state:`, after `dir`).
+    fn config(&self, state: &str) -> String {
+        self.scene.config(
+            &format!("state:\n  dir: {}\n{state}", self.state.display()),
+            &[self.scene.kafka_sink("kafka", &self.kafka.topic, &[])],
+        )
+    }
+
+    /// Churns until `kubecast` logs `fault`, then expects it to stop with exit 1 naming the
+    /// state directory; returns the API operations made and its log.
+    async fn churn_until_it_fails(&self, mut kubecast: Kubecast, fault: &str) -> (usize, String) {
+        kubecast.wait_for_log("list complete", 1, LIMIT).await;
+        let churn = Churn::start(
+            &self.scene.client,
+            &self.scene.ns,
+            30,
+            Duration::from_millis(10),
+        );
+        kubecast.wait_for_log(fault, 1, LIMIT).await;
+        let ops = churn.stop().await;
+        let (code, log) = kubecast.stop(LIMIT).await;
+        assert_eq!(code, Some(1), "a failed write is fatal:\n{log}");
+        assert!(
+            log.contains("state directory") && log.contains(&self.state.display().to_string()),
+            "the error names the state directory:\n{log}"
+        );
+        (ops, log)
+    }
+
+    /// Starts kubecast with `config` again and expects every change the observer saw in Kafka.
+    async fn restart_delivers_every_change(&self, config: &str, what: &str, ops: usize) {
+        let kubecast = Kubecast::start(&self.scene.stack, &self.scene.dir, config);
+        self.observer.catch_up(&self.scene.pods, LIMIT).await;
+        let truth: BTreeSet<String> = self.observer.changes().iter().map(|c| c.id()).collect();
+        let records = kubecast.check(self.kafka.wait_for_ids(&truth, LIMIT).await);
+        let (code, log) = kubecast.stop(LIMIT).await;
+        assert_eq!(code, Some(0), "{log}");
+        let dups = check_received(
+            &truth,
+            &records.iter().map(|r| r.ce("id")).collect::<Vec<_>>(),
+            "Kafka",
+        );
+        println!(
+            "chaos_disk ({what}): {ops} API operations, {} changes, lost 0, {dups} duplicates (same ids)",
+            truth.len()
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_full_disk_stops_kubecast_without_losing_anything_and_a_restart_delivers_it_all() {
-    let scene = Scene::new("chaos-disk").await;
-    let stack = &scene.stack;
-    let topic = unique_name("kc-disk");
-    let kafka = KafkaTopic::create(stack, &topic).await;
-    let observer = Observer::start(&scene.client, &scene.ns).await;
-    let state = scene.dir.join("state");
-    let disk = Tmpfs::mount(&state, "192k");
-    let config = scene.config(
-        &format!("state:\n  dir: {}\n", state.display()),
-        &[scene.kafka_sink("kafka", &topic, &[])],
-    );
-    let mut kubecast = Kubecast::start(stack, &scene.dir, &config);
-    kubecast.wait_for_log("list complete", 1, LIMIT).await;
-
-    let churn = Churn::start(&scene.client, &scene.ns, 30, Duration::from_millis(10));
-    kubecast
-        .wait_for_log("No space left on device", 1, LIMIT)
+    let case = Case::new("chaos-disk").await;
+    let disk = Tmpfs::mount(&case.state, "192k");
+    let config = case.config("");
+    let kubecast = Kubecast::start(&case.scene.stack, &case.scene.dir, &config);
+    let (ops, _) = case
+        .churn_until_it_fails(kubecast, "No space left on device")
         .await;
-    let ops = churn.stop().await;
-    let (code, log) = kubecast.stop(LIMIT).await;
-    assert_eq!(code, Some(1), "a full disk is fatal:\n{log}");
-    assert!(
-        log.contains("state directory") && log.contains(&state.display().to_string()),
-        "the error names the state directory:\n{log}"
-    );
-
     disk.grow("64m");
-    let kubecast = Kubecast::start(stack, &scene.dir, &config);
-    observer.catch_up(&scene.pods, LIMIT).await;
-    let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
-    let records = kubecast.check(kafka.wait_for_ids(&truth, LIMIT).await);
-    let (code, log) = kubecast.stop(LIMIT).await;
-    assert_eq!(code, Some(0), "{log}");
-    let dups = check_received(
-        &truth,
-        &records.iter().map(|r| r.ce("id")).collect::<Vec<_>>(),
-        "Kafka",
-    );
-    println!(
-        "chaos_disk: {ops} API operations, {} changes, lost 0, {dups} duplicates (same ids)",
-        truth.len()
-    );
+    case.restart_delivers_every_change(&config, "full disk", ops)
+        .await;
 }
 
 #[tokio::test]
 async fn a_write_cut_short_leaves_no_snapshot_claiming_it_and_a_restart_delivers_every_change() {
-    let scene = Scene::new("chaos-fsize").await;
-    let stack = &scene.stack;
-    let topic = unique_name("kc-fsize");
-    let kafka = KafkaTopic::create(stack, &topic).await;
-    let observer = Observer::start(&scene.client, &scene.ns).await;
-    let state = scene.dir.join("state");
+    let case = Case::new("chaos-fsize").await;
     // Every batch written before its events go anywhere: the one that fails reached no sink.
-    let config = scene.config(
-        &format!("state:\n  dir: {}\n  log: always\n", state.display()),
-        &[scene.kafka_sink("kafka", &topic, &[])],
-    );
-    let mut kubecast = Kubecast::start_with_file_limit(stack, &scene.dir, &config, 96);
-    kubecast.wait_for_log("list complete", 1, LIMIT).await;
-
-    let churn = Churn::start(&scene.client, &scene.ns, 30, Duration::from_millis(10));
-    kubecast.wait_for_log("File too large", 1, LIMIT).await;
-    let ops = churn.stop().await;
-    let (code, log) = kubecast.stop(LIMIT).await;
-    assert_eq!(code, Some(1), "a failed write is fatal:\n{log}");
-    assert!(
-        log.contains("state directory") && log.contains(&state.display().to_string()),
-        "the error names the state directory:\n{log}"
-    );
+    let config = case.config("  log: always\n");
+    let kubecast = Kubecast::start_with_file_limit(&case.scene.stack, &case.scene.dir, &config, 96);
+    let (ops, log) = case.churn_until_it_fails(kubecast, "File too large").await;
     assert!(
         log.contains("the state is not saved at shutdown"),
         "no snapshot after the failed write:\n{log}"
     );
-
-    let kubecast = Kubecast::start(stack, &scene.dir, &config);
-    observer.catch_up(&scene.pods, LIMIT).await;
-    let truth: BTreeSet<String> = observer.changes().iter().map(|c| c.id()).collect();
-    let records = kubecast.check(kafka.wait_for_ids(&truth, LIMIT).await);
-    let (code, log) = kubecast.stop(LIMIT).await;
-    assert_eq!(code, Some(0), "{log}");
-    let dups = check_received(
-        &truth,
-        &records.iter().map(|r| r.ce("id")).collect::<Vec<_>>(),
-        "Kafka",
-    );
-    println!(
-        "chaos_disk (file size limit): {ops} API operations, {} changes, lost 0, {dups} duplicates (same ids)",
-        truth.len()
-    );
+    case.restart_delivers_every_change(&config, "file size limit", ops)
+        .await;
 }
