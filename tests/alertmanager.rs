@@ -11,7 +11,12 @@
 //!   no second notification; a resolve that happened while kubecast was down is sent when it
 //!   is back;
 //! - an alert an Alertmanager refuses (400; a label name its classic mode refuses): logged
-//!   once, never sent again, and the other alerts of the request taken.
+//!   once, never sent again, and the other alerts of the request taken;
+//! - an alert whose `keep_firing_for` ends while kubecast is down resolves at its time (within
+//!   the times the test measured) when kubecast is back;
+//! - the same, down also past the `endsAt` of its last send (the Alertmanager resolved it by
+//!   itself): after the restart it is not sent as firing, only its resolve, and the
+//!   notifications stay one firing and one resolved.
 
 mod support;
 
@@ -395,6 +400,40 @@ async fn an_alert_the_alertmanager_refuses_is_logged_once_and_the_rest_of_its_re
     assert!(am.named("odd").await.is_empty());
 }
 
+/// Waits until the state directory `state` holds object state at resourceVersion `rv` with a
+/// condition cleared (`cleared_at`): under `log: when_behind` a change every sink took is
+/// written only as the resume point it moves, a moment after the sinks have it, so a kill
+/// before that would resume from before the change (and see it again, at a later time).
+async fn until_durable(state: &std::path::Path, rv: &str) {
+    let text = || {
+        let mut text = std::fs::read_to_string(state.join("snapshot.json")).unwrap_or_default();
+        for e in std::fs::read_dir(state.join("log"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            text.push_str(&String::from_utf8_lossy(
+                &std::fs::read(e.path()).unwrap_or_default(),
+            ));
+        }
+        text
+    };
+    let needle = format!("\"rv\":\"{rv}\"");
+    until("the cleared state in the state directory", || {
+        let text = text();
+        (text.contains(&needle) && text.contains("\"cleared_at\"")).then_some(())
+    })
+    .await;
+}
+
+/// A timestamp field of an event or an Alertmanager alert.
+fn timestamp(v: &Value) -> jiff::Timestamp {
+    v.as_str()
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or_else(|e| panic!("{v}: {e}"))
+}
+
 #[tokio::test]
 async fn an_alert_whose_keep_firing_for_ends_while_kubecast_is_down_resolves_at_its_time_when_it_is_back()
  {
@@ -402,6 +441,7 @@ async fn an_alert_whose_keep_firing_for_ends_while_kubecast_is_down_resolves_at_
     let hook = Webhook::start(&scene.dir).await;
     let am = Alertmanager::start(&scene.stack, &scene.dir, "am", &hook, &[]).await;
     let path = scene.dir.join("events.jsonl");
+    let state = scene.dir.join("state");
     let kept =
         "    kept:\n      expr: 'metadata.labels.state == \"bad\"'\n      keep_firing_for: 4s\n";
     let config = format!(
@@ -410,7 +450,7 @@ async fn an_alert_whose_keep_firing_for_ends_while_kubecast_is_down_resolves_at_
             &bad_rule(kept),
             &[sink("am", &[&am], "2s"), file_sink("file", &path)]
         ),
-        scene.dir.join("state").display()
+        state.display()
     );
     let mut kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
     kubecast.wait_for_log("list complete", 1, LIMIT).await;
@@ -420,24 +460,26 @@ async fn an_alert_whose_keep_firing_for_ends_while_kubecast_is_down_resolves_at_
         a.iter().any(|x| x["labels"]["alertname"] == "kept")
     })
     .await;
-    // The condition clears while kubecast runs: kept firing. Once the change is out (and so
-    // durable), kubecast is killed, and the 4 s run out while it is down.
+    // The condition clears while kubecast runs: kept firing. Once that is in the state
+    // directory, kubecast is killed, and the 4 s run out while it is down.
+    let before = jiff::Timestamp::now();
     let cleared = scene.pods.label("p", "state", "good").await;
     let rv = cleared["metadata"]["resourceVersion"]
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let change = until("the change that cleared it", || {
+    until("the change that cleared it", || {
         file_events(&path)
             .into_iter()
             .find(|e| e["k8srv"] == rv.as_str())
     })
     .await;
-    let seen: jiff::Timestamp = change["time"]
-        .as_str()
-        .unwrap_or_default()
-        .parse()
-        .unwrap_or_else(|e| panic!("time ({e}): {change}"));
+    let seen = jiff::Timestamp::now();
+    until_durable(&state, &rv).await;
+    println!(
+        "the cleared state was in the state directory {} after the file sink had the change",
+        jiff::Timestamp::now().duration_since(seen)
+    );
     assert!(
         alert_events(&path, "kept", "resolved").is_empty(),
         "kept firing"
@@ -454,21 +496,24 @@ async fn an_alert_whose_keep_firing_for_ends_while_kubecast_is_down_resolves_at_
         alert_events(&path, "kept", "resolved").pop()
     })
     .await;
-    let at = |v: &Value| -> jiff::Timestamp {
-        v.as_str()
-            .unwrap_or_default()
-            .parse()
-            .unwrap_or_else(|e| panic!("{v}: {e}"))
-    };
-    let cleared_at = at(&resolved["data"]["evidence"]["clearedAt"]);
-    assert_eq!(
-        at(&resolved["time"]).duration_since(cleared_at),
-        jiff::SignedDuration::from_secs(4),
-        "{resolved}"
+    // Against the times the test took: cleared between the label request and the change
+    // seen in the file sink (the timers count whole milliseconds, rounded up), resolved 4 s
+    // after that, before the restart.
+    let ms = jiff::SignedDuration::from_millis(1);
+    let keep = jiff::SignedDuration::from_secs(4);
+    let cleared_at = timestamp(&resolved["data"]["evidence"]["clearedAt"]);
+    assert!(
+        before <= cleared_at && cleared_at <= seen + ms,
+        "cleared at {cleared_at}, between {before} and {seen}: {resolved}"
+    );
+    let time = timestamp(&resolved["time"]);
+    assert!(
+        before + keep <= time && time <= seen + keep + ms,
+        "resolved at {time}, 4 s after the clearing ({before} .. {seen}): {resolved}"
     );
     assert!(
-        at(&resolved["time"]) < restarted,
-        "resolved at its time, while kubecast was down: {resolved}"
+        time < restarted,
+        "resolved at its time, while kubecast was down (restarted at {restarted}): {resolved}"
     );
     assert_eq!(
         alert_events(&path, "kept", "firing").len(),
@@ -483,4 +528,82 @@ async fn an_alert_whose_keep_firing_for_ends_while_kubecast_is_down_resolves_at_
     assert_eq!(notes[1].0, "resolved", "{notes:?}");
     am.wait_until("no active alert", LIMIT, |a| a.is_empty())
         .await;
+}
+
+#[tokio::test]
+async fn an_alert_whose_keep_firing_for_and_ends_at_ran_out_while_kubecast_was_down_is_not_fired_again()
+ {
+    let scene = Scene::new("am-late").await;
+    let hook = Webhook::start(&scene.dir).await;
+    let am = Alertmanager::start(&scene.stack, &scene.dir, "am", &hook, &[]).await;
+    let path = scene.dir.join("events.jsonl");
+    let state = scene.dir.join("state");
+    let kept =
+        "    kept:\n      expr: 'metadata.labels.state == \"bad\"'\n      keep_firing_for: 2s\n";
+    // Sent again every second: an active alert's endsAt lies 4 s ahead.
+    let config = format!(
+        "{}state:\n  dir: {}\n",
+        scene.config(
+            &bad_rule(kept),
+            &[sink("am", &[&am], "1s"), file_sink("file", &path)]
+        ),
+        state.display()
+    );
+    let mut kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
+    kubecast.wait_for_log("list complete", 1, LIMIT).await;
+    scene.pods.create("p").await;
+    scene.pods.label("p", "state", "bad").await;
+    until("the firing notification", || {
+        (!hook.of("am", "kept").is_empty()).then_some(())
+    })
+    .await;
+    // Cleared, kept firing; kubecast killed once that is durable.
+    let cleared = scene.pods.label("p", "state", "good").await;
+    let rv = cleared["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    until_durable(&state, &rv).await;
+    kubecast.kill().await;
+    // Down past the keep and past the endsAt of its last send: the Alertmanager resolves it
+    // by itself and says so.
+    am.wait_until("the alert past its endsAt", LIMIT, |a| {
+        !a.iter().any(|x| x["labels"]["alertname"] == "kept")
+    })
+    .await;
+    let notes = until("the resolved notification, while kubecast is down", || {
+        let n = hook.of("am", "kept");
+        (n.len() == 2).then_some(n)
+    })
+    .await;
+    assert_eq!(notes[1].0, "resolved", "{notes:?}");
+    let (firing, resolved) = (am.received("firing").await, am.received("resolved").await);
+
+    let restarted = jiff::Timestamp::now();
+    let _kubecast = Kubecast::start(&scene.stack, &scene.dir, &config);
+    // The resolve sent, then sent again twice (a resend a second): well past the moment the
+    // standing alerts go out at the start.
+    am.wait_received("resolved", resolved + 3, LIMIT).await;
+    assert_eq!(
+        am.received("firing").await,
+        firing,
+        "the alert resolved while kubecast was down was sent as firing again"
+    );
+    let events = alert_events(&path, "kept", "resolved");
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert!(
+        timestamp(&events[0]["time"]) < restarted,
+        "resolved at its time: {:#}",
+        events[0]
+    );
+    am.wait_until("no active alert", LIMIT, |a| a.is_empty())
+        .await;
+    assert_eq!(
+        hook.of("am", "kept"),
+        [
+            ("firing".to_string(), vec!["firing".to_string()]),
+            ("resolved".to_string(), vec!["resolved".to_string()])
+        ],
+        "no firing notification after the restart, one resolved"
+    );
 }

@@ -220,6 +220,38 @@ impl Alertmanager {
 }
 
 impl Alertmanager {
+    /// How many alerts it has received with `status` (`firing`: `endsAt` ahead, or
+    /// `resolved`), by its own count (`alertmanager_alerts_received_total`).
+    pub async fn received(&self, status: &str) -> u64 {
+        let (code, body) = get(self.port, "/metrics")
+            .await
+            .unwrap_or_else(|e| panic!("{}: GET /metrics: {e}", self.name));
+        assert_eq!(code, 200, "{}: GET /metrics: {body}", self.name);
+        let label = format!("status=\"{status}\"");
+        body.lines()
+            .filter(|l| l.starts_with("alertmanager_alerts_received_total{") && l.contains(&label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|n| n as u64)
+            .sum()
+    }
+
+    /// Waits until it has received at least `n` alerts with `status` ([`Alertmanager::received`]).
+    pub async fn wait_received(&self, status: &str, n: u64, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let got = self.received(status).await;
+            if got >= n {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{}: {n} {status} alerts received within {limit:?}; {got} were",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Waits until kubecast has sent `alertname` again `times` times (each send moves the
     /// alert's `updatedAt`), and returns the alerts as held then.
     pub async fn resent(&self, alertname: &str, times: usize, limit: Duration) -> Vec<Value> {
