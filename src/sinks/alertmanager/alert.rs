@@ -165,11 +165,14 @@ impl AmAlert {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::alert::builtin::Evidence;
     use crate::alert::config::AlertsConfig;
-    use crate::alert::episode::{Episodes, Seen, Transition};
+    use crate::alert::episode::{Episodes, Seen, Timing, Transition};
+    use crate::alert::rule::Rule;
+    use crate::sinks::alertmanager::table::Table;
 
-    /// The `firing` and `resolved` events of a crash-looping pod's episode.
-    fn events() -> (Event, Event) {
+    /// The crash-loop rule (with labels of its own) and what it says of a crash-looping pod.
+    fn crash_loop() -> (Rule, Option<(Evidence, String)>) {
         let rules = AlertsConfig::default()
             .validate()
             .expect("the built-in rules");
@@ -184,13 +187,22 @@ mod tests {
             "status": {"containerStatuses": [{"name": "app", "restartCount": 3,
                 "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}}]}});
         let holds = rule.evaluate(&pod).map(|e| rule.published(e, &pod));
-        let seen = |rv, now| Seen {
+        (rule, holds)
+    }
+
+    fn seen(rv: &str, now: i64) -> Seen<'_> {
+        Seen {
             uid: "u1",
             namespace: "shop",
             name: "web-1",
             rv,
             now,
-        };
+        }
+    }
+
+    /// The `firing` and `resolved` events of a crash-looping pod's episode.
+    fn events() -> (Event, Event) {
+        let (rule, holds) = crash_loop();
         let mut eps = Episodes::default();
         let timing = crate::alert::episode::Timing {
             for_ms: 0,
@@ -265,5 +277,61 @@ mod tests {
         let (mut firing, _) = events();
         firing.kind = ChangeKind::Modified;
         assert!(AmAlert::of(&firing, "prod", None).is_none());
+    }
+
+    #[test]
+    fn an_episode_kept_firing_past_a_20_minute_stop_is_sent_only_as_its_resolve() {
+        let (rule, holds) = crash_loop();
+        let keep = Timing {
+            for_ms: 0,
+            keep_ms: 60_000,
+        };
+        let mut eps = Episodes::default();
+        eps.observe(&rule.name, keep, &seen("5", 1_000), holds);
+        // Cleared at 2 s: kept firing until 62 s. kubecast stops with that state saved.
+        eps.observe(&rule.name, keep, &seen("9", 2_000), None);
+        let saved = serde_json::to_string(&eps).expect("episodes serialize");
+        // Started again 20 minutes after the keep ran out: the standing alerts, then the
+        // first tick, go into the table, as the sink takes them.
+        let mut restored: Episodes = serde_json::from_str(&saved).expect("and read back");
+        let now_ms = 62_000 + 20 * 60_000;
+        let now = jiff::Timestamp::from_millisecond(now_ms).expect("a time");
+        let window = i64::try_from(super::super::RESOLVED_RESEND.as_millis()).expect("small");
+        let mut table = Table::default();
+        let alert = |kind, ep: &crate::alert::episode::Episode| {
+            let event = crate::event::alert_event("prod", kind, ep, &rule);
+            let alert = AmAlert::of(&event, "prod", None).expect("an alert");
+            alert.expect("valid")
+        };
+        for ep in restored.standing(now_ms - window, now_ms) {
+            let kind = if ep.is_active() {
+                ChangeKind::AlertFiring
+            } else {
+                ChangeKind::AlertResolved
+            };
+            table.put_at(alert(kind, &ep), now);
+        }
+        let h = std::time::Duration::from_secs(240);
+        let first = table.batch(true, 0, now, h);
+        assert!(
+            first.alerts.is_empty(),
+            "the sender's first send, before the tick: nothing firing (and the resolve is older \
+             than the window): {:?}",
+            first.alerts.iter().map(|a| &a.body).collect::<Vec<_>>()
+        );
+        for t in restored.tick(now_ms) {
+            let a = match t {
+                Transition::Firing(ep) => alert(ChangeKind::AlertFiring, &ep),
+                Transition::Resolved(ep) => alert(ChangeKind::AlertResolved, &ep),
+            };
+            table.put_at(a, now);
+        }
+        let sent = table.batch(true, 0, now, h);
+        let ends: Vec<&Value> = sent.alerts.iter().map(|a| &a.body["endsAt"]).collect();
+        assert_eq!(
+            ends,
+            ["1970-01-01T00:01:02Z"],
+            "its resolve, at its time; nothing firing"
+        );
     }
 }
