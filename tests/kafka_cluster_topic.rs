@@ -29,6 +29,9 @@ use support::unique_name;
 const LIMIT: Duration = Duration::from_secs(180);
 const PARTITIONS: i32 = 3;
 const STEADY: usize = 3;
+/// How long the topic stays missing after librdkafka gave back its records: several of the
+/// sink's lookups.
+const MISSING_AFTER: Duration = Duration::from_secs(5);
 
 /// One test at a time on the shared cluster.
 static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -246,12 +249,21 @@ async fn a_topic_deleted_during_churn_holds_kubecast_not_ready_naming_it_until_i
             code == 503 && body.contains(&topic) && body.contains("does not exist")
         })
         .await;
-    // The topic stays missing until librdkafka too gives it up and fails the records it
-    // held for it (after its metadata propagation time, 30 s): they come back to the sink,
-    // which holds them with the rest.
+    // The topic stays missing until librdkafka too gives it up and gives back the records it
+    // held for it (after its metadata propagation time, 30 s), and a while after that: the
+    // sink looks it up again meanwhile, holding those records with the rest.
     bed.kubecast
         .wait_for_log(&format!("Topic {topic} partition count changed"), 1, LIMIT)
         .await;
+    let since = tokio::time::Instant::now();
+    while since.elapsed() < MISSING_AFTER {
+        assert!(
+            bed.kubecast.running(),
+            "kubecast exited while the topic was missing; its log:\n{}",
+            bed.kubecast.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     create_again(&bed.cluster, &topic).await;
     let after = bed.cluster.read(&topic, PARTITIONS);
     bed.readiness("readiness once the topic exists again", |code, _| {
