@@ -5,13 +5,18 @@
 //! producer with an unlimited delivery timeout keeps their order through broker outages. An
 //! event is reported delivered only when its delivery report arrives, and reports are
 //! settled in send order ([`InFlight`]). Each topic is looked up before its first record
-//! ([`TopicGuard`]); a refusal or a long wait is held as [`Hold`] says.
+//! ([`TopicGuard`]); a refusal, a long wait or a topic deleted under the sink is held as
+//! [`Hold`] says (a deleted one is created again with `create_topics`), and the records Kafka
+//! gave back meanwhile are sent again in their order.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use rdkafka::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use tokio::sync::oneshot;
 
 use super::KafkaSettings;
 use super::context::{Context, Fatal, KafkaSinkError};
@@ -49,6 +54,20 @@ struct Pending {
     dead: Option<String>,
     /// When it was handed to librdkafka.
     sent: Instant,
+    /// Why it could not be handed over again, to dead-letter in its turn (its report is
+    /// none).
+    unsendable: Option<String>,
+}
+
+impl Pending {
+    fn new(event: Arc<Event>, dead: Option<String>) -> Pending {
+        Pending {
+            event,
+            dead,
+            sent: Instant::now(),
+            unsendable: None,
+        }
+    }
 }
 
 /// What the sink's loop works with besides the records in flight.
@@ -104,7 +123,7 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
             _ = stall_check.tick(), if watch_stall => {
                 if let Some(p) = inflight.front().filter(|p| p.sent.elapsed() >= STALL) {
                     let topic = topic_of(&settings, &p.event, p.dead.is_some());
-                    run.hold.stalled(&acks, &topic, fatal.recent());
+                    stalled(&mut run, &topic, fatal.recent()).await?;
                 }
             }
             next = rx.recv(), if open && room => match next {
@@ -148,17 +167,25 @@ async fn probe(producer: Producer, acks: Acks, fatal: Arc<Fatal>) {
 }
 
 /// Makes sure `topic` exists before a record goes to it: Kafka not answering is waited
-/// for; a missing topic stops the sink; a refusal stops it before its first delivery and is
-/// held after it.
+/// for; a refusal stops the sink before its first delivery and is held after it; a missing
+/// topic stops it too, unless the sink delivered already or saw the topic before (it was
+/// deleted under it): then it is held until the topic exists again (`create_topics` creates
+/// it instead, in the guard).
 async fn ensure_topic(run: &mut Run<'_>, topic: &str) -> Result<(), SinkError> {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+    let mut waited = false;
     loop {
         let wait = match run
             .guard
             .ensure(topic, Kind::Events, Some(run.producer))
             .await
         {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                if waited {
+                    run.hold.resumed();
+                }
+                return Ok(());
+            }
             Err(TopicError::Unanswered { source, .. }) => {
                 tracing::warn!(sink = %run.acks.sink(), topic, error = %source, "Kafka did not answer the topic's lookup; asking again");
                 backoff.next_delay()
@@ -166,13 +193,43 @@ async fn ensure_topic(run: &mut Run<'_>, topic: &str) -> Result<(), SinkError> {
             Err(TopicError::Refused(r)) if run.hold.delivered_once => {
                 run.hold.refused(run.acks, r.to_string())
             }
+            Err(e @ TopicError::Missing { .. })
+                if run.hold.delivered_once || run.guard.seen(topic) =>
+            {
+                // A lookup is cheap: the topic is looked for more often than a refusal is
+                // tried again, so the records go on soon after it is back.
+                run.hold.missing(run.acks, e.to_string());
+                backoff.next_delay()
+            }
+            Err(e @ TopicError::Create { .. }) if run.hold.delivered_once => {
+                run.hold.refused(run.acks, e.to_string())
+            }
             Err(e) => {
                 tracing::error!(sink = %run.acks.sink(), error = %e, "cannot write to the topic");
                 return Err(run.acks.failed(KafkaSinkError::Topic(e)));
             }
         };
+        waited = true;
         tokio::time::sleep(wait).await;
     }
+}
+
+/// The oldest record, to `topic`, has waited [`STALL`] for its acknowledgement. A topic
+/// deleted under the sink is held on (or created again) now rather than when librdkafka gives
+/// its records back (after its metadata propagation time, 30 s; librdkafka sends them itself
+/// once the topic is back); otherwise readiness says that Kafka does not acknowledge.
+async fn stalled(
+    run: &mut Run<'_>,
+    topic: &str,
+    last_error: Option<String>,
+) -> Result<(), SinkError> {
+    if run.guard.gone(topic, run.producer).await {
+        ensure_topic(run, topic).await?;
+        run.hold.resumed();
+    } else {
+        run.hold.stalled(run.acks, topic, last_error);
+    }
+    Ok(())
 }
 
 /// Sends `event` (or its dead letter, when `dead` holds the reason), dead-lettering it if
@@ -186,14 +243,7 @@ async fn submit(
     ensure_topic(run, &topic).await?;
     match send(run, &event, &topic, None).await? {
         Ok(delivery) => {
-            inflight.push(
-                Pending {
-                    event,
-                    dead: None,
-                    sent: Instant::now(),
-                },
-                delivery,
-            );
+            inflight.push(Pending::new(event, None), delivery);
             Ok(())
         }
         Err(why) => dead_letter(run, event, why.to_string(), inflight).await,
@@ -214,15 +264,7 @@ async fn dead_letter(
     ensure_topic(run, &topic).await?;
     match send(run, &event, &topic, Some(&reason)).await? {
         Ok(delivery) => {
-            let sent = Instant::now();
-            inflight.push(
-                Pending {
-                    event,
-                    dead: Some(reason),
-                    sent,
-                },
-                delivery,
-            );
+            inflight.push(Pending::new(event, Some(reason)), delivery);
             Ok(())
         }
         Err(e) => {
@@ -255,35 +297,101 @@ async fn send(
         )
         .await
         {
-            Err(Unsendable::Refused(e)) if is_held(&e) => hold_on(run, &e, topic).await?,
+            Err(Unsendable::Refused(e)) if is_held(&e) => hold_on(run, &e, topic, None).await?,
             other => return Ok(other),
         }
     }
 }
 
 /// Whether Kafka refusing a record with `e` is a refusal of its topic, to hold.
-fn is_held(e: &rdkafka::error::KafkaError) -> bool {
+fn is_held(e: &KafkaError) -> bool {
     e.rdkafka_error_code()
         .is_some_and(|c| refused(c) || missing(c))
 }
 
-/// Kafka refused `topic` with `e`: before the sink's first delivery that stops it, naming the
-/// ACL or the topic; after it, readiness says so and this waits out the backoff, then looks
-/// the topic up again.
+/// Kafka refused `topic` with `e`, for a record sent at `sent` (`None`: librdkafka refused
+/// it at once). A missing topic is looked up: [`ensure_topic`] holds until it exists again,
+/// or creates it again. A refusal stops the sink before its first delivery, naming the ACL;
+/// after it, readiness names it and this waits out the backoff. Either way the topic is then
+/// looked up again. A record sent before the sink last resumed failed for what was over by
+/// then: its topic is only looked up again.
 async fn hold_on(
     run: &mut Run<'_>,
-    e: &rdkafka::error::KafkaError,
+    e: &KafkaError,
     topic: &str,
+    sent: Option<Instant>,
 ) -> Result<(), SinkError> {
-    let refusal = held(e, topic, &run.settings.at);
-    if !run.hold.delivered_once {
-        tracing::error!(sink = %run.acks.sink(), error = %refusal, "Kafka refuses the sink's first records");
-        return Err(run.acks.failed(KafkaSinkError::Refused(refusal)));
-    }
-    let wait = run.hold.refused(run.acks, refusal.to_string());
+    let code = e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Unknown);
+    let wait = if sent.is_some_and(|s| run.hold.resumed_since(s)) {
+        Duration::ZERO
+    } else if missing(code) {
+        run.guard.forget(topic);
+        ensure_topic(run, topic).await?;
+        // Kafka has it (again) while librdkafka, which refused it, does not know yet.
+        run.hold.pause()
+    } else {
+        let refusal = held(e, topic);
+        if !run.hold.delivered_once {
+            tracing::error!(sink = %run.acks.sink(), error = %refusal, "Kafka refuses the sink's first records");
+            return Err(run.acks.failed(KafkaSinkError::Refused(refusal)));
+        }
+        run.hold.refused(run.acks, refusal.to_string())
+    };
     tokio::time::sleep(wait).await;
     run.guard.forget(topic);
-    ensure_topic(run, topic).await
+    ensure_topic(run, topic).await?;
+    run.hold.resumed();
+    Ok(())
+}
+
+/// Sends `first` again, and with it every record after it whose report is in already and
+/// is a refusal of its topic too (Kafka gives back a deleted topic's records all at once):
+/// they go again in their order, in front of the rest. Records between them whose reports
+/// say otherwise keep them, to be settled in their turn.
+async fn send_again(
+    run: &mut Run<'_>,
+    first: Pending,
+    inflight: &mut Outstanding,
+) -> Result<(), SinkError> {
+    let mut again: Vec<(Pending, Option<Delivered>)> = vec![(first, None)];
+    while let Some((pending, done)) = inflight.next().now_or_never() {
+        match done {
+            Ok(Err(e)) if is_held(&e) => again.push((pending, None)),
+            other => again.push((pending, Some(other))),
+        }
+    }
+    let mut front = Vec::with_capacity(again.len());
+    for (mut pending, done) in again {
+        let report = match done {
+            Some(done) => reported(done),
+            None => {
+                let topic = topic_of(run.settings, &pending.event, pending.dead.is_some());
+                pending.sent = Instant::now();
+                match send(run, &pending.event, &topic, pending.dead.as_deref()).await? {
+                    Ok(delivery) => delivery,
+                    Err(why) => {
+                        pending.unsendable = Some(why.to_string());
+                        reported(Ok(Ok(())))
+                    }
+                }
+            }
+        };
+        front.push((pending, report));
+    }
+    for (pending, report) in front.into_iter().rev() {
+        inflight.push_front(pending, report);
+    }
+    Ok(())
+}
+
+/// A report that is in already, to be settled again in its turn.
+fn reported(done: Delivered) -> Delivery {
+    let (tx, rx) = oneshot::channel();
+    // A report whose sender went (the producer gone) stays so: `tx` is dropped unsent.
+    if let Ok(result) = done {
+        let _ = tx.send(result);
+    }
+    rx
 }
 
 /// Turns one delivery report into an ack, a dead letter, or (Kafka refusing the topic) the
@@ -294,7 +402,25 @@ async fn settle(
     done: Delivered,
     inflight: &mut Outstanding,
 ) -> Result<(), SinkError> {
-    let Pending { event, dead, .. } = pending;
+    let Pending {
+        event,
+        dead,
+        sent,
+        unsendable,
+    } = pending;
+    if let Some(why) = unsendable {
+        return match dead {
+            None => dead_letter(run, event, why, inflight).await,
+            Some(reason) => {
+                run.acks
+                    .dead_letter(
+                        &event,
+                        format!("{reason}; the dead-letter topic refused it too: {why}"),
+                    )
+                    .await
+            }
+        };
+    }
     match (done, dead) {
         (Ok(Ok(_)), None) => {
             run.hold.delivered(run.acks);
@@ -309,20 +435,14 @@ async fn settle(
         }
         (Ok(Err(e)), dead) if is_held(&e) => {
             let topic = topic_of(run.settings, &event, dead.is_some());
-            hold_on(run, &e, &topic).await?;
-            let delivery = match send(run, &event, &topic, dead.as_deref()).await? {
-                Ok(d) => d,
-                Err(why) => return dead_letter(run, event, why.to_string(), inflight).await,
+            hold_on(run, &e, &topic, Some(sent)).await?;
+            let pending = Pending {
+                event,
+                dead,
+                sent,
+                unsendable: None,
             };
-            inflight.push_front(
-                Pending {
-                    event,
-                    dead,
-                    sent: Instant::now(),
-                },
-                delivery,
-            );
-            Ok(())
+            send_again(run, pending, inflight).await
         }
         (Ok(Err(e)), None) => {
             let reason = format!("Kafka did not accept the record: {e}");
@@ -340,16 +460,8 @@ async fn settle(
     }
 }
 
-/// A refused or missing topic's delivery error, as the permission or topic it names.
-fn held(e: &rdkafka::error::KafkaError, topic: &str, at: &str) -> Refusal {
-    let code = e
-        .rdkafka_error_code()
-        .unwrap_or(rdkafka::error::RDKafkaErrorCode::Unknown);
-    let mut r = Refusal::new(Operation::Write, Resource::Topic, topic, code);
-    if missing(code) {
-        r.hint = format!(
-            "; the topic does not exist (any more): create it, or set `{at}.create_topics`"
-        );
-    }
-    r
+/// A refused topic's delivery error, as the permission it names.
+fn held(e: &KafkaError, topic: &str) -> Refusal {
+    let code = e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Unknown);
+    Refusal::new(Operation::Write, Resource::Topic, topic, code)
 }

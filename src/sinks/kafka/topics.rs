@@ -1,7 +1,9 @@
 //! The sink's topics: each is looked up before the first record goes to it, created when the
-//! sink says so (`create_topics`), and otherwise a topic that does not exist stops the sink
-//! naming the topic and the setting, instead of records waiting on it forever. Entry points:
-//! [`CreateTopicsConfig`] (the setting), [`TopicGuard`] (the lookups, remembered per topic).
+//! sink says so (`create_topics`, also again after it was deleted), and otherwise a topic
+//! that does not exist is an error naming the topic and the setting, instead of records
+//! waiting on it forever (the sink stops on it at the start and holds on it later). Entry
+//! points: [`CreateTopicsConfig`] (the setting), [`TopicGuard`] (the lookups, remembered per
+//! topic).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -19,8 +21,9 @@ use crate::vocab::Issue;
 
 /// `create_topics`: kubecast creates the topics it writes that do not exist yet (the event
 /// topics, the dead-letter topic, and an exactly-once sink's checkpoint and state topics,
-/// those compacted with one partition). Without it a missing topic stops kubecast at once,
-/// naming the topic. The principal then needs `Create` on them (`kubecast kafka-acls`).
+/// those compacted with one partition), also one deleted while kubecast runs. Without it a
+/// topic missing at the start stops kubecast, naming the topic. The principal then needs
+/// `Create` on them (`kubecast kafka-acls`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTopicsConfig {
@@ -120,6 +123,9 @@ pub struct TopicGuard {
     at: String,
     create: Option<CreateTopics>,
     known: HashSet<String>,
+    /// Every topic seen to exist since the sink started, also those forgotten since: one of
+    /// them missing was deleted under the sink.
+    seen: HashSet<String>,
     /// The connection of the admin clients made for lookups that must not create anything,
     /// and for creating topics.
     config: ClientConfig,
@@ -139,6 +145,7 @@ impl TopicGuard {
             at: at.to_string(),
             create,
             known: HashSet::new(),
+            seen: HashSet::new(),
             config,
             auto_create: None,
         }
@@ -154,9 +161,24 @@ impl TopicGuard {
         self.known.contains(topic)
     }
 
+    /// Whether `topic` was seen to exist since the sink started (it may be gone since).
+    pub fn seen(&self, topic: &str) -> bool {
+        self.seen.contains(topic)
+    }
+
     /// Forgets `topic` (it was deleted under the sink): the next record looks it up again.
     pub fn forget(&mut self, topic: &str) {
         self.known.remove(topic);
+    }
+
+    /// Whether Kafka says `topic` does not exist (a lookup made now, through `via`); then it
+    /// is forgotten. Kafka not answering is not an answer: `false`.
+    pub async fn gone(&mut self, topic: &str, via: &Producer) -> bool {
+        let gone = matches!(self.look_up(topic, Some(via)).await, Ok(Some(code)) if missing(code));
+        if gone {
+            self.forget(topic);
+        }
+        gone
     }
 
     /// Makes sure `topic` exists before a record goes to it. `via`: the sink's producer,
@@ -174,7 +196,12 @@ impl TopicGuard {
         match self.look_up(topic, via).await? {
             None => {}
             Some(code) if missing(code) => match self.create.clone() {
-                Some(create) => self.create(topic, kind, &create).await?,
+                Some(create) => {
+                    if self.seen.contains(topic) {
+                        tracing::warn!(sink = %self.at, topic, "the topic was deleted while kubecast wrote to it (what Kafka held in it went with it); creating it again, the records not acknowledged yet go to it");
+                    }
+                    self.create(topic, kind, &create).await?
+                }
                 // A broker that creates topics itself does so on the first record (a lookup
                 // never creates one); kubecast's compacted topics are never left to it.
                 None if kind == Kind::Events && self.broker_creates(topic).await? => {}
@@ -198,6 +225,7 @@ impl TopicGuard {
             }
         }
         self.known.insert(topic.to_string());
+        self.seen.insert(topic.to_string());
         Ok(())
     }
 
