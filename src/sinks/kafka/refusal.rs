@@ -61,18 +61,33 @@ pub struct Refusal {
 }
 
 impl Refusal {
+    /// A refusal Kafka answered `code`. A topic that does not exist (any more) is named as
+    /// such, in the same words whichever code said it (a hold logs a reason once, until it
+    /// changes).
     pub fn new(
         operation: Operation,
         resource: Resource,
         name: &str,
         code: RDKafkaErrorCode,
     ) -> Refusal {
+        let (code, hint) = if missing(code) {
+            (
+                "the topic does not exist".to_string(),
+                "; create it, or set the sink's `create_topics` for kubecast to create it"
+                    .to_string(),
+            )
+        } else {
+            (
+                code.to_string(),
+                "; `kubecast kafka-acls` prints the ACLs this config needs".to_string(),
+            )
+        };
         Refusal {
             operation,
             resource,
             name: name.to_string(),
-            code: code.to_string(),
-            hint: "; `kubecast kafka-acls` prints the ACLs this config needs".to_string(),
+            code,
+            hint,
         }
     }
 }
@@ -131,5 +146,24 @@ mod tests {
         assert!(!refused(RDKafkaErrorCode::NotEnoughReplicas));
         assert!(!refused(RDKafkaErrorCode::BrokerTransportFailure));
         assert!(missing(RDKafkaErrorCode::UnknownTopicOrPartition));
+    }
+
+    #[test]
+    fn a_missing_topic_reads_the_same_whichever_code_said_it() {
+        let texts: Vec<String> = [
+            RDKafkaErrorCode::UnknownTopicOrPartition,
+            RDKafkaErrorCode::UnknownTopic,
+            RDKafkaErrorCode::UnknownPartition,
+        ]
+        .into_iter()
+        .map(|c| Refusal::new(Operation::Write, Resource::Topic, "kubecast.pods", c).to_string())
+        .collect();
+        assert!(texts.iter().all(|t| t == &texts[0]), "{texts:?}");
+        assert!(
+            texts[0].contains("`kubecast.pods`") && texts[0].contains("does not exist"),
+            "{}",
+            texts[0]
+        );
+        assert!(!texts[0].contains("kafka-acls"), "{}", texts[0]);
     }
 }
