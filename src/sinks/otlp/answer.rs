@@ -199,8 +199,11 @@ fn message(json: bool, raw: &[u8]) -> String {
 /// URLs ([`crate::sinks::url::shown`]): an error page may echo the request URL with its
 /// userinfo and query. Shortened after that, so no URL is cut before it is shown.
 fn one_line(text: &str) -> String {
+    // A JSON body escapes slashes (`http:\/\/user:pw@host\/x`): unescaped first, so such a
+    // URL is seen and shown like any other.
     let text: String = text
         .trim()
+        .replace("\\/", "/")
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
@@ -449,6 +452,8 @@ mod tests {
             format!("<a href=\"{url}\">{url}</a>"),
             format!(r#"{{"code":3,"message":"no route to {url}"}}"#),
             "Cannot POST /v1/logs?token=abc (user:secret@host)".to_string(),
+            // JSON with its slashes escaped, as some encoders write it.
+            format!(r#"{{"error":"no route to {}"}}"#, url.replace('/', "\\/")),
         ];
         let leaks = |t: &str| {
             ["secret", "token=abc", "user:"]
