@@ -5,12 +5,14 @@
 //! changes made while the topic was missing are delivered after, and kubecast keeps running.
 //!
 //! To tell what the deletion took from what kubecast lost, kubecast is frozen (SIGSTOP) while
-//! the topic is deleted, after a reader has read every record the topic held: whatever
-//! kubecast had not been acknowledged yet then meets the missing topic when it goes on.
+//! the topic is deleted, after a reader has read every record the topic held (every
+//! committed one, from an exactly-once sink): whatever kubecast had not been acknowledged yet
+//! then meets the missing topic when it goes on. The exactly-once sink's two tests are
+//! ignored until it holds on a deleted topic too (see above them).
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -18,7 +20,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
 use support::churn::Churn;
-use support::consume::{KafkaTopic, Record};
+use support::consume::{KafkaTopic, Record, create_topic_through};
 use support::http::{free_port, get};
 use support::kafka_cluster::{Cluster, kafka_acls_json};
 use support::kubecast::Kubecast;
@@ -36,7 +38,8 @@ const MISSING_AFTER: Duration = Duration::from_secs(5);
 /// One test at a time on the shared cluster.
 static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// kubecast with one at-least-once sink on the cluster, pods churning, a reader of its topic.
+/// kubecast with one sink on the cluster (at-least-once, or exactly-once), pods churning, a
+/// `read_committed` reader of its topic.
 struct Bed {
     scene: Scene,
     cluster: Cluster,
@@ -46,18 +49,41 @@ struct Bed {
     reader: KafkaTopic,
     topic: String,
     port: u16,
+    exactly_once: bool,
 }
 
 impl Bed {
-    async fn start(label: &str, extra: &[&str]) -> Bed {
+    async fn start(label: &str, extra: &[&str], exactly_once: bool) -> Bed {
         let scene = Scene::new(label).await;
         let cluster = Cluster::up(&scene.stack);
         let topic = unique_name(label);
         cluster.create_topic(&topic, PARTITIONS).await;
+        let mut lines: Vec<String> = extra.iter().map(|l| l.to_string()).collect();
+        if exactly_once {
+            let (checkpoints, state) = (unique_name("kc-topic-cp"), unique_name("kc-topic-state"));
+            lines.push("exactly_once: true".into());
+            lines.push(format!(
+                "transactions: {{id: {}, checkpoint_topic: {checkpoints}, state_topic: {state}, max_ms: 50}}",
+                unique_name("kc-topic-txn")
+            ));
+            if !extra.iter().any(|l| l.starts_with("create_topics")) {
+                for t in [&checkpoints, &state] {
+                    create_topic_through(
+                        cluster.admin_config(),
+                        t,
+                        1,
+                        3,
+                        &[("cleanup.policy", "compact")],
+                    )
+                    .await;
+                }
+            }
+        }
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
         let port = free_port();
         let config = scene.config(
             &format!("metrics:\n  address: 127.0.0.1:{port}\n"),
-            &[cluster.sink("alo", &topic, extra)],
+            &[cluster.sink("out", &topic, &lines)],
         );
         let path = scene.dir.join("acls.yaml");
         std::fs::write(&path, &config).expect("writing the config");
@@ -82,6 +108,7 @@ impl Bed {
             reader,
             topic,
             port,
+            exactly_once,
         }
     }
 
@@ -91,18 +118,18 @@ impl Bed {
     /// acknowledged yet and every change since. Returns what the reader read.
     async fn delete_topic(&self) -> Vec<Record> {
         self.kubecast.signal("STOP");
-        // A produce request already on its way when kubecast stopped may still be appended:
-        // the topic's end is asked again once the reader reached it, until it stays put.
-        let mut end = end_of(&self.cluster, &self.topic).await;
+        // A produce request (or a commit) already on its way when kubecast stopped may still
+        // land: the topic's end is asked again once the reader reached it, until it stays.
+        let mut end = ends_of(&self.cluster, &self.topic).await;
         let read = loop {
             let read = self.kubecast.check(
                 self.reader
                     .wait_until("every record before the deletion", LIMIT, |r| {
-                        r.len() as i64 >= end
+                        read_to(r, &end, self.exactly_once)
                     })
                     .await,
             );
-            let now = end_of(&self.cluster, &self.topic).await;
+            let now = ends_of(&self.cluster, &self.topic).await;
             if now == end {
                 break read;
             }
@@ -133,6 +160,8 @@ impl Bed {
         let deadline = tokio::time::Instant::now() + LIMIT;
         loop {
             if !self.kubecast.running() {
+                // Its last lines are still on their way from its stderr.
+                tokio::time::sleep(Duration::from_secs(1)).await;
                 panic!(
                     "kubecast exited while waiting for {what}; its log:\n{}",
                     self.kubecast.log()
@@ -175,20 +204,38 @@ impl Bed {
         }
         let (code, log) = self.kubecast.stop(LIMIT).await;
         assert_eq!(code, Some(0), "{log}");
+        let mut times: BTreeMap<String, usize> = BTreeMap::new();
+        for r in before.iter().chain(after.records().iter()) {
+            *times.entry(r.ce("id").to_string()).or_default() += 1;
+        }
+        let twice: Vec<(&String, &usize)> = times.iter().filter(|(_, n)| **n > 1).collect();
+        if self.exactly_once {
+            assert!(
+                twice.is_empty(),
+                "read_committed saw these more than once from the exactly-once sink: {twice:?}\n{log}"
+            );
+        }
         println!(
-            "kafka cluster, topic deleted: {ops} pod operations, {} changes; {} read before the deletion, {} from the topic as it exists again, 0 lost",
+            "kafka cluster, topic deleted ({}): {ops} pod operations, {} changes; {} read before the deletion, {} from the topic as it exists again, 0 lost, {} duplicates",
+            if self.exactly_once {
+                "exactly-once"
+            } else {
+                "at-least-once"
+            },
             want.len(),
             early.len(),
             rest.len(),
+            twice.len(),
         );
         log
     }
 }
 
-/// How many records `topic` holds (the sum of its partitions' high watermarks; an
-/// at-least-once sink's topic has no transaction markers).
-async fn end_of(cluster: &Cluster, topic: &str) -> i64 {
-    let (config, topic) = (cluster.admin_config(), topic.to_string());
+/// Where a `read_committed` reader of `topic` ends, per partition: the offset after the last
+/// committed record (after its commit marker, in a transactional topic).
+async fn ends_of(cluster: &Cluster, topic: &str) -> Vec<i64> {
+    let (mut config, topic) = (cluster.admin_config(), topic.to_string());
+    config.set("isolation.level", "read_committed");
     tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer = config.create().expect("Kafka consumer");
         (0..PARTITIONS)
@@ -198,10 +245,22 @@ async fn end_of(cluster: &Cluster, topic: &str) -> i64 {
                     .unwrap_or_else(|e| panic!("watermarks of {topic} [{p}]: {e}"))
                     .1
             })
-            .sum()
+            .collect()
     })
     .await
     .expect("the watermarks' lookup")
+}
+
+/// Whether `records` reach `ends` in every partition: the record before each end was read
+/// (in a transactional topic the one before the commit marker).
+fn read_to(records: &[Record], ends: &[i64], transactional: bool) -> bool {
+    let marker = i64::from(transactional);
+    ends.iter().enumerate().all(|(p, end)| {
+        *end == 0
+            || records
+                .iter()
+                .any(|r| r.partition == p as i32 && r.offset >= end - 1 - marker)
+    })
 }
 
 /// Creates `topic` again, as an operator would once it was deleted by mistake; asked again
@@ -237,11 +296,12 @@ fn errors_naming<'a>(log: &'a str, topic: &str) -> Vec<&'a str> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_topic_deleted_during_churn_holds_kubecast_not_ready_naming_it_until_it_exists_again_and_loses_nothing()
- {
+/// The sink's topic deleted and kept missing until librdkafka gave back its records and
+/// then some, then created again by the cluster's admin: readiness named it meanwhile, one
+/// ERROR said so, and every change is there after.
+async fn held_until_created_again(label: &str, exactly_once: bool) {
     let _one = CLUSTER.lock().await;
-    let mut bed = Bed::start("kc-topic-held", &[]).await;
+    let mut bed = Bed::start(label, &[], exactly_once).await;
     let before = bed.delete_topic().await;
     let topic = bed.topic.clone();
     let body = bed
@@ -288,12 +348,14 @@ async fn a_topic_deleted_during_churn_holds_kubecast_not_ready_naming_it_until_i
     );
 }
 
-#[tokio::test]
-async fn a_topic_deleted_during_churn_is_created_again_with_create_topics_and_nothing_is_lost() {
+/// The sink's topic deleted, with `create_topics`: kubecast creates it again, a WARN says it
+/// was deleted, no ERROR, and every change is there after.
+async fn created_again(label: &str, exactly_once: bool) {
     let _one = CLUSTER.lock().await;
     let mut bed = Bed::start(
-        "kc-topic-created",
+        label,
         &[&format!("create_topics: {{partitions: {PARTITIONS}}}")],
+        exactly_once,
     )
     .await;
     let before = bed.delete_topic().await;
@@ -326,4 +388,35 @@ async fn a_topic_deleted_during_churn_is_created_again_with_create_topics_and_no
         "kafka cluster, topic deleted with create_topics: {}",
         said[0]
     );
+}
+
+#[tokio::test]
+async fn a_topic_deleted_during_churn_holds_kubecast_not_ready_naming_it_until_it_exists_again_and_loses_nothing()
+ {
+    held_until_created_again("kc-topic-held", false).await;
+}
+
+#[tokio::test]
+async fn a_topic_deleted_during_churn_is_created_again_with_create_topics_and_nothing_is_lost() {
+    created_again("kc-topic-created", false).await;
+}
+
+// The exactly-once sink does not hold on a deleted topic yet (its transactions are run in
+// commit.rs): a transaction waiting on the topic past `transactions.timeout_ms` has its
+// records timed out by librdkafka and its commit then fails fatally (INVALID_TXN_STATE),
+// stopping kubecast, unless librdkafka gave the records back first (then it is held); and
+// with `create_topics` it never creates the topic again. Seen failing both ways on this
+// cluster; to run once commit.rs holds on a missing topic as the at-least-once sink does.
+#[tokio::test]
+#[ignore = "the exactly-once sink stops kubecast on a topic deleted under an open transaction (commit.rs)"]
+async fn an_exactly_once_sinks_topic_deleted_during_churn_is_held_until_it_exists_again_without_loss_or_duplicates()
+ {
+    held_until_created_again("kc-topic-eos-held", true).await;
+}
+
+#[tokio::test]
+#[ignore = "the exactly-once sink never creates a deleted topic again and stops kubecast at the transaction timeout (commit.rs)"]
+async fn an_exactly_once_sinks_topic_deleted_during_churn_is_created_again_with_create_topics_without_loss_or_duplicates()
+ {
+    created_again("kc-topic-eos-created", true).await;
 }
