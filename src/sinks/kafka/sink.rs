@@ -26,7 +26,7 @@ use super::producer::{Delivered, Delivery, Producer};
 use super::record::{Unsendable, enqueue, topic_of};
 use super::refusal::{Operation, Refusal, Resource, missing, refused};
 use super::take_over::TxnKeeper;
-use super::topics::{Kind, TopicError, TopicGuard};
+use super::topics::{Kind, TopicError, TopicGuard, gone};
 use crate::backoff::Backoff;
 use crate::event::Event;
 use crate::sinks::queue::QueueRx;
@@ -103,6 +103,8 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
     let mut inflight: Outstanding = InFlight::new();
     let mut stall_check = tokio::time::interval(Duration::from_secs(1));
     stall_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Whether the topic of a record waiting too long was deleted, asked beside the loop.
+    let mut lookup: Option<tokio::task::JoinHandle<Option<String>>> = None;
     let mut open = true;
     while open || !inflight.is_empty() {
         if let Some(e) = fatal.take() {
@@ -123,7 +125,19 @@ pub async fn run(settings: KafkaSettings, mut rx: QueueRx, acks: Acks) -> Result
             _ = stall_check.tick(), if watch_stall => {
                 if let Some(p) = inflight.front().filter(|p| p.sent.elapsed() >= STALL) {
                     let topic = topic_of(&settings, &p.event, p.dead.is_some());
-                    stalled(&mut run, &topic, fatal.recent()).await?;
+                    run.hold.stalled(&acks, &topic, fatal.recent());
+                    lookup = Some(tokio::spawn(gone(producer.clone(), topic)));
+                }
+            }
+            Some(answer) = async {
+                match lookup.as_mut() {
+                    Some(asked) => Some(asked.await),
+                    None => None,
+                }
+            }, if lookup.is_some() => {
+                lookup = None;
+                if let Ok(Some(topic)) = answer {
+                    deleted(&mut run, &topic).await?;
                 }
             }
             next = rx.recv(), if open && room => match next {
@@ -214,21 +228,13 @@ async fn ensure_topic(run: &mut Run<'_>, topic: &str) -> Result<(), SinkError> {
     }
 }
 
-/// The oldest record, to `topic`, has waited [`STALL`] for its acknowledgement. A topic
-/// deleted under the sink is held on (or created again) now rather than when librdkafka gives
-/// its records back (after its metadata propagation time, 30 s; librdkafka sends them itself
-/// once the topic is back); otherwise readiness says that Kafka does not acknowledge.
-async fn stalled(
-    run: &mut Run<'_>,
-    topic: &str,
-    last_error: Option<String>,
-) -> Result<(), SinkError> {
-    if run.guard.gone(topic, run.producer).await {
-        ensure_topic(run, topic).await?;
-        run.hold.resumed();
-    } else {
-        run.hold.stalled(run.acks, topic, last_error);
-    }
+/// `topic`, of a record that has waited [`STALL`], was deleted: held on (or created again)
+/// now rather than when librdkafka gives its records back (after its metadata propagation
+/// time, 30 s); librdkafka sends them itself once the topic is back.
+async fn deleted(run: &mut Run<'_>, topic: &str) -> Result<(), SinkError> {
+    run.guard.forget(topic);
+    ensure_topic(run, topic).await?;
+    run.hold.resumed();
     Ok(())
 }
 

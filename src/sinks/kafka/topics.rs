@@ -3,7 +3,7 @@
 //! that does not exist is an error naming the topic and the setting, instead of records
 //! waiting on it forever (the sink stops on it at the start and holds on it later). Entry
 //! points: [`CreateTopicsConfig`] (the setting), [`TopicGuard`] (the lookups, remembered per
-//! topic).
+//! topic), [`gone`] (whether a topic was deleted, asked beside the sink's loop).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::metadata::Metadata;
 use serde::{Deserialize, Serialize};
 
 use super::producer::Producer;
@@ -171,16 +172,6 @@ impl TopicGuard {
         self.known.remove(topic);
     }
 
-    /// Whether Kafka says `topic` does not exist (a lookup made now, through `via`); then it
-    /// is forgotten. Kafka not answering is not an answer: `false`.
-    pub async fn gone(&mut self, topic: &str, via: &Producer) -> bool {
-        let gone = matches!(self.look_up(topic, Some(via)).await, Ok(Some(code)) if missing(code));
-        if gone {
-            self.forget(topic);
-        }
-        gone
-    }
-
     /// Makes sure `topic` exists before a record goes to it. `via`: the sink's producer,
     /// whose lookup lets a broker that auto-creates topics create an event topic as it
     /// always did; `None` looks up without that.
@@ -294,23 +285,13 @@ impl TopicGuard {
                 (None, Some(a)) => a.inner().fetch_metadata(Some(&name), CALL),
                 (None, None) => Err(KafkaError::Canceled),
             }?;
-            Ok::<_, KafkaError>(metadata.topics().first().map(|t| {
-                match t.error() {
-                    Some(e) => Some(RDKafkaErrorCode::from(e)),
-                    // A topic whose partitions are not known yet is not usable yet.
-                    None if t.partitions().is_empty() => {
-                        Some(RDKafkaErrorCode::UnknownTopicOrPartition)
-                    }
-                    None => None,
-                }
-            }))
+            Ok::<_, KafkaError>(error_of(&metadata))
         })
         .await
         .map_err(|_| KafkaError::Canceled)
         .and_then(|r| r);
         match answer {
-            Ok(Some(code)) => Ok(code),
-            Ok(None) => Ok(Some(RDKafkaErrorCode::UnknownTopicOrPartition)),
+            Ok(code) => Ok(code),
             Err(source) => Err(TopicError::Unanswered {
                 topic: topic.to_string(),
                 source,
@@ -379,6 +360,34 @@ impl TopicGuard {
             topic: topic.to_string(),
             source: KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition),
         })
+    }
+}
+
+/// The topic's error in a metadata answer for it (`None`: it exists).
+fn error_of(metadata: &Metadata) -> Option<RDKafkaErrorCode> {
+    let Some(t) = metadata.topics().first() else {
+        return Some(RDKafkaErrorCode::UnknownTopicOrPartition);
+    };
+    match t.error() {
+        Some(e) => Some(RDKafkaErrorCode::from(e)),
+        // A topic whose partitions are not known yet is not usable yet.
+        None if t.partitions().is_empty() => Some(RDKafkaErrorCode::UnknownTopicOrPartition),
+        None => None,
+    }
+}
+
+/// `topic` when Kafka says it does not exist, asked now through the sink's producer `via`;
+/// `None` when it exists or Kafka did not answer. Owns what it uses, so that it can run
+/// beside the sink's loop: a broker that does not answer holds it up to the lookup's timeout.
+pub async fn gone(via: Producer, topic: String) -> Option<String> {
+    let answer = tokio::task::spawn_blocking(move || {
+        let metadata = via.client().fetch_metadata(Some(&topic), CALL);
+        metadata.map(|m| (error_of(&m), topic))
+    })
+    .await;
+    match answer {
+        Ok(Ok((Some(code), topic))) if missing(code) => Some(topic),
+        _ => None,
     }
 }
 
