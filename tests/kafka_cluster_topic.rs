@@ -131,7 +131,16 @@ impl Bed {
             );
             let now = ends_of(&self.cluster, &self.topic).await;
             if now == end {
-                break read;
+                // A produce request in the leader's purgatory shows in the end only once the
+                // followers fetched it, and a follower's fetch waits up to
+                // replica.fetch.wait.max.ms (500 ms) for data: nothing to await, so the end
+                // must stay the same over several such waits.
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                if ends_of(&self.cluster, &self.topic).await == end {
+                    break read;
+                }
+                end = ends_of(&self.cluster, &self.topic).await;
+                continue;
             }
             end = now;
         };
