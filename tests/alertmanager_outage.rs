@@ -144,7 +144,11 @@ async fn with_every_alertmanager_down_and_an_alert_firing_twelve_thousand_change
         PODS * CHANGES_PER_POD,
         started.elapsed()
     );
-    assert_eq!(truth.len(), PODS + PODS * CHANGES_PER_POD, "distinct changes");
+    assert_eq!(
+        truth.len(),
+        PODS + PODS * CHANGES_PER_POD,
+        "distinct changes"
+    );
     every_change_in_kafka(&kafka, &truth, Duration::from_secs(600)).await;
     assert!(kubecast.running(), "kubecast is still running");
 
