@@ -169,11 +169,9 @@ impl Bed {
         let deadline = tokio::time::Instant::now() + LIMIT;
         loop {
             if !self.kubecast.running() {
-                // Its last lines are still on their way from its stderr.
-                tokio::time::sleep(Duration::from_secs(1)).await;
                 panic!(
                     "kubecast exited while waiting for {what}; its log:\n{}",
-                    self.kubecast.log()
+                    self.kubecast.log_to_end().await
                 );
             }
             let answer = get(self.port, "/readyz").await;

@@ -188,6 +188,15 @@ impl Kubecast {
         self.log()
     }
 
+    /// The whole log of a kubecast that has exited: waits (up to 5 s) for the reader to take
+    /// the last lines at the end of its stderr.
+    pub async fn log_to_end(&mut self) -> String {
+        if let Some(reader) = self.reader.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+        }
+        self.log()
+    }
+
     /// Waits for kubecast to exit on its own; returns the exit code and the log, or fails
     /// with the log if it is still running after `limit`.
     pub async fn exited(self, limit: Duration) -> (Option<i32>, String) {
